@@ -1,0 +1,252 @@
+"""Everything configurable, read from the environment (prefix ``FOLLOWUP_``), ``.env`` or a secrets folder.
+
+Secrets are ``SecretStr`` here; Dagster resources receive them as plain strings through
+``dg.EnvVar`` (Dagster rejects ``SecretStr`` fields). A wrong value stops the start with a
+``ConfigError`` naming the variable and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zoneinfo
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import holidays
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "FOLLOWUP_"
+
+#: EspoCRM webhook events the ingress understands (ARCHITECTURE.md §3).
+EspoEvent = Literal[
+    "Opportunity.create",
+    "Opportunity.update",
+    "Opportunity.fieldUpdate.stage",
+    "Opportunity.delete",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the variable and the allowed values."""
+
+
+class EspoWebhook(BaseModel):
+    """One webhook configured in EspoCRM: its id, the event it sends, and its secret."""
+
+    id: str = Field(min_length=1)
+    event: EspoEvent
+    secret: SecretStr
+
+
+def _split_list(value: Any) -> Any:
+    """Accept a JSON list or a comma-separated string for list settings."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def _parse_json(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        return json.loads(text) if text else []
+    return value
+
+
+class Settings(BaseSettings):
+    """The machine's configuration. Field ``x`` is read from ``FOLLOWUP_X``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    # --- storage -----------------------------------------------------------------------------
+    database_url: SecretStr | None = None
+    home: Path = Path(".followup")
+    dagster_pg_url: SecretStr | None = None
+
+    # --- time and calendar ---------------------------------------------------------------------
+    timezone: str = "Europe/Berlin"
+    holiday_country: str = "DE"
+    holiday_subdivision: str | None = None
+    now: datetime | None = None
+    business_hours_start: int = Field(default=7, ge=0, le=23)
+    business_hours_end: int = Field(default=19, ge=1, le=24)
+    cadence: Annotated[list[int], NoDecode] = [5, 12, 21]
+    exhaust_after: int = Field(default=5, ge=0)
+
+    # --- the deals we watch ----------------------------------------------------------------------
+    watched_stages: Annotated[list[str], NoDecode] = ["Proposal", "Negotiation"]
+    won_stage: str = "Closed Won"
+    lost_stage: str = "Closed Lost"
+    report_recipients: Annotated[list[str], NoDecode] = []
+    dry_run: bool = False
+
+    # --- EspoCRM -------------------------------------------------------------------------------
+    espocrm_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/espocrm")
+    espocrm_api_key: SecretStr | None = None
+    espocrm_hmac_secret: SecretStr | None = None
+    espocrm_webhooks: Annotated[list[EspoWebhook], NoDecode] = []
+    espocrm_legacy_signature: bool = True
+
+    # --- ClickUp -------------------------------------------------------------------------------
+    clickup_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/clickup/api")
+    clickup_token: SecretStr | None = None
+    clickup_list_id: str = "sandbox-list"
+    clickup_key_field_id: str | None = None
+    clickup_default_assignee: int | None = None
+    clickup_user_map: Annotated[dict[str, int], NoDecode] = {}
+    clickup_close_on_watch_close: bool = True
+
+    # --- Microsoft Graph (Outlook) -------------------------------------------------------------
+    graph_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/graph")
+    graph_login_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/login")
+    graph_tenant_id: str = "sandbox-tenant"
+    graph_client_id: str | None = None
+    graph_client_secret: SecretStr | None = None
+    graph_sender: str = "followup@example.com"
+
+    # --- Mistral -------------------------------------------------------------------------------
+    mistral_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/mistral")
+    mistral_api_key: SecretStr | None = None
+    mistral_model: str = "mistral-small-latest"
+
+    # --- local servers -------------------------------------------------------------------------
+    ingress_host: str = "127.0.0.1"
+    ingress_port: int = Field(default=8787, ge=1, le=65535)
+    sandbox_port: int = Field(default=8765, ge=1, le=65535)
+
+    @field_validator("watched_stages", "report_recipients", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("cadence", mode="before")
+    @classmethod
+    def _cadence(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("espocrm_webhooks", "clickup_user_map", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        return _parse_json(value)
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _absolute_home(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; allowed: an IANA name such as Europe/Berlin"
+            ) from None
+        return value
+
+    @field_validator("holiday_country")
+    @classmethod
+    def _known_country(cls, value: str) -> str:
+        countries = holidays.list_supported_countries()
+        if value not in countries:
+            raise ValueError(
+                f"unknown holiday country {value!r}; allowed: ISO codes such as "
+                f"{', '.join(sorted(c for c in countries if len(c) == 2))}"
+            )
+        return value
+
+    @field_validator("cadence")
+    @classmethod
+    def _increasing(cls, value: list[int]) -> list[int]:
+        if not value or any(b <= a for a, b in zip(value, value[1:], strict=False)):
+            raise ValueError("cadence must be a non-empty, strictly increasing list of days")
+        if value[0] < 1:
+            raise ValueError("cadence offsets count business days after the base: 1 or more")
+        return value
+
+    @field_validator("watched_stages")
+    @classmethod
+    def _some_stage(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one watched stage is needed")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.holiday_subdivision is not None:
+            subdivisions = holidays.list_supported_countries()[self.holiday_country]
+            if self.holiday_subdivision not in subdivisions:
+                raise ValueError(
+                    f"FOLLOWUP_HOLIDAY_SUBDIVISION: unknown subdivision {self.holiday_subdivision!r} "
+                    f"of {self.holiday_country}; allowed: {', '.join(subdivisions)}"
+                )
+        if self.business_hours_end <= self.business_hours_start:
+            raise ValueError(
+                "FOLLOWUP_BUSINESS_HOURS_END must be after FOLLOWUP_BUSINESS_HOURS_START"
+            )
+        if self.now is not None and self.now.tzinfo is None:
+            raise ValueError(
+                "FOLLOWUP_NOW needs an offset, e.g. 2026-03-02T09:00:00+01:00 (ISO 8601)"
+            )
+        return self
+
+    def sandbox_credentials_missing(self) -> list[str]:
+        """Names of the vendor credential variables that are unset."""
+        required = {
+            "FOLLOWUP_ESPOCRM_API_KEY": self.espocrm_api_key,
+            "FOLLOWUP_CLICKUP_TOKEN": self.clickup_token,
+            "FOLLOWUP_GRAPH_CLIENT_SECRET": self.graph_client_secret,
+            "FOLLOWUP_MISTRAL_API_KEY": self.mistral_api_key,
+        }
+        return [name for name, value in required.items() if value is None]
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        lines.append(f"{name}: {message}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings; raise ``ConfigError`` naming every wrong variable.
+
+    ``FOLLOWUP_SECRETS_DIR`` names a folder of files, one secret a file (Docker/K8s style).
+    """
+    secrets_dir = os.environ.get(f"{ENV_PREFIX}SECRETS_DIR")
+    try:
+        if secrets_dir:
+            return Settings(_secrets_dir=secrets_dir, **overrides)  # type: ignore[call-arg]
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise ConfigError(_describe(error)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return load_settings()
