@@ -1,0 +1,188 @@
+"""ClickUp client (API v2): create, find, read and close the follow-up tasks of one list.
+
+ClickUp has no idempotency header, so the action's key travels in the task: in a custom field
+when its id is configured, else as a tag ``fu-<first 12 hex of sha1(key)>``. Creates are never
+retried here; the action ledger searches by key before creating again.
+"""
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from followup_pipeline.integrations.http import (
+    Clock,
+    Sleep,
+    VendorHttp,
+    build_client,
+    collect_pages,
+)
+
+VENDOR = "clickup"
+CLOSED_STATUS = "closed"
+KEY_TAG_PREFIX = "fu-"
+
+
+def key_tag(key: str) -> str:
+    """The tag that carries an idempotency key: ``fu-`` and the first 12 hex of its SHA-1."""
+    return KEY_TAG_PREFIX + hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+def clickup_message(response: httpx.Response) -> str:
+    """ClickUp's error text: ``err`` and ``ECODE`` when the body is JSON, else the raw text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(body, dict) and "err" in body:
+        return f"{body.get('err')} ({body.get('ECODE', 'no ECODE')})"
+    return response.text[:300]
+
+
+def _ms(value: Any) -> Any:
+    """ClickUp sends timestamps as strings of milliseconds since the epoch."""
+    if isinstance(value, str | int) and str(value).isdigit():
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+    return value
+
+
+class CustomField(BaseModel):
+    """One custom field value of a task."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    name: str | None = None
+    type: str | None = None
+    value: Any = None
+
+
+class Task(BaseModel):
+    """A ClickUp task, flattened: ``status`` is the status name, ``tags`` the tag names."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    name: str
+    status: str
+    status_type: str | None = None
+    date_created: datetime
+    due_date: datetime | None = None
+    tags: list[str] = []
+    custom_fields: list[CustomField] = []
+    url: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and isinstance(raw.get("status"), dict):
+            status = raw["status"]
+            raw = {**raw, "status": status.get("status"), "status_type": status.get("type")}
+        if isinstance(raw, dict) and isinstance(raw.get("tags"), list):
+            names = [t.get("name") if isinstance(t, dict) else t for t in raw["tags"]]
+            raw = {**raw, "tags": names}
+        return raw
+
+    @field_validator("date_created", "due_date", mode="before")
+    @classmethod
+    def _timestamps(cls, value: Any) -> Any:
+        return _ms(value)
+
+    def carries_key(self, idempotency_key: str, key_field_id: str | None) -> bool:
+        """Whether this task carries the key, in the custom field or as the tag."""
+        if key_field_id is not None:
+            fields = self.custom_fields
+            return any(f.id == key_field_id and f.value == idempotency_key for f in fields)
+        return key_tag(idempotency_key) in self.tags
+
+
+class ClickUpClient:
+    """Typed access to the tasks of one ClickUp list."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        list_id: str,
+        key_field_id: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.time,
+    ) -> None:
+        # Personal tokens (pk_…) go as they are; OAuth tokens already carry "Bearer ".
+        client = build_client(base_url, headers={"Authorization": token}, transport=transport)
+        self._http = VendorHttp(
+            client, vendor=VENDOR, message_of=clickup_message, sleep=sleep, clock=clock
+        )
+        self.list_id = list_id
+        self.key_field_id = key_field_id
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.client.close()
+
+    def create_task(
+        self,
+        *,
+        name: str,
+        markdown: str,
+        due_date: datetime | None,
+        assignees: Sequence[int],
+        idempotency_key: str,
+        tags: Sequence[str] = (),
+    ) -> Task:
+        """Create a task carrying ``idempotency_key``. One POST, never retried: a timeout raises
+        ``TransientError(ambiguous=True)`` and the caller searches with ``find_tasks_by_key``."""
+        body: dict[str, Any] = {
+            "name": name,
+            "markdown_content": markdown,
+            "assignees": list(assignees),
+            "tags": list(tags),
+        }
+        if due_date is not None:
+            body["due_date"] = int(due_date.timestamp() * 1000)
+            body["due_date_time"] = True
+        if self.key_field_id is not None:
+            body["custom_fields"] = [{"id": self.key_field_id, "value": idempotency_key}]
+        else:
+            body["tags"].append(key_tag(idempotency_key))
+        response = self._http.request("POST", f"v2/list/{self.list_id}/task", json=body)
+        return Task.model_validate(response.json())
+
+    def find_tasks_by_key(self, *, idempotency_key: str) -> list[Task]:
+        """Every task of the list, closed ones included, that carries ``idempotency_key``."""
+        params: dict[str, Any] = {"include_closed": "true"}
+        if self.key_field_id is not None:
+            condition = {"field_id": self.key_field_id, "operator": "=", "value": idempotency_key}
+            params["custom_fields"] = json.dumps([condition])
+        else:
+            params["tags[]"] = key_tag(idempotency_key)
+
+        def fetch(page: int) -> tuple[list[Task], bool]:
+            url = f"v2/list/{self.list_id}/task"
+            body = self._http.request("GET", url, params={**params, "page": page}).json()
+            tasks = [Task.model_validate(raw) for raw in body.get("tasks", [])]
+            return tasks, not body.get("last_page", True)
+
+        found = collect_pages(fetch)
+        return [t for t in found if t.carries_key(idempotency_key, self.key_field_id)]
+
+    def get_task(self, *, task_id: str) -> Task:
+        """One task; ``NotFoundError`` if it does not exist."""
+        return Task.model_validate(self._http.request("GET", f"v2/task/{task_id}").json())
+
+    def close_task(self, *, task_id: str, comment: str, closed_status: str = CLOSED_STATUS) -> Task:
+        """Set the task's status to ``closed_status``, then add ``comment`` saying why.
+
+        The status change (PUT, idempotent) goes first and may be retried; the comment is a
+        POST and is sent once.
+        """
+        response = self._http.request("PUT", f"v2/task/{task_id}", json={"status": closed_status})
+        task = Task.model_validate(response.json())
+        self._http.request("POST", f"v2/task/{task_id}/comment", json={"comment_text": comment})
+        return task

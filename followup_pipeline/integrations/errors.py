@@ -1,0 +1,87 @@
+"""The errors every vendor client raises, so callers decide by kind, never by vendor.
+
+::
+
+    IntegrationError                 anything that went wrong talking to a vendor
+    ├── TransientError               retry later: 429, 5xx, timeout, connection error
+    │                                 .retry_after  seconds, if the vendor said
+    │                                 .ambiguous    True when a create may have happened
+    │                                               (the action ledger marks it `unknown`)
+    └── PermanentError               skip the item: 400, 401, 403, 409, 422, …
+        │                             .status, .vendor_message
+        ├── NotFoundError            404: the object is gone
+        ├── SchemaError              a record broke its schema: .record_id, .field, .raw
+        └── InvalidModelOutput       the model's answer did not parse: .raw_text
+
+Messages carry the vendor, the status and the vendor's own reason, never a credential.
+"""
+
+from typing import Any
+
+
+class IntegrationError(Exception):
+    """Base of every error raised by the vendor clients."""
+
+    def __init__(self, message: str, *, vendor: str) -> None:
+        super().__init__(f"{vendor}: {message}")
+        self.vendor = vendor
+
+
+class TransientError(IntegrationError):
+    """The vendor is busy or unreachable: try again later.
+
+    ``ambiguous`` is True when the request was a create whose outcome is unknown (a timeout
+    or a dropped connection after sending): the caller must look before creating again.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        vendor: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        ambiguous: bool = False,
+    ) -> None:
+        super().__init__(message, vendor=vendor)
+        self.status = status
+        self.retry_after = retry_after
+        self.ambiguous = ambiguous
+
+
+class PermanentError(IntegrationError):
+    """The vendor refused this request; retrying it unchanged will not help."""
+
+    def __init__(
+        self, message: str, *, vendor: str, status: int | None = None, vendor_message: str = ""
+    ) -> None:
+        super().__init__(message, vendor=vendor)
+        self.status = status
+        self.vendor_message = vendor_message
+
+
+class NotFoundError(PermanentError):
+    """The object does not exist (HTTP 404)."""
+
+
+class SchemaError(PermanentError):
+    """One record does not match the schema we rely on; the raw record is kept."""
+
+    def __init__(
+        self, *, vendor: str, record_id: str | None, field: str, problem: str, raw: Any
+    ) -> None:
+        super().__init__(
+            f"record {record_id or '<no id>'}: field {field!r}: {problem}", vendor=vendor
+        )
+        self.record_id = record_id
+        self.field = field
+        self.problem = problem
+        self.raw = raw
+
+
+class InvalidModelOutput(PermanentError):
+    """The language model answered something that does not fit the expected shape."""
+
+    def __init__(self, message: str, *, vendor: str, raw_text: str) -> None:
+        super().__init__(message, vendor=vendor)
+        self.raw_text = raw_text

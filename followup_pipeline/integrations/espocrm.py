@@ -1,0 +1,165 @@
+"""EspoCRM client (REST ``/api/v1``): deals, their activity, and the valid stage names.
+
+Read only. Auth by ``X-Api-Key`` or, with a secret, the HMAC header. EspoCRM has no rate limit;
+its errors have empty bodies and the reason in ``X-Status-Reason``.
+"""
+
+import base64
+import hashlib
+import hmac
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from followup_pipeline.integrations.errors import SchemaError
+from followup_pipeline.integrations.espocrm_models import (
+    Call,
+    Deal,
+    DealListing,
+    Email,
+    Listing,
+    Meeting,
+    R,
+    parse_records,
+)
+from followup_pipeline.integrations.http import Sleep, VendorHttp, build_client, collect_pages
+
+VENDOR = "espocrm"
+API_PREFIX = "api/v1"
+#: EspoCRM refuses ``maxSize`` above 200 (403).
+PAGE_SIZE = 200
+DEAL_FIELDS = (
+    "id,name,stage,amount,amountCurrency,closeDate,accountId,accountName,contactId,contactName,"
+    "assignedUserId,assignedUserName,description,createdAt,modifiedAt"
+)
+EMAIL_FIELDS = (
+    "id,name,subject,fromAddress,to,dateSent,status,body,bodyPlain,isHtml,parentType,parentId"
+)
+ACTIVITY_FIELDS = "id,name,status,dateStart"
+
+
+def hmac_header(*, api_key: str, secret: str, method: str, path: str) -> str:
+    """``X-Hmac-Authorization`` for a request; ``path`` is after ``/api/v1``, without query."""
+    signed = f"{method.upper()} /{path.lstrip('/')}".encode()
+    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return base64.b64encode(f"{api_key}:{digest}".encode()).decode()
+
+
+def status_reason(response: httpx.Response) -> str:
+    """EspoCRM's error message: the ``X-Status-Reason`` header (bodies are empty)."""
+    return str(response.headers.get("X-Status-Reason", ""))[:300]
+
+
+class EspoCrmClient:
+    """Typed access to EspoCRM's Opportunity, its e-mails, calls and meetings, and metadata."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        hmac_secret: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        root = base_url.rstrip("/")
+        if not root.endswith("/" + API_PREFIX):
+            root = f"{root}/{API_PREFIX}"
+        self._api_key = api_key
+        self._hmac_secret = hmac_secret
+        client = build_client(root, transport=transport)
+        self._http = VendorHttp(client, vendor=VENDOR, message_of=status_reason, sleep=sleep)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.client.close()
+
+    def list_deals(self, *, stages: Sequence[str]) -> DealListing:
+        """Every deal in one of ``stages``, oldest first (stable under edits), across pages."""
+        where = {
+            "where[0][type]": "in",
+            "where[0][attribute]": "stage",
+            "where[0][value][]": list(stages),
+        }
+        return self._listing("Opportunity", Deal, DEAL_FIELDS, "createdAt", where)
+
+    def get_deal(self, *, deal_id: str) -> Deal:
+        """One deal; ``NotFoundError`` if it was deleted, ``SchemaError`` if it broke schema."""
+        raw = self._get(f"Opportunity/{deal_id}", {}).json()
+        listing = parse_records(Deal, [raw])
+        if listing.invalid:
+            raise listing.invalid[0]
+        return listing.records[0]
+
+    def list_emails(self, *, deal_id: str, since: datetime | None = None) -> Listing[Email]:
+        """The e-mails of a deal, oldest first; with ``since``, only those sent after it."""
+        listing = self._listing(f"Opportunity/{deal_id}/emails", Email, EMAIL_FIELDS, "dateSent")
+        if since is None:
+            return listing
+        # Filtered here, not with a `where` clause: a deal has few e-mails, and unsent drafts
+        # (no dateSent) must not pass a date filter either.
+        recent = [e for e in listing.records if e.date_sent is not None and e.date_sent > since]
+        return Listing[Email](records=recent, invalid=listing.invalid)
+
+    def list_calls(self, *, deal_id: str) -> Listing[Call]:
+        """The calls linked to a deal."""
+        return self._listing(f"Opportunity/{deal_id}/calls", Call, ACTIVITY_FIELDS, "dateStart")
+
+    def list_meetings(self, *, deal_id: str) -> Listing[Meeting]:
+        """The meetings linked to a deal."""
+        path = f"Opportunity/{deal_id}/meetings"
+        return self._listing(path, Meeting, ACTIVITY_FIELDS, "dateStart")
+
+    def stage_options(self) -> list[str]:
+        """The stage names this installation allows (they are configurable per installation)."""
+        key = "entityDefs.Opportunity.fields.stage.options"
+        options = self._get("Metadata", {"key": key}).json()
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise SchemaError(
+                vendor=VENDOR, record_id=key, field="options", problem="not a list", raw=options
+            )
+        return options
+
+    def _listing(
+        self,
+        path: str,
+        model: type[R],
+        select: str,
+        order_by: str,
+        where: dict[str, Any] | None = None,
+    ) -> Listing[R]:
+        def fetch(index: int) -> tuple[list[Any], bool]:
+            offset = index * PAGE_SIZE
+            params = {
+                "select": select,
+                "maxSize": PAGE_SIZE,
+                "offset": offset,
+                "orderBy": order_by,
+                "order": "asc",
+                **(where or {}),
+            }
+            body = self._get(path, params).json()
+            if not isinstance(body, dict) or not isinstance(body.get("list"), list):
+                raise SchemaError(
+                    vendor=VENDOR, record_id=None, field="list", problem="no list", raw=body
+                )
+            items: list[Any] = body["list"]
+            total = body.get("total")
+            if total == -1:  # X-No-Total: -1 means more, -2 no more
+                return items, True
+            more = isinstance(total, int) and total >= 0 and offset + len(items) < total
+            return items, more
+
+        return parse_records(model, list(collect_pages(fetch)))
+
+    def _get(self, path: str, params: dict[str, Any]) -> httpx.Response:
+        headers = {"X-Api-Key": self._api_key}
+        if self._hmac_secret:
+            headers = {
+                "X-Hmac-Authorization": hmac_header(
+                    api_key=self._api_key, secret=self._hmac_secret, method="GET", path=path
+                )
+            }
+        return self._http.request("GET", path, params=params, headers=headers)

@@ -1,0 +1,134 @@
+"""EspoCRM records as pydantic models, and a listing that keeps the records that broke schema.
+
+EspoCRM names attributes in camelCase and writes datetimes as ``YYYY-MM-DD HH:mm:ss`` in UTC;
+the models expose snake_case attributes and timezone-aware datetimes.
+"""
+
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from followup_pipeline.integrations.errors import SchemaError
+
+ESPO_DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def parse_espo_datetime(value: Any) -> Any:
+    """Turn EspoCRM's ``YYYY-MM-DD HH:mm:ss`` (UTC) into an aware datetime; pass others on."""
+    if isinstance(value, str) and value:
+        try:
+            return datetime.strptime(value, ESPO_DATETIME_FORMAT).replace(tzinfo=UTC)
+        except ValueError:
+            raise ValueError(f"not a datetime 'YYYY-MM-DD HH:mm:ss': {value!r}") from None
+    if value == "":
+        return None
+    return value
+
+
+def format_espo_datetime(value: datetime) -> str:
+    """EspoCRM's datetime text (UTC) for an aware datetime."""
+    return value.astimezone(UTC).strftime(ESPO_DATETIME_FORMAT)
+
+
+EspoDateTime = Annotated[datetime, BeforeValidator(parse_espo_datetime)]
+EspoOptionalDateTime = Annotated[datetime | None, BeforeValidator(parse_espo_datetime)]
+
+
+class EspoRecord(BaseModel):
+    """Base of the EspoCRM models: camelCase aliases, unknown attributes ignored, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+    )
+
+    id: str = Field(min_length=1)
+
+
+class Deal(EspoRecord):
+    """An Opportunity."""
+
+    name: str
+    stage: str
+    amount: float | None = None
+    amount_currency: str | None = None
+    close_date: date | None = None
+    account_id: str | None = None
+    account_name: str | None = None
+    contact_id: str | None = None
+    contact_name: str | None = None
+    assigned_user_id: str | None = None
+    assigned_user_name: str | None = None
+    description: str | None = None
+    created_at: EspoDateTime
+    modified_at: EspoDateTime
+
+
+class Email(EspoRecord):
+    """An e-mail linked to a deal."""
+
+    name: str | None = None
+    subject: str | None = None
+    from_address: str | None = None
+    to: str | None = None
+    date_sent: EspoOptionalDateTime = None
+    status: str | None = None
+    body: str | None = None
+    body_plain: str | None = None
+    is_html: bool | None = None
+    parent_type: str | None = None
+    parent_id: str | None = None
+
+
+class Call(EspoRecord):
+    """A call linked to a deal; status is Planned, Held or Not Held."""
+
+    name: str | None = None
+    status: str | None = None
+    date_start: EspoOptionalDateTime = None
+
+
+class Meeting(Call):
+    """A meeting linked to a deal; same shape as a call."""
+
+
+R = TypeVar("R", bound=EspoRecord)
+
+
+class Listing(BaseModel, Generic[R]):
+    """The records of a listing that parsed, and one ``SchemaError`` per record that did not."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    records: list[R]
+    invalid: list[SchemaError] = []
+
+
+DealListing = Listing[Deal]
+
+
+def parse_records(model: type[R], raws: list[Any]) -> Listing[R]:
+    """Validate each raw record on its own, so one bad record does not spoil the page."""
+    records: list[R] = []
+    invalid: list[SchemaError] = []
+    for raw in raws:
+        try:
+            records.append(model.model_validate(raw))
+        except ValidationError as exc:
+            invalid.append(schema_error(raw, exc))
+    return Listing[model](records=records, invalid=invalid)  # type: ignore[valid-type]
+
+
+def schema_error(raw: Any, exc: ValidationError) -> SchemaError:
+    """A ``SchemaError`` naming the record's id and the first field that failed."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "<record>"
+    record_id = raw.get("id") if isinstance(raw, dict) else None
+    return SchemaError(
+        vendor="espocrm",
+        record_id=str(record_id) if record_id is not None else None,
+        field=field,
+        problem=str(first["msg"]),
+        raw=raw,
+    )

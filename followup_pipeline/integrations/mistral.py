@@ -1,0 +1,191 @@
+"""Mistral chat completions through the official ``mistralai`` 2.x SDK: two-line deal summaries.
+
+The SDK shares our httpx stack (a client with our transport can be handed in) and retries 429 and
+5xx itself with the ``RetryConfig`` below, honouring ``Retry-After``; a completion has no side
+effect, so its POST may be retried. Answers that do not fit the schema raise ``InvalidModelOutput``
+with the raw text, for the review list.
+"""
+
+import html
+import re
+from collections.abc import Sequence
+
+import httpx
+from mistralai.client import Mistral, errors, models
+from mistralai.client.utils import BackoffStrategy, RetryConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from followup_pipeline.integrations import prompts
+from followup_pipeline.integrations.errors import (
+    IntegrationError,
+    InvalidModelOutput,
+    PermanentError,
+    TransientError,
+)
+from followup_pipeline.integrations.espocrm_models import Email
+from followup_pipeline.integrations.http import RETRYABLE_STATUSES, TIMEOUT
+
+VENDOR = "mistral"
+#: A summary call may take a while on a busy model; this bounds each attempt.
+TIMEOUT_MS = 60_000
+#: Backoff in ms: 0.5 s doubling to 10 s, at most 60 s in all, with up to 0.5 s jitter.
+RETRY = RetryConfig(
+    "backoff",
+    BackoffStrategy(
+        initial_interval=500,
+        max_interval=10_000,
+        exponent=2.0,
+        max_elapsed_time=60_000,
+        jitter_ms=500,
+    ),
+    retry_connection_errors=True,
+)
+#: Only the latest e-mails go to the model, each cut to this many characters.
+MAX_EMAILS = 10
+MAX_EMAIL_CHARS = 3_000
+
+
+class Summary(BaseModel):
+    """Two lines about a deal: where it stands, and the next step."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    line1: str = Field(min_length=1, max_length=400)
+    line2: str = Field(min_length=1, max_length=400)
+
+
+class TokenUsage(BaseModel):
+    """Tokens the call cost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class SummaryResult(BaseModel):
+    """A summary, the model that wrote it and what it cost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    summary: Summary
+    model: str
+    usage: TokenUsage
+
+
+def email_text(email: Email) -> str:
+    """The plain text of an e-mail, tags stripped when only HTML is at hand, cut to size."""
+    text = email.body_plain or ""
+    if not text and email.body:
+        text = html.unescape(re.sub(r"<[^>]+>", " ", email.body)) if email.is_html else email.body
+    return re.sub(r"\s+", " ", text).strip()[:MAX_EMAIL_CHARS]
+
+
+def summary_prompt(*, deal_name: str, emails: Sequence[Email]) -> str:
+    """The user message for ``summarise``: the deal and its latest e-mails, oldest first."""
+    parts = [
+        prompts.SUMMARY_EMAIL_TEMPLATE.format(
+            date=e.date_sent.strftime("%Y-%m-%d %H:%M") if e.date_sent else "unsent",
+            sender=e.from_address or "unknown",
+            subject=e.subject or e.name or "",
+            body=email_text(e),
+        )
+        for e in list(emails)[-MAX_EMAILS:]
+    ]
+    return prompts.SUMMARY_USER_TEMPLATE.format(deal_name=deal_name, emails="\n".join(parts))
+
+
+class MistralClient:
+    """Two-line summaries from a Mistral chat model."""
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str,
+        server_url: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        retry_config: RetryConfig = RETRY,
+        timeout_ms: int = TIMEOUT_MS,
+    ) -> None:
+        self.model = model
+        self._http = httpx.Client(transport=transport, timeout=TIMEOUT, follow_redirects=True)
+        self._sdk = Mistral(
+            api_key=api_key,
+            server_url=server_url,
+            timeout_ms=timeout_ms,
+            retry_config=retry_config,
+            client=self._http,
+        )
+
+    def close(self) -> None:
+        """Close the HTTP client handed to the SDK (the SDK does not close what it was given)."""
+        self._http.close()
+
+    def summarise(self, *, deal_name: str, emails: Sequence[Email]) -> SummaryResult:
+        """Summarise a deal's e-mails in two lines; ``InvalidModelOutput`` if the answer is off."""
+        messages: list[models.ChatCompletionRequestMessage] = [
+            models.SystemMessage(content=prompts.SUMMARY_SYSTEM_PROMPT),
+            models.UserMessage(content=summary_prompt(deal_name=deal_name, emails=emails)),
+        ]
+        try:
+            response = self._sdk.chat.complete(
+                model=self.model,
+                max_tokens=300,
+                temperature=0.2,
+                messages=messages,
+                response_format=models.ResponseFormat(
+                    type="json_schema",
+                    json_schema=models.JSONSchema(
+                        name=prompts.SUMMARY_SCHEMA_NAME,
+                        schema_definition=prompts.SUMMARY_SCHEMA,
+                        strict=True,
+                    ),
+                ),
+            )
+        except (errors.MistralError, errors.NoResponseError, httpx.TransportError) as exc:
+            raise sdk_error(exc) from exc
+        usage = TokenUsage(
+            prompt_tokens=response.usage.prompt_tokens or 0,
+            completion_tokens=response.usage.completion_tokens or 0,
+            total_tokens=response.usage.total_tokens or 0,
+        )
+        return SummaryResult(summary=parse_summary(response), model=response.model, usage=usage)
+
+
+def answer_text(response: models.ChatCompletionResponse) -> tuple[str, str | None]:
+    """The text of the first choice and its finish reason."""
+    if not response.choices or response.choices[0].message is None:
+        return "", None
+    choice = response.choices[0]
+    content = choice.message.content if choice.message else None
+    if isinstance(content, list):
+        content = "".join(getattr(chunk, "text", "") for chunk in content)
+    return str(content or ""), str(choice.finish_reason)
+
+
+def parse_summary(response: models.ChatCompletionResponse) -> Summary:
+    """The ``Summary`` in a completion; ``InvalidModelOutput`` keeps the raw text otherwise."""
+    text, finish = answer_text(response)
+    if finish == "length":
+        raise InvalidModelOutput("answer cut off at max_tokens", vendor=VENDOR, raw_text=text)
+    try:
+        return Summary.model_validate_json(text)
+    except ValidationError as exc:
+        problem = exc.errors()[0]["msg"]
+        raise InvalidModelOutput(
+            f"answer is not a two-line summary: {problem}", vendor=VENDOR, raw_text=text
+        ) from None
+
+
+def sdk_error(exc: Exception) -> IntegrationError:
+    """Our error for what the SDK raised once its own retries were spent."""
+    if isinstance(exc, errors.MistralError):
+        status = exc.status_code
+        text = f"HTTP {status} on chat completion: {exc.body[:300]}"
+        if status in RETRYABLE_STATUSES:
+            retry_after = exc.headers.get("Retry-After")
+            seconds = float(retry_after) if retry_after and retry_after.isdigit() else None
+            return TransientError(text, vendor=VENDOR, status=status, retry_after=seconds)
+        return PermanentError(text, vendor=VENDOR, status=status, vendor_message=exc.body[:300])
+    return TransientError(f"{type(exc).__name__} on chat completion", vendor=VENDOR)

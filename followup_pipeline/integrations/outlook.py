@@ -1,0 +1,165 @@
+"""Microsoft Graph client: an app-only token and ``sendMail`` from one mailbox.
+
+The token (client credentials, no refresh token) is cached until five minutes before it expires.
+``sendMail`` answers 202: accepted, not delivered. It is a POST and never retried blindly; the one
+exception is a 401 with a cached token, where nothing was sent: fetch a new token, send once more.
+"""
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from followup_pipeline.integrations.errors import PermanentError
+from followup_pipeline.integrations.http import Clock, Sleep, VendorHttp, build_client
+
+VENDOR = "graph"
+GRAPH_SCOPE = "https://graph.microsoft.com/.default"
+API_VERSION = "v1.0"
+#: Fetch a new token this many seconds before the cached one expires.
+TOKEN_MARGIN = 300.0
+
+
+def graph_scope(graph_url: str) -> str:
+    """The ``.default`` scope of the Graph cloud at ``graph_url``; a stand-in gets the public."""
+    parts = urlsplit(graph_url)
+    if parts.hostname and parts.hostname.startswith("graph.microsoft"):
+        return f"{parts.scheme}://{parts.netloc}/.default"
+    return GRAPH_SCOPE
+
+
+def graph_message(response: httpx.Response) -> str:
+    """Graph's ``{"error": {"code", "message"}}``, or the token endpoint's ``error_description``."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300]
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return f"{error.get('code')}: {error.get('message')}"
+    if isinstance(error, str):
+        return f"{error}: {str(body.get('error_description', ''))[:300]}"
+    return response.text[:300]
+
+
+class SendReceipt(BaseModel):
+    """Graph accepted the message (202); delivery is not confirmed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    accepted_at: datetime
+    recipients: list[str]
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Token:
+    value: str
+    expires_at: float
+
+
+class OutlookClient:
+    """Sends HTML mail as ``sender`` through Microsoft Graph with an app-only token."""
+
+    def __init__(
+        self,
+        login_url: str,
+        graph_url: str,
+        tenant_id: str,
+        client_id: str,
+        client_secret: str,
+        sender: str,
+        transport: httpx.BaseTransport | None = None,
+        clock: Clock | None = None,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self._clock = clock or time.time
+        root = graph_url.rstrip("/")
+        if not root.endswith("/" + API_VERSION):
+            root = f"{root}/{API_VERSION}"
+        self._login = VendorHttp(
+            build_client(login_url, transport=transport),
+            vendor=VENDOR,
+            message_of=graph_message,
+            sleep=sleep,
+            clock=self._clock,
+        )
+        self._graph = VendorHttp(
+            build_client(root, transport=transport),
+            vendor=VENDOR,
+            message_of=graph_message,
+            sleep=sleep,
+            clock=self._clock,
+        )
+        self._token_path = f"{tenant_id}/oauth2/v2.0/token"
+        self._form = {
+            "client_id": client_id,
+            "client_secret": client_secret,
+            "scope": graph_scope(graph_url),
+            "grant_type": "client_credentials",
+        }
+        self.sender = sender
+        self._token: _Token | None = None
+
+    def close(self) -> None:
+        """Close both connection pools."""
+        self._login.client.close()
+        self._graph.client.close()
+
+    def access_token(self) -> str:
+        """A valid app-only token, from the cache while it has five minutes left."""
+        cached = self._cached_token()
+        if cached is not None:
+            return cached
+        now = self._clock()
+        # Asking for a token has no side effect, so this POST may be retried.
+        body = self._login.request("POST", self._token_path, data=self._form, idempotent=True)
+        payload = body.json()
+        self._token = _Token(payload["access_token"], now + float(payload["expires_in"]))
+        return self._token.value
+
+    def _cached_token(self) -> str | None:
+        if self._token is not None and self._clock() < self._token.expires_at - TOKEN_MARGIN:
+            return self._token.value
+        return None
+
+    def send_mail(
+        self, *, to: list[str], subject: str, html: str, headers: Mapping[str, str] | None = None
+    ) -> SendReceipt:
+        """Send one HTML message; ``headers`` become ``internetMessageHeaders`` (``X-`` names)."""
+        for name in headers or {}:
+            if not name.lower().startswith("x-"):
+                raise ValueError(f"Graph accepts only custom headers named X-…, not {name!r}")
+        message = {
+            "subject": subject,
+            "body": {"contentType": "HTML", "content": html},
+            "toRecipients": [{"emailAddress": {"address": address}} for address in to],
+            "internetMessageHeaders": [
+                {"name": name, "value": value} for name, value in (headers or {}).items()
+            ],
+        }
+        body = {"message": message, "saveToSentItems": True}
+        cached = self._cached_token() is not None
+        try:
+            response = self._send(body)
+        except PermanentError as exc:
+            if exc.status != 401 or not cached:
+                raise
+            # A 401 means Graph refused before sending: a fresh token may send once more.
+            self._token = None
+            response = self._send(body)
+        return SendReceipt(
+            accepted_at=datetime.fromtimestamp(self._clock(), tz=UTC),
+            recipients=list(to),
+            request_id=response.headers.get("request-id"),
+        )
+
+    def _send(self, body: object) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.access_token()}"}
+        return self._graph.request(
+            "POST", f"users/{self.sender}/sendMail", json=body, headers=headers
+        )
