@@ -1,0 +1,1 @@
+"""Tests of the vendor clients and their Dagster resources."""
