@@ -1,0 +1,148 @@
+"""Mistral client: the real ``mistralai`` SDK against ``httpx.MockTransport``."""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from mistralai.client.utils import BackoffStrategy, RetryConfig
+
+from followup_pipeline.integrations import prompts
+from followup_pipeline.integrations.errors import (
+    InvalidModelOutput,
+    PermanentError,
+    TransientError,
+)
+from followup_pipeline.integrations.espocrm_models import Email
+from followup_pipeline.integrations.mistral import MistralClient
+
+Handler = Callable[[httpx.Request], httpx.Response]
+QUICK_RETRY = RetryConfig("backoff", BackoffStrategy(1, 5, 1.5, 50, jitter_ms=0), True)
+EMAILS = [
+    Email.model_validate(
+        {
+            "id": "e1",
+            "subject": "Offer",
+            "fromAddress": "buyer@acme.test",
+            "dateSent": "2026-11-02 10:00:00",
+            "body": "<p>We need a &amp; discount</p>",
+            "isHtml": True,
+        }
+    )
+]
+
+
+def completion(content: str, finish_reason: str = "stop") -> httpx.Response:
+    return httpx.Response(
+        200,
+        json={
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "model": "mistral-small-latest",
+            "created": 1764403200,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": finish_reason,
+                }
+            ],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150},
+        },
+    )
+
+
+GOOD = json.dumps({"line1": "ACME asks for a discount.", "line2": "Send a revised offer."})
+
+
+def mistral(handler: Handler, **kwargs: Any) -> MistralClient:
+    return MistralClient(
+        "KEY-SECRET",
+        "mistral-small-latest",
+        server_url="http://mistral.test/mistral",
+        transport=httpx.MockTransport(handler),
+        **kwargs,
+    )
+
+
+def test_summarise_returns_parsed_summary_and_usage() -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return completion(GOOD)
+
+    result = mistral(handler).summarise(deal_name="ACME rollout", emails=EMAILS)
+    assert result.summary.line1 == "ACME asks for a discount."
+    assert result.usage.total_tokens == 150
+    request = sent[0]
+    assert request.url.path == "/mistral/v1/chat/completions"
+    assert request.headers["Authorization"] == "Bearer KEY-SECRET"
+    body = json.loads(request.content)
+    assert body["model"] == "mistral-small-latest"
+    assert body["max_tokens"] == 300
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert body["response_format"]["json_schema"]["schema"] == prompts.SUMMARY_SCHEMA
+    assert body["messages"][0] == {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT}
+    assert "We need a & discount" in body["messages"][1]["content"]
+    assert "ACME rollout" in body["messages"][1]["content"]
+
+
+def test_summarise_retries_an_injected_429() -> None:
+    calls: list[httpx.Request] = []
+    limited = httpx.Response(
+        429,
+        headers={"Retry-After": "0.01"},
+        json={"object": "error", "message": "Rate limit exceeded", "type": "rate_limited"},
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return limited if len(calls) == 1 else completion(GOOD)
+
+    result = mistral(handler).summarise(deal_name="ACME", emails=EMAILS)
+    assert result.summary.line2 == "Send a revised offer."
+    assert len(calls) == 2
+
+
+def test_summarise_persistent_429_is_transient() -> None:
+    limited = httpx.Response(429, json={"message": "Rate limit exceeded"})
+    with pytest.raises(TransientError) as caught:
+        mistral(lambda _: limited, retry_config=QUICK_RETRY).summarise(deal_name="A", emails=[])
+    assert caught.value.status == 429
+
+
+def test_summarise_timeout_is_transient() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with pytest.raises(TransientError):
+        mistral(handler, retry_config=QUICK_RETRY).summarise(deal_name="A", emails=[])
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(401, {"message": "Unauthorized"}), (422, {"detail": [{"msg": "bad", "loc": ["body"]}]})],
+)
+def test_summarise_refusals_are_permanent(status: int, body: Any) -> None:
+    with pytest.raises(PermanentError) as caught:
+        mistral(lambda _: httpx.Response(status, json=body)).summarise(deal_name="A", emails=[])
+    assert caught.value.status == status
+    assert "KEY-SECRET" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "finish_reason"),
+    [
+        ("Here is your summary: ACME wants a discount.", "stop"),
+        (json.dumps({"line1": "only one line"}), "stop"),
+        ('{"line1": "ACME asks', "length"),
+    ],
+)
+def test_summarise_invalid_output_keeps_raw_text(content: str, finish_reason: str) -> None:
+    client = mistral(lambda _: completion(content, finish_reason))
+    with pytest.raises(InvalidModelOutput) as caught:
+        client.summarise(deal_name="A", emails=EMAILS)
+    assert caught.value.raw_text == content
