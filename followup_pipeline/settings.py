@@ -1,4 +1,4 @@
-"""Everything configurable, read from the environment (prefix ``FOLLOWUP_``), ``.env`` or a secrets folder.
+"""Everything configurable: the environment (prefix ``FOLLOWUP_``), ``.env`` or a secrets folder.
 
 Secrets are ``SecretStr`` here; Dagster resources receive them as plain strings through
 ``dg.EnvVar`` (Dagster rejects ``SecretStr`` fields). A wrong value stops the start with a
@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from followup_pipeline.domain.cadence import validate_offsets
 
 ENV_PREFIX = "FOLLOWUP_"
 
@@ -179,11 +181,7 @@ class Settings(BaseSettings):
     @field_validator("cadence")
     @classmethod
     def _increasing(cls, value: list[int]) -> list[int]:
-        if not value or any(b <= a for a, b in zip(value, value[1:], strict=False)):
-            raise ValueError("cadence must be a non-empty, strictly increasing list of days")
-        if value[0] < 1:
-            raise ValueError("cadence offsets count business days after the base: 1 or more")
-        return value
+        return list(validate_offsets(value))
 
     @field_validator("watched_stages")
     @classmethod
@@ -198,7 +196,8 @@ class Settings(BaseSettings):
             subdivisions = holidays.list_supported_countries()[self.holiday_country]
             if self.holiday_subdivision not in subdivisions:
                 raise ValueError(
-                    f"FOLLOWUP_HOLIDAY_SUBDIVISION: unknown subdivision {self.holiday_subdivision!r} "
+                    "FOLLOWUP_HOLIDAY_SUBDIVISION: unknown subdivision "
+                    f"{self.holiday_subdivision!r} "
                     f"of {self.holiday_country}; allowed: {', '.join(subdivisions)}"
                 )
         if self.business_hours_end <= self.business_hours_start:
@@ -226,9 +225,8 @@ def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
         field = str(item["loc"][0]) if item["loc"] else ""
-        name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
         message = str(item["msg"]).removeprefix("Value error, ")
-        lines.append(f"{name}: {message}")
+        lines.append(f"{ENV_PREFIX}{field.upper()}: {message}" if field else message)
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
@@ -240,7 +238,7 @@ def load_settings(**overrides: Any) -> Settings:
     secrets_dir = os.environ.get(f"{ENV_PREFIX}SECRETS_DIR")
     try:
         if secrets_dir:
-            return Settings(_secrets_dir=secrets_dir, **overrides)  # type: ignore[call-arg]
+            return Settings(_secrets_dir=secrets_dir, **overrides)
         return Settings(**overrides)
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None

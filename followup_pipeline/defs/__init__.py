@@ -1,0 +1,1 @@
+"""One folder per capability; each module ``definitions`` says what it contributes."""

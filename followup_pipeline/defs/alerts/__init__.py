@@ -1,0 +1,35 @@
+"""Alerts: a run-failure sensor over every job records the failure (sending lands later)."""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from followup_pipeline.resources import PostgresResource
+
+RECORD_FAILURE = """
+INSERT INTO alerts (fingerprint, job_name, run_id, message, occurred_at)
+VALUES (%(fingerprint)s, %(job_name)s, %(run_id)s, %(message)s, %(occurred_at)s)
+ON CONFLICT (run_id) DO NOTHING
+"""
+
+
+@dg.run_failure_sensor(monitor_all_code_locations=True, name="alerts")
+def alerts(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
+    """Record every failed run; the fingerprint is the job and the first line of the error."""
+    run = context.dagster_run
+    message = context.failure_event.message or "run failed"
+    fingerprint = f"{run.job_name}:{message.splitlines()[0][:200]}"
+    with postgres.connection() as conn:
+        conn.execute(
+            RECORD_FAILURE,
+            {
+                "fingerprint": fingerprint,
+                "job_name": run.job_name,
+                "run_id": run.run_id,
+                "message": message,
+                "occurred_at": datetime.now(UTC),
+            },
+        )
+
+
+definitions = dg.Definitions(sensors=[alerts])

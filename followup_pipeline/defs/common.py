@@ -1,0 +1,22 @@
+"""What every job shares: the outcome tag, and business counts reported as run metadata."""
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import dagster as dg
+
+OUTCOME_TAG = "followup/outcome"
+SINGLETON_TAG = "followup/singleton"
+
+Outcome = Literal["ok", "partial", "skipped"]
+#: Business counts of a run (registered, closed by reason, fired, ...), shown as run metadata.
+RunCounts = dict[str, Any]
+
+
+def outcome_output(
+    context: dg.OpExecutionContext, outcome: Outcome, counts: Mapping[str, int | str]
+) -> dg.Output[RunCounts]:
+    """Tag the run with its outcome and return the counts as the op's output, with metadata."""
+    context.instance.add_run_tags(context.run_id, {OUTCOME_TAG: outcome})
+    context.log.info("outcome %s: %s", outcome, dict(counts))
+    return dg.Output(dict(counts), metadata={"outcome": outcome, **counts})

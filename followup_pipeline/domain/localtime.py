@@ -1,0 +1,66 @@
+"""Local dates and UTC instants in the team's time zone, the zone's name kept beside them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+
+@dataclass(frozen=True)
+class ZonedInstant:
+    """A UTC instant and the zone in which it is read."""
+
+    utc: datetime
+    zone: str
+
+    @property
+    def local(self) -> datetime:
+        """The wall-clock time in ``zone``."""
+        return self.utc.astimezone(ZoneInfo(self.zone))
+
+    @property
+    def local_date(self) -> date:
+        """The calendar date in ``zone``."""
+        return self.local.date()
+
+
+def require_aware(instant: datetime) -> datetime:
+    """Reject naive datetimes: every instant carries its offset."""
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ValueError(f"naive datetime {instant.isoformat()}: an offset is required")
+    return instant.astimezone(UTC)
+
+
+def local_date(instant: datetime, zone: str) -> date:
+    """The calendar date of ``instant`` in ``zone``."""
+    return require_aware(instant).astimezone(ZoneInfo(zone)).date()
+
+
+def local_to_utc(day: date, at: time, zone: str) -> datetime:
+    """The UTC instant of wall-clock ``at`` on ``day`` in ``zone``.
+
+    A wall time skipped by DST (02:30 on the spring day) is taken as the instant an hour later
+    on the clock (03:30, i.e. the same elapsed time after 02:00); a repeated one (the autumn day)
+    is its first occurrence.
+    """
+    tz = ZoneInfo(zone)
+    naive = datetime.combine(day, at)
+    first = naive.replace(tzinfo=tz, fold=0)
+    # A nonexistent wall time does not survive the round trip through UTC.
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != naive:
+        shifted = (naive + timedelta(hours=1)).replace(tzinfo=tz, fold=0)
+        return shifted.astimezone(UTC)
+    return first.astimezone(UTC)
+
+
+def start_of_day_utc(day: date, zone: str) -> datetime:
+    """The UTC instant at which local ``day`` begins."""
+    return local_to_utc(day, time(0, 0), zone)
+
+
+def hours_in_local_day(day: date, zone: str) -> float:
+    """23, 24 or 25: the length of local ``day``."""
+    start = start_of_day_utc(day, zone)
+    end = start_of_day_utc(day + timedelta(days=1), zone)
+    return (end - start).total_seconds() / 3600

@@ -1,0 +1,95 @@
+"""Connections to the machine's Postgres: the pool, the URL, and our own error type.
+
+Errors: any psycopg error that reaches a run is a ``StoreError`` — the state is unclear, so the
+run aborts (ARCHITECTURE.md §1). ``StoreUnavailable`` is the subset where the server cannot be
+reached at all (the ingress answers 503 on it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.embedded import EmbeddedCluster
+
+SCHEMA = "followup"
+CONNECT_TIMEOUT_S = 5
+POOL_TIMEOUT_S = 10
+
+
+class StoreError(RuntimeError):
+    """The database failed; the caller must not carry on as if the write happened."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached."""
+
+
+def connection_kwargs() -> dict[str, Any]:
+    """Options for every connection: dict rows, our schema first, a bounded connect."""
+    return {
+        "row_factory": dict_row,
+        "options": f"-c search_path={SCHEMA},public",
+        "connect_timeout": CONNECT_TIMEOUT_S,
+    }
+
+
+def open_pool(url: str, *, min_size: int = 1, max_size: int = 4, name: str = "followup") -> Any:
+    """Open a checked pool of connections to ``url``; the caller closes it."""
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        check=ConnectionPool.check_connection,
+        kwargs=connection_kwargs(),
+        name=name,
+        timeout=POOL_TIMEOUT_S,
+    )
+    try:
+        pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+    except Exception as error:
+        pool.close()
+        raise StoreUnavailable(f"cannot reach the database: {error}") from error
+    return pool
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """One dedicated connection (outside any pool), e.g. to hold a session advisory lock."""
+    try:
+        return psycopg.connect(url, **{**connection_kwargs(), **kwargs})
+    except psycopg.OperationalError as error:
+        raise StoreUnavailable(f"cannot reach the database: {error}") from error
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """Turn psycopg's errors into the project's own."""
+    try:
+        yield
+    except psycopg.OperationalError as error:
+        raise StoreUnavailable(str(error)) from error
+    except psycopg.Error as error:
+        raise StoreError(str(error)) from error
+
+
+def resolve_database_url(settings: Settings, *, stop_at_exit: bool = True) -> str:
+    """The configured URL, or the embedded cluster's (started if need be).
+
+    This process uses the embedded cluster until it exits; a cluster it started is stopped
+    then, once no other process uses it (ARCHITECTURE.md §6).
+    """
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    cluster = EmbeddedCluster(settings.home)
+    cluster.acquire()
+    if stop_at_exit:
+        atexit.register(cluster.release)
+    return cluster.url("followup")

@@ -1,0 +1,98 @@
+"""Shared fixtures: a real Postgres, one migrated template database, a fresh copy per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from followup_pipeline.store.db import connection_kwargs
+from followup_pipeline.store.embedded import EmbeddedCluster
+from followup_pipeline.store.migrate import migrate
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` pointing at database ``name``."""
+    params = conninfo_to_dict(url)
+    params["dbname"] = name
+    return make_conninfo("", **params)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A superuser URL: FOLLOWUP_DATABASE_URL if set, else an embedded cluster for the session."""
+    configured = os.environ.get("FOLLOWUP_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    cluster = EmbeddedCluster(tmp_path_factory.mktemp("followup-home"))
+    cluster.acquire()
+    try:
+        yield cluster.url("postgres")
+    finally:
+        cluster.release()
+
+
+def _admin(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def database_factory(pg_admin_url: str) -> Iterator[Callable[..., str]]:
+    """Creates databases (empty, or copies of a template) and drops them after the session."""
+    created: list[str] = []
+
+    def create(template: str | None = None) -> str:
+        name = f"fu_test_{uuid.uuid4().hex[:12]}"
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        with _admin(pg_admin_url) as conn:
+            conn.execute(query)
+        created.append(name)
+        return with_database(pg_admin_url, name)
+
+    yield create
+    with _admin(pg_admin_url) as conn:
+        for name in created:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="session")
+def template_name(database_factory: Callable[..., str]) -> str:
+    """A database migrated once per session, copied for every test."""
+    url = database_factory()
+    migrate(url)
+    name = conninfo_to_dict(url)["dbname"]
+    assert isinstance(name, str)
+    return name
+
+
+@pytest.fixture
+def db_url(database_factory: Callable[..., str], template_name: str) -> str:
+    """A fresh, migrated database for one test."""
+    return database_factory(template_name)
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the test's database, dict rows, schema ``followup``."""
+    with psycopg.connect(db_url, autocommit=True, **connection_kwargs()) as conn:
+        yield conn
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The project's root folder."""
+    return Path(__file__).resolve().parents[1]
