@@ -1,0 +1,18 @@
+"""Local doubles of EspoCRM, ClickUp, Microsoft Graph and Mistral behind one Starlette app."""
+
+from followup_pipeline.sandbox.app import create_app, sandbox_state
+from followup_pipeline.sandbox.config import SandboxConfig, WebhookSpec
+from followup_pipeline.sandbox.demo import demo_data
+from followup_pipeline.sandbox.environment import env_lines
+from followup_pipeline.sandbox.faults import DroppedAnswer, FaultSpec
+
+__all__ = [
+    "DroppedAnswer",
+    "FaultSpec",
+    "SandboxConfig",
+    "WebhookSpec",
+    "create_app",
+    "demo_data",
+    "env_lines",
+    "sandbox_state",
+]

@@ -1,0 +1,143 @@
+"""The ClickUp double: tasks of a list (create, search, page), one task, update, comments."""
+
+import hmac
+import json
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Scope
+
+from followup_pipeline.sandbox.errors import clickup_error
+from followup_pipeline.sandbox.gate import RateDecision
+from followup_pipeline.sandbox.state import SandboxState
+from followup_pipeline.sandbox.tasks import TaskError, filtered, new_task, update_task
+
+
+def rate_limiter(state: SandboxState) -> Any:
+    """ClickUp's limit per token: ``clickup_rate_limit`` requests per window, headers always."""
+
+    def decide(scope: Scope) -> RateDecision:
+        headers = dict(scope.get("headers", []))
+        token = headers.get(b"authorization", b"").decode("latin-1").removeprefix("Bearer ")
+        limit = state.config.clickup_rate_limit
+        allowed, remaining, reset = state.take_rate(
+            f"clickup:{token}", limit, state.config.clickup_rate_window_s
+        )
+        return RateDecision(
+            allowed,
+            [
+                (b"x-ratelimit-limit", str(limit).encode()),
+                (b"x-ratelimit-remaining", str(remaining).encode()),
+                (b"x-ratelimit-reset", str(reset).encode()),
+            ],
+        )
+
+    return decide
+
+
+def _auth_error(request: Request, state: SandboxState) -> Response | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return clickup_error(401, "Authorization header required", "OAUTH_017")
+    token = header.removeprefix("Bearer ")
+    expected = state.config.clickup_token.get_secret_value()
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        return clickup_error(401, "Token invalid", "OAUTH_025")
+    return None
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return json.loads(await request.body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise TaskError(400, "Body must be valid JSON", "INPUT_001") from None
+
+
+def clickup_app(state: SandboxState) -> Starlette:
+    """ClickUp's API v2, to be mounted at ``/clickup/api``."""
+
+    def known_list(list_id: str) -> None:
+        if list_id != state.config.clickup_list_id:
+            raise TaskError(401, "Team not authorized", "OAUTH_027")
+
+    def stored(task_id: str) -> dict[str, Any]:
+        task = state.tasks.get(task_id)
+        if task is None:
+            raise TaskError(404, "Task not found, deleted", "ITEM_013")
+        return task
+
+    async def create(request: Request) -> Response:
+        known_list(request.path_params["list_id"])
+        task = new_task(state, request.path_params["list_id"], await _json(request))
+        state.tasks[task["id"]] = task
+        return JSONResponse(task)
+
+    async def list_tasks(request: Request) -> Response:
+        known_list(request.path_params["list_id"])
+        tasks = [
+            t for t in state.tasks.values() if t["list"]["id"] == request.path_params["list_id"]
+        ]
+        page, last = filtered(tasks, request.query_params)
+        return JSONResponse({"tasks": page, "last_page": last})
+
+    async def get_task(request: Request) -> Response:
+        return JSONResponse(stored(request.path_params["task_id"]))
+
+    async def put_task(request: Request) -> Response:
+        task = stored(request.path_params["task_id"])
+        update_task(state, task, await _json(request))
+        return JSONResponse(task)
+
+    async def add_comment(request: Request) -> Response:
+        task = stored(request.path_params["task_id"])
+        body = await _json(request)
+        text = body.get("comment_text") if isinstance(body, dict) else None
+        if not isinstance(text, str) or not text:
+            raise TaskError(400, "Comment text invalid", "INPUT_010")
+        date = state.clock.millis()
+        comment = {
+            "id": str(90120000000000 + state.rng.randrange(10**9)),
+            "hist_id": state.new_id(8),
+            "date": date,
+        }
+        state.comments.setdefault(task["id"], []).append(
+            {**comment, "comment_text": text, "date": str(date), "user": {"id": 81940001}}
+        )
+        return JSONResponse(comment)
+
+    async def list_comments(request: Request) -> Response:
+        task = stored(request.path_params["task_id"])
+        return JSONResponse({"comments": list(reversed(state.comments.get(task["id"], [])))})
+
+    def guarded(handler: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            denied = _auth_error(request, state)
+            if denied is not None:
+                return denied
+            try:
+                response: Response = await handler(request)
+            except TaskError as error:
+                return clickup_error(error.status, error.err, error.ecode)
+            return response
+
+        return endpoint
+
+    async def refuse(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return clickup_error(status, "Route not found", "APP_001")
+
+    return Starlette(
+        routes=[
+            Route("/v2/list/{list_id}/task", guarded(create), methods=["POST"]),
+            Route("/v2/list/{list_id}/task", guarded(list_tasks), methods=["GET"]),
+            Route("/v2/task/{task_id}", guarded(get_task), methods=["GET"]),
+            Route("/v2/task/{task_id}", guarded(put_task), methods=["PUT"]),
+            Route("/v2/task/{task_id}/comment", guarded(add_comment), methods=["POST"]),
+            Route("/v2/task/{task_id}/comment", guarded(list_comments), methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: refuse},
+    )

@@ -1,0 +1,96 @@
+"""The sandbox's own configuration: credentials it accepts, webhooks it sends, its slow clocks."""
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+#: EspoCRM's default stage enum (VENDORS.md).
+DEFAULT_STAGES = [
+    "Prospecting",
+    "Qualification",
+    "Proposal",
+    "Negotiation",
+    "Closed Won",
+    "Closed Lost",
+]
+
+WebhookEvent = Literal[
+    "Opportunity.create",
+    "Opportunity.update",
+    "Opportunity.fieldUpdate.stage",
+    "Opportunity.delete",
+]
+
+
+class WebhookSpec(BaseModel):
+    """One EspoCRM webhook: its id (17 hex characters in EspoCRM), its event, its secret."""
+
+    id: str = Field(min_length=1)
+    event: WebhookEvent
+    secret: SecretStr
+
+
+class CustomFieldSpec(BaseModel):
+    """A custom field of the ClickUp list."""
+
+    id: str
+    name: str
+    type: str = "short_text"
+
+
+def _default_webhooks() -> list[WebhookSpec]:
+    events: list[WebhookEvent] = [
+        "Opportunity.create",
+        "Opportunity.update",
+        "Opportunity.fieldUpdate.stage",
+        "Opportunity.delete",
+    ]
+    return [
+        WebhookSpec(
+            id=f"6650a1b2c3d4e5f{n:02x}", event=event, secret=SecretStr(f"sandbox-secret-{n}")
+        )
+        for n, event in enumerate(events)
+    ]
+
+
+def _default_fields() -> list[CustomFieldSpec]:
+    return [CustomFieldSpec(id="4c1f0a3e-5b7d-4e2a-9f61-0d8c2b7a9e10", name="Followup key")]
+
+
+class SandboxConfig(BaseModel):
+    """Everything the sandbox accepts and does; the defaults suit a local demo."""
+
+    # EspoCRM
+    espocrm_api_key: SecretStr = SecretStr("sandbox-espocrm-key")
+    espocrm_hmac_secret: SecretStr = SecretStr("sandbox-espocrm-hmac-secret")
+    espocrm_stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES))
+    webhook_url: str | None = None
+    webhooks: list[WebhookSpec] = Field(default_factory=_default_webhooks)
+    webhook_queue_interval_s: float = Field(default=300.0, gt=0)
+    webhook_retry_interval_s: float = Field(default=600.0, ge=0)
+    webhook_max_attempts: int = Field(default=4, ge=1)
+    webhook_batch_size: int = Field(default=50, ge=1, le=50)
+
+    # ClickUp
+    clickup_token: SecretStr = SecretStr("pk_sandbox_0000000_SANDBOXTOKEN")
+    clickup_list_id: str = "sandbox-list"
+    clickup_custom_fields: list[CustomFieldSpec] = Field(default_factory=_default_fields)
+    clickup_rate_limit: int = Field(default=100, ge=1)
+    clickup_rate_window_s: float = Field(default=60.0, gt=0)
+
+    # Microsoft Graph
+    graph_tenant_id: str = "sandbox-tenant"
+    graph_client_id: str = "sandbox-client"
+    graph_client_secret: SecretStr = SecretStr("sandbox-client-secret")
+    graph_token_expires_in: int = Field(default=3599, ge=1)
+    graph_messages_per_window: int = Field(default=30, ge=1)
+    graph_rate_window_s: float = Field(default=60.0, gt=0)
+
+    # Mistral
+    mistral_api_key: SecretStr = SecretStr("sandbox-mistral-key")
+
+    # Sandbox
+    seed: int = 0
+    #: Start of the sandbox clock (UTC); it ticks from there. None: the real time.
+    start: datetime | None = None

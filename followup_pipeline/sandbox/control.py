@@ -1,0 +1,194 @@
+"""The control API under ``/_sandbox``: seed, change, break and inspect the sandbox."""
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from followup_pipeline.sandbox.config import WebhookSpec
+from followup_pipeline.sandbox.demo import demo_data
+from followup_pipeline.sandbox.faults import FaultSpec
+from followup_pipeline.sandbox.records import (
+    ACTIVITY_KINDS,
+    RecordError,
+    add_activity,
+    create_deal,
+    delete_deal,
+    update_deal,
+)
+from followup_pipeline.sandbox.state import SandboxState
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _problem(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status)
+
+
+def _checked(handler: Handler) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RecordError as error:
+            return _problem(error.status, str(error))
+        except ValidationError as error:
+            detail = error.errors(include_url=False, include_context=False, include_input=False)
+            return JSONResponse({"error": "invalid request", "detail": detail}, 422)
+        except (json.JSONDecodeError, TypeError, ValueError) as error:
+            return _problem(400, str(error))
+
+    return endpoint
+
+
+async def _body(request: Request, default: Any = None) -> Any:
+    raw = await request.body()
+    return json.loads(raw) if raw.strip() else default
+
+
+def _many(body: Any, key: str) -> list[dict[str, Any]]:
+    """Accept one object, a list, or ``{key: [...]}``."""
+    if isinstance(body, dict) and isinstance(body.get(key), list):
+        body = body[key]
+    items = body if isinstance(body, list) else [body]
+    if not all(isinstance(item, dict) for item in items):
+        raise TypeError(f"expected an object, a list of objects or {{{key!r}: [...]}}")
+    return items
+
+
+def control_app(state: SandboxState) -> Starlette:
+    """The control API, to be mounted at ``/_sandbox``."""
+
+    async def reset(request: Request) -> Response:
+        body = await _body(request, {})
+        state.reset(body.get("seed"))
+        deals = []
+        if body.get("demo"):
+            deals = [
+                create_deal(state, d, webhooks=False) for d in demo_data(body.get("seed") or 0)
+            ]
+        return JSONResponse({"ok": True, "deals": len(deals)})
+
+    async def create_deals(request: Request) -> Response:
+        body = await _body(request)
+        emit = not (isinstance(body, dict) and body.get("emit_webhooks") is False)
+        created = [create_deal(state, item, webhooks=emit) for item in _many(body, "deals")]
+        return JSONResponse({"deals": created}, 201)
+
+    async def list_deals(request: Request) -> Response:
+        return JSONResponse({"deals": list(state.deals.values())})
+
+    async def move_stage(request: Request) -> Response:
+        body = await _body(request, {})
+        deal = update_deal(state, request.path_params["id"], {"stage": body.get("stage")})
+        return JSONResponse(deal)
+
+    async def patch_deal(request: Request) -> Response:
+        deal = update_deal(state, request.path_params["id"], await _body(request, {}))
+        return JSONResponse(deal)
+
+    async def remove_deal(request: Request) -> Response:
+        delete_deal(state, request.path_params["id"])
+        return JSONResponse({"ok": True})
+
+    def activity(kind: str) -> Handler:
+        async def add(request: Request) -> Response:
+            items = _many(await _body(request), kind)
+            made = [add_activity(state, request.path_params["id"], kind, item) for item in items]
+            return JSONResponse({kind: made}, 201)
+
+        return add
+
+    async def add_fault(request: Request) -> Response:
+        fault = state.faults.add(FaultSpec.model_validate(await _body(request, {})))
+        return JSONResponse(fault.describe(), 201)
+
+    async def list_faults(request: Request) -> Response:
+        return JSONResponse({"faults": [fault.describe() for fault in state.faults.active()]})
+
+    async def clear_faults(request: Request) -> Response:
+        state.faults.clear()
+        return JSONResponse({"ok": True})
+
+    async def clear_fault(request: Request) -> Response:
+        if not state.faults.remove(request.path_params["fault_id"]):
+            return _problem(404, "no such fault")
+        return JSONResponse({"ok": True})
+
+    async def clickup_tasks(request: Request) -> Response:
+        return JSONResponse({"tasks": list(state.tasks.values()), "comments": state.comments})
+
+    async def outbox(request: Request) -> Response:
+        return JSONResponse({"messages": state.outbox})
+
+    async def stats(request: Request) -> Response:
+        requests = {vendor: dict(counter) for vendor, counter in state.stats.items()}
+        total = sum(sum(counter.values()) for counter in state.stats.values())
+        return JSONResponse({"requests": requests, "total": total})
+
+    async def webhooks(request: Request) -> Response:
+        hub = state.webhooks
+        return JSONResponse(
+            {
+                "url": hub.url,
+                "webhooks": [{"id": h.id, "event": h.event} for h in hub.webhooks],
+                "queue": [
+                    {"webhook_id": i.webhook_id, "attempts": i.attempts, "data": i.data}
+                    for i in hub.queue
+                ],
+                "deliveries": hub.deliveries,
+            }
+        )
+
+    async def configure_webhooks(request: Request) -> Response:
+        body = await _body(request, {})
+        if "url" in body:
+            state.webhooks.url = body["url"]
+        if "webhooks" in body:
+            state.webhooks.webhooks = [WebhookSpec.model_validate(h) for h in body["webhooks"]]
+        return await webhooks(request)
+
+    async def flush(request: Request) -> Response:
+        body = await _body(request, {})
+        results = await state.webhooks.flush(only_due=bool(body.get("only_due", False)))
+        return JSONResponse({"deliveries": results})
+
+    async def clock(request: Request) -> Response:
+        if request.method == "POST":
+            body = await _body(request, {})
+            if body.get("now"):
+                state.clock.set(datetime.fromisoformat(body["now"]))
+            state.clock.advance(float(body.get("advance_seconds", 0)))
+        return JSONResponse({"now": state.clock.now().isoformat()})
+
+    routes = [
+        Route("/reset", reset, methods=["POST"]),
+        Route("/deals", create_deals, methods=["POST"]),
+        Route("/deals", list_deals, methods=["GET"]),
+        Route("/deals/{id}", patch_deal, methods=["PATCH"]),
+        Route("/deals/{id}", remove_deal, methods=["DELETE"]),
+        Route("/deals/{id}/stage", move_stage, methods=["POST"]),
+        *(
+            Route(f"/deals/{{id}}/{kind}", activity(kind), methods=["POST"])
+            for kind in ACTIVITY_KINDS
+        ),
+        Route("/faults", add_fault, methods=["POST"]),
+        Route("/faults", list_faults, methods=["GET"]),
+        Route("/faults", clear_faults, methods=["DELETE"]),
+        Route("/faults/{fault_id}", clear_fault, methods=["DELETE"]),
+        Route("/clickup/tasks", clickup_tasks, methods=["GET"]),
+        Route("/outbox", outbox, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+        Route("/webhooks", webhooks, methods=["GET"]),
+        Route("/webhooks", configure_webhooks, methods=["POST"]),
+        Route("/webhooks/flush", flush, methods=["POST"]),
+        Route("/clock", clock, methods=["GET", "POST"]),
+    ]
+    return Starlette(
+        routes=[Route(r.path, _checked(r.endpoint), methods=r.methods) for r in routes]
+    )

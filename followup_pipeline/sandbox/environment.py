@@ -1,0 +1,30 @@
+"""The ``FOLLOWUP_*`` lines that point the machine at a running sandbox."""
+
+import json
+
+from followup_pipeline.sandbox.config import SandboxConfig
+
+
+def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
+    """``NAME=value`` lines (names as in ``settings.py``) for a sandbox served at ``base_url``."""
+    base = base_url.rstrip("/")
+    hooks = [
+        {"id": hook.id, "event": hook.event, "secret": hook.secret.get_secret_value()}
+        for hook in config.webhooks
+    ]
+    values = {
+        "FOLLOWUP_ESPOCRM_URL": f"{base}/espocrm",
+        "FOLLOWUP_ESPOCRM_API_KEY": config.espocrm_api_key.get_secret_value(),
+        "FOLLOWUP_CLICKUP_URL": f"{base}/clickup/api",
+        "FOLLOWUP_CLICKUP_TOKEN": config.clickup_token.get_secret_value(),
+        "FOLLOWUP_CLICKUP_LIST_ID": config.clickup_list_id,
+        "FOLLOWUP_GRAPH_URL": f"{base}/graph",
+        "FOLLOWUP_GRAPH_LOGIN_URL": f"{base}/login",
+        "FOLLOWUP_GRAPH_TENANT_ID": config.graph_tenant_id,
+        "FOLLOWUP_GRAPH_CLIENT_ID": config.graph_client_id,
+        "FOLLOWUP_GRAPH_CLIENT_SECRET": config.graph_client_secret.get_secret_value(),
+        "FOLLOWUP_MISTRAL_URL": f"{base}/mistral",
+        "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
+        "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),
+    }
+    return [f"{name}={value}" for name, value in values.items()]

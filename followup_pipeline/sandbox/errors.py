@@ -1,0 +1,112 @@
+"""Each vendor's error shape, as its public contract documents it (VENDORS.md)."""
+
+import uuid
+from typing import Any
+
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+#: The only statuses EspoCRM answers errors with.
+ESPO_ERROR_STATUSES = frozenset({400, 401, 403, 404, 409, 500, 503})
+
+_ESPO_REASONS = {
+    400: "Bad request.",
+    401: "Unauthorized.",
+    403: "Forbidden.",
+    404: "Not found.",
+    409: "Conflict.",
+    500: "Internal server error.",
+    503: "Service unavailable.",
+}
+_CLICKUP_CODES = {
+    400: ("Bad request", "INPUT_000"),
+    401: ("Token invalid", "OAUTH_025"),
+    403: ("Forbidden", "ACCESS_083"),
+    404: ("Not found", "ITEM_013"),
+    429: ("Rate limit reached", "APP_002"),
+    500: ("Internal server error", "SRV_000"),
+}
+_GRAPH_CODES = {
+    400: "BadRequest",
+    401: "InvalidAuthenticationToken",
+    403: "ErrorAccessDenied",
+    404: "ResourceNotFound",
+    429: "ApplicationThrottled",
+    500: "InternalServerError",
+    503: "ServiceNotAvailable",
+    504: "GatewayTimeout",
+}
+
+
+def espo_error(status: int, reason: str | None = None) -> Response:
+    """EspoCRM: the status, an empty body, the message in ``X-Status-Reason``."""
+    text = reason or _ESPO_REASONS.get(status, "Error.")
+    return Response(b"", status_code=status, headers={"X-Status-Reason": text})
+
+
+def clickup_error(status: int, err: str | None = None, ecode: str | None = None) -> Response:
+    """ClickUp: ``{"err", "ECODE"}``; gateway errors come as HTML (not every error is JSON)."""
+    if status in (502, 503, 504) and err is None:
+        return HTMLResponse(f"<html><body><h1>{status} Bad Gateway</h1></body></html>", status)
+    default_err, default_code = _CLICKUP_CODES.get(status, ("Error", "SRV_000"))
+    return JSONResponse({"err": err or default_err, "ECODE": ecode or default_code}, status)
+
+
+def graph_error(
+    status: int, code: str | None = None, message: str | None = None, retry_after: int | None = None
+) -> Response:
+    """Microsoft Graph: ``{"error": {"code", "message", "innerError"}}``; 429 with Retry-After."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    body: dict[str, Any] = {
+        "error": {
+            "code": code or _GRAPH_CODES.get(status, "UnknownError"),
+            "message": message or "The service could not process the request.",
+            "innerError": {"request-id": str(uuid.uuid4()), "client-request-id": None},
+        }
+    }
+    return JSONResponse(body, status, headers=headers)
+
+
+def login_error(status: int, error: str, description: str) -> Response:
+    """The Microsoft identity platform: ``{"error", "error_description", ...}``."""
+    body = {
+        "error": error,
+        "error_description": description,
+        "error_codes": [int(description.split(":")[0].removeprefix("AADSTS") or 0)],
+        "trace_id": str(uuid.uuid4()),
+        "correlation_id": str(uuid.uuid4()),
+    }
+    return JSONResponse(body, status)
+
+
+def mistral_error(status: int, message: Any = None, kind: str | None = None) -> Response:
+    """Mistral: 401 ``{"message": "Unauthorized", ...}``, else ``{"object": "error", ...}``."""
+    if status == 401:
+        return JSONResponse({"message": "Unauthorized", "request_id": uuid.uuid4().hex}, 401)
+    if status == 429:
+        body: dict[str, Any] = {
+            "object": "error",
+            "message": "Rate limit exceeded",
+            "type": "rate_limited",
+            "param": None,
+            "code": "1300",
+        }
+        return JSONResponse(body, 429)
+    body = {
+        "object": "error",
+        "message": message or "Internal server error",
+        "type": kind or ("invalid_request_message_error" if status < 500 else "internal_error"),
+        "param": None,
+        "code": None,
+    }
+    return JSONResponse(body, status)
+
+
+def vendor_error(vendor: str, status: int, retry_after: int = 1) -> Response:
+    """The error an injected fault answers with, in ``vendor``'s shape."""
+    if vendor == "espocrm":
+        return espo_error(status)
+    if vendor == "clickup":
+        return clickup_error(status)
+    if vendor == "graph":
+        return graph_error(status, retry_after=retry_after if status in (429, 503) else None)
+    return mistral_error(status)

@@ -1,0 +1,157 @@
+"""The Microsoft Graph double: the client-credentials token and ``users/{id}/sendMail``."""
+
+import base64
+import hmac
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from followup_pipeline.sandbox.errors import graph_error, login_error
+from followup_pipeline.sandbox.state import SandboxState
+
+GRAPH_SCOPE = "https://graph.microsoft.com/.default"
+
+
+def _jwt_like(state: SandboxState) -> str:
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    claims = {"aud": "https://graph.microsoft.com", "tid": state.config.graph_tenant_id}
+    return f"{part({'typ': 'JWT', 'alg': 'RS256'})}.{part(claims)}.{state.new_id(43)}"
+
+
+def login_app(state: SandboxState) -> Starlette:
+    """The identity platform's token endpoint, to be mounted at ``/login``."""
+    config = state.config
+
+    async def token(request: Request) -> Response:
+        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+        if request.path_params["tenant"] != config.graph_tenant_id:
+            return login_error(
+                400,
+                "invalid_request",
+                f"AADSTS90002: Tenant '{request.path_params['tenant']}' not found.",
+            )
+        if form.get("grant_type") != "client_credentials":
+            return login_error(
+                400,
+                "unsupported_grant_type",
+                "AADSTS70003: The app requested an unsupported grant type.",
+            )
+        if form.get("client_id") != config.graph_client_id:
+            return login_error(
+                400,
+                "unauthorized_client",
+                "AADSTS700016: Application was not found in the directory.",
+            )
+        secret = config.graph_client_secret.get_secret_value().encode()
+        if not hmac.compare_digest(form.get("client_secret", "").encode(), secret):
+            return login_error(
+                400,
+                "invalid_client",
+                "AADSTS7000215: Invalid client secret provided. Ensure the secret being sent "
+                "in the request is the client secret value, not the client secret ID.",
+            )
+        if form.get("scope") != GRAPH_SCOPE:
+            return login_error(
+                400, "invalid_scope", "AADSTS70011: The provided value for scope is not valid."
+            )
+        access_token = _jwt_like(state)
+        state.tokens[access_token] = time.monotonic() + config.graph_token_expires_in
+        return JSONResponse(
+            {
+                "token_type": "Bearer",
+                "expires_in": config.graph_token_expires_in,
+                "ext_expires_in": config.graph_token_expires_in,
+                "access_token": access_token,
+            }
+        )
+
+    return Starlette(routes=[Route("/{tenant}/oauth2/v2.0/token", token, methods=["POST"])])
+
+
+def _invalid_message(body: Any) -> str | None:
+    """Why Graph would refuse a sendMail body, or None."""
+    message = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(message, dict):
+        return "Empty Payload. JSON content expected."
+    if not isinstance(message.get("subject", ""), str):
+        return "Invalid value for property 'subject'."
+    content = message.get("body", {})
+    if not isinstance(content, dict) or content.get("contentType", "Text") not in (
+        "HTML",
+        "Text",
+        "html",
+        "text",
+    ):
+        return "Requested value is not a valid contentType: expected HTML or Text."
+    recipients = message.get("toRecipients")
+    if not isinstance(recipients, list) or not recipients:
+        return "At least one recipient is required, but none were found."
+    for recipient in recipients:
+        address = (
+            recipient.get("emailAddress", {}).get("address")
+            if isinstance(recipient, dict)
+            else None
+        )
+        if not isinstance(address, str) or "@" not in address:
+            return "At least one recipient is not valid."
+    return None
+
+
+def graph_app(state: SandboxState) -> Starlette:
+    """Graph v1.0 ``sendMail``, to be mounted at ``/graph``."""
+    config = state.config
+
+    async def send_mail(request: Request) -> Response:
+        header = request.headers.get("authorization", "")
+        if not header.startswith("Bearer ") or not header[7:]:
+            return graph_error(401, message="Access token is empty.")
+        expires = state.tokens.get(header[7:])
+        if expires is None:
+            return graph_error(401, message="Access token validation failure. Invalid audience.")
+        if expires <= time.monotonic():
+            return graph_error(401, message="Lifetime validation failed, the token is expired.")
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return graph_error(400, "BadRequest", "Unable to read JSON request payload.")
+        problem = _invalid_message(body)
+        if problem is not None:
+            code = "ErrorInvalidRecipients" if "recipient" in problem else "BadRequest"
+            return graph_error(400, code, problem)
+        mailbox = request.path_params["user"]
+        allowed, _, reset = state.take_rate(
+            f"graph:{mailbox.lower()}", config.graph_messages_per_window, config.graph_rate_window_s
+        )
+        if not allowed:
+            wait = max(1, int(reset - time.time()))
+            return graph_error(
+                429, message="Application is over its MailboxConcurrency limit.", retry_after=wait
+            )
+        state.outbox.append(
+            {
+                "id": state.new_id(32),
+                "mailbox": mailbox,
+                "received_at": state.clock.espo(),
+                "message": body["message"],
+                "save_to_sent_items": body.get("saveToSentItems", True),
+            }
+        )
+        return Response(status_code=202)
+
+    async def refuse(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return graph_error(status, message="Resource not found for the segment.")
+
+    return Starlette(
+        routes=[Route("/v1.0/users/{user}/sendMail", send_mail, methods=["POST"])],
+        exception_handlers={HTTPException: refuse},
+    )

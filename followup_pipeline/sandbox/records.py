@@ -1,0 +1,103 @@
+"""Changes to the CRM's records, made as EspoCRM makes them: timestamps, ids, webhooks."""
+
+from typing import Any
+
+from followup_pipeline.sandbox.espocrm import LINK_ATTRIBUTES, OPPORTUNITY_ATTRIBUTES
+from followup_pipeline.sandbox.state import Record, SandboxState
+
+ACTIVITY_KINDS = tuple(LINK_ATTRIBUTES)
+
+
+class RecordError(ValueError):
+    """A control request that cannot be applied (unknown deal, unknown stage, ...)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _deal_record(state: SandboxState, data: dict[str, Any]) -> Record:
+    now = state.clock.espo()
+    stage = data.get("stage", state.config.espocrm_stages[0])
+    if stage not in state.config.espocrm_stages:
+        raise RecordError(400, f"unknown stage {stage!r}; allowed: {state.config.espocrm_stages}")
+    record: Record = dict.fromkeys(OPPORTUNITY_ATTRIBUTES)
+    record.update(
+        {"amountCurrency": "EUR", "description": None, "createdAt": now, "modifiedAt": now}
+    )
+    record.update({k: v for k, v in data.items() if k in OPPORTUNITY_ATTRIBUTES})
+    record["id"] = data.get("id") or state.new_id()
+    record["name"] = data.get("name") or f"Deal {record['id'][:6]}"
+    record["stage"] = stage
+    if isinstance(record.get("amount"), int):
+        record["amount"] = float(record["amount"])
+    return record
+
+
+def add_activity(state: SandboxState, deal_id: str, kind: str, data: dict[str, Any]) -> Record:
+    """Link an e-mail, call or meeting (``kind``) to a deal; missing fields get defaults."""
+    if deal_id not in state.deals:
+        raise RecordError(404, f"no deal {deal_id}")
+    now = state.clock.espo()
+    record: Record = dict.fromkeys(LINK_ATTRIBUTES[kind])
+    record.update({"createdAt": now, "modifiedAt": now, "parentType": "Opportunity"})
+    if kind == "emails":
+        record.update({"dateSent": now, "status": "Archived", "isHtml": False, "to": ""})
+    else:
+        record.update({"dateStart": now, "status": "Held", "duration": 1800})
+    record.update({k: v for k, v in data.items() if k in LINK_ATTRIBUTES[kind]})
+    record["id"] = data.get("id") or state.new_id()
+    record["parentId"] = deal_id
+    if kind == "emails":
+        record["subject"] = record["subject"] or record["name"] or "(no subject)"
+        record["name"] = record["name"] or record["subject"]
+        record["bodyPlain"] = record["bodyPlain"] or record["body"]
+    else:
+        record["name"] = record["name"] or kind[:-1].title()
+    state.activity(deal_id, kind).append(record)
+    return record
+
+
+def create_deal(state: SandboxState, data: dict[str, Any], *, webhooks: bool = True) -> Record:
+    """Create a deal (and its nested ``emails``, ``calls``, ``meetings``); emit ``create``."""
+    record = _deal_record(state, data)
+    if record["id"] in state.deals:
+        raise RecordError(409, f"deal {record['id']} exists")
+    state.deals[record["id"]] = record
+    for kind in ACTIVITY_KINDS:
+        for item in data.get(kind) or []:
+            add_activity(state, record["id"], kind, item)
+    if webhooks:
+        state.webhooks.enqueue("Opportunity.create", dict(record))
+    return record
+
+
+def update_deal(state: SandboxState, deal_id: str, changes: dict[str, Any]) -> Record:
+    """Change a deal's attributes; emit ``update`` and, for a new stage, ``fieldUpdate.stage``."""
+    deal = state.deals.get(deal_id)
+    if deal is None:
+        raise RecordError(404, f"no deal {deal_id}")
+    stage = changes.get("stage", deal["stage"])
+    if stage not in state.config.espocrm_stages:
+        raise RecordError(400, f"unknown stage {stage!r}; allowed: {state.config.espocrm_stages}")
+    changed = {
+        k: v
+        for k, v in changes.items()
+        if k in OPPORTUNITY_ATTRIBUTES and k not in ("id", "createdAt") and deal.get(k) != v
+    }
+    if not changed:
+        return deal
+    changed["modifiedAt"] = state.clock.espo()
+    deal.update(changed)
+    if "stage" in changed:
+        state.webhooks.enqueue("Opportunity.fieldUpdate.stage", {"id": deal_id, "stage": stage})
+    state.webhooks.enqueue("Opportunity.update", {"id": deal_id, **changed})
+    return deal
+
+
+def delete_deal(state: SandboxState, deal_id: str) -> None:
+    """Delete a deal and its activity; emit ``delete``."""
+    if state.deals.pop(deal_id, None) is None:
+        raise RecordError(404, f"no deal {deal_id}")
+    state.activities.pop(deal_id, None)
+    state.webhooks.enqueue("Opportunity.delete", {"id": deal_id})

@@ -1,0 +1,50 @@
+"""``followup sandbox``: serve the sandbox on loopback and print the settings that use it."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from followup_pipeline.sandbox.app import create_app, sandbox_state
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.demo import demo_data
+from followup_pipeline.sandbox.environment import env_lines
+from followup_pipeline.sandbox.records import create_deal
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments."""
+    command = argparse.ArgumentParser(
+        prog="followup sandbox",
+        description="Serve local doubles of EspoCRM, ClickUp, Microsoft Graph and Mistral.",
+    )
+    command.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
+    command.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    command.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    command.add_argument("--webhook-url", help="where EspoCRM webhooks are delivered")
+    command.add_argument("--env-file", type=Path, help="also write the FOLLOWUP_* lines here")
+    command.add_argument("--no-demo-data", action="store_true", help="start with no deals")
+    return command
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load demo data, print (and optionally write) the env lines, then serve until stopped."""
+    args = parser().parse_args(argv)
+    config = SandboxConfig(seed=args.seed, webhook_url=args.webhook_url)
+    app = create_app(config)
+    if not args.no_demo_data:
+        state = sandbox_state(app)
+        for deal in demo_data(args.seed, state.clock.now()):
+            create_deal(state, deal, webhooks=False)
+    lines = env_lines(config, f"http://{args.host}:{args.port}")
+    print("\n".join(lines), flush=True)
+    if args.env_file is not None:
+        args.env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"wrote {len(lines)} settings to {args.env_file}", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, ws="none", log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Everything the sandbox remembers: the CRM's records, ClickUp's tasks, the outbox, counters."""
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.faults import FaultBook
+from followup_pipeline.sandbox.webhooks import WebhookDispatcher
+
+Record = dict[str, Any]
+
+ESPO_DATETIME = "%Y-%m-%d %H:%M:%S"
+
+
+class Clock:
+    """The sandbox's clock: real UTC time, or a start instant that ticks on; it can be moved."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._offset = timedelta(0)
+        if start is not None:
+            self.set(start)
+
+    def now(self) -> datetime:
+        """The current sandbox instant (aware, UTC)."""
+        return datetime.now(UTC) + self._offset
+
+    def set(self, instant: datetime) -> None:
+        """Make ``now()`` return ``instant`` from here on (and tick on)."""
+        if instant.tzinfo is None:
+            instant = instant.replace(tzinfo=UTC)
+        self._offset = instant - datetime.now(UTC)
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward (or back, if negative)."""
+        self._offset += timedelta(seconds=seconds)
+
+    def espo(self) -> str:
+        """The current instant as EspoCRM writes datetimes: ``YYYY-MM-DD HH:mm:ss`` in UTC."""
+        return self.now().astimezone(UTC).strftime(ESPO_DATETIME)
+
+    def millis(self) -> int:
+        """The current instant in Unix milliseconds (ClickUp's dates)."""
+        return int(self.now().timestamp() * 1000)
+
+
+@dataclass
+class RateWindow:
+    """A fixed request window: its end (Unix seconds) and how many requests it has seen."""
+
+    ends_at: float
+    used: int = 0
+
+
+@dataclass
+class SandboxState:
+    """The mutable world behind the four vendor doubles."""
+
+    config: SandboxConfig
+    rng: random.Random = field(init=False)
+    clock: Clock = field(init=False)
+    faults: FaultBook = field(init=False)
+    webhooks: WebhookDispatcher = field(init=False)
+    deals: dict[str, Record] = field(default_factory=dict)
+    activities: dict[str, dict[str, list[Record]]] = field(default_factory=dict)
+    tasks: dict[str, Record] = field(default_factory=dict)
+    comments: dict[str, list[Record]] = field(default_factory=dict)
+    outbox: list[Record] = field(default_factory=list)
+    tokens: dict[str, float] = field(default_factory=dict)
+    rate_windows: dict[str, RateWindow] = field(default_factory=dict)
+    stats: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.clock = Clock(self.config.start)
+        self.rng = random.Random(self.config.seed)
+        self.faults = FaultBook(self.rng)
+        self.webhooks = WebhookDispatcher(self.config, self.rng, self.faults, self.clock)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Forget every record, fault, counter and queued webhook; re-seed the random source."""
+        self.rng.seed(self.config.seed if seed is None else seed)
+        for store in (self.deals, self.activities, self.tasks, self.comments, self.tokens):
+            store.clear()
+        self.outbox.clear()
+        self.rate_windows.clear()
+        self.stats.clear()
+        self.faults.clear()
+        self.webhooks.reset()
+
+    def new_id(self, length: int = 17) -> str:
+        """A random lowercase hex id, 17 characters like EspoCRM's by default."""
+        return "".join(self.rng.choice("0123456789abcdef") for _ in range(length))
+
+    def count(self, vendor: str, status: int) -> None:
+        """Count one answered request of ``vendor`` with ``status``."""
+        self.stats.setdefault(vendor, Counter())[str(status)] += 1
+
+    def take_rate(self, key: str, limit: int, window_s: float) -> tuple[bool, int, int]:
+        """Spend one request of ``key``'s window: (allowed, remaining, reset in Unix seconds)."""
+        now = time.time()
+        window = self.rate_windows.get(key)
+        if window is None or window.ends_at <= now:
+            window = RateWindow(ends_at=now + window_s)
+            self.rate_windows[key] = window
+        window.used += 1
+        allowed = window.used <= limit
+        return allowed, max(0, limit - window.used), int(window.ends_at + 0.999)
+
+    def activity(self, deal_id: str, kind: str) -> list[Record]:
+        """The e-mails, calls or meetings (``kind``) linked to a deal."""
+        return self.activities.setdefault(deal_id, {}).setdefault(kind, [])

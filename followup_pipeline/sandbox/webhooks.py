@@ -1,0 +1,196 @@
+"""EspoCRM's webhook queue: items batched per webhook, PHP-encoded, signed, retried.
+
+EspoCRM's rules (VENDORS.md): a JSON array of up to 50 items per request; header ``Signature``
+= base64("{id}:{hex hmac}") and legacy ``X-Signature`` = base64("{id}:" + binary hmac); 2xx/3xx is
+success, 410 deletes the webhook, 0/401/403/404/405/408/500/503 are retried (4 attempts in all,
+10 minutes apart), anything else fails at once.
+"""
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import itertools
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from followup_pipeline.sandbox.config import SandboxConfig, WebhookSpec
+
+if TYPE_CHECKING:
+    from followup_pipeline.sandbox.faults import FaultBook
+    from followup_pipeline.sandbox.state import Clock
+
+RETRIED_STATUSES = frozenset({0, 401, 403, 404, 405, 408, 500, 503})
+TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+TOTAL_TIMEOUT_S = 10.0
+
+
+def php_json(value: Any) -> bytes:
+    """Encode like PHP's ``json_encode`` with default flags: ``\\/`` and ``\\uXXXX`` escapes."""
+    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("/", "\\/").encode("ascii")
+
+
+def signatures(webhook_id: str, body: bytes, secret: str) -> tuple[str, str]:
+    """The ``Signature`` and legacy ``X-Signature`` header values for a body."""
+    digest = hmac.new(secret.encode(), body, hashlib.sha256)
+    current = base64.b64encode(f"{webhook_id}:{digest.hexdigest()}".encode()).decode()
+    legacy = base64.b64encode(webhook_id.encode() + b":" + digest.digest()).decode()
+    return current, legacy
+
+
+def outcome_of(status: int) -> str:
+    """EspoCRM's verdict on a delivery status: success, deleted, retry or failed."""
+    if 200 <= status < 400:
+        return "success"
+    if status == 410:
+        return "deleted"
+    return "retry" if status in RETRIED_STATUSES else "failed"
+
+
+@dataclass
+class QueueItem:
+    """One queued webhook item."""
+
+    number: int
+    webhook_id: str
+    data: dict[str, Any]
+    attempts: int = 0
+    process_at: float = 0.0
+
+
+class WebhookDispatcher:
+    """Queues items per configured webhook and delivers them in batches."""
+
+    def __init__(
+        self, config: SandboxConfig, rng: random.Random, faults: "FaultBook", clock: "Clock"
+    ) -> None:
+        self.config = config
+        self.faults = faults
+        self.clock = clock
+        self.transport: httpx.AsyncBaseTransport | None = None
+        self._rng = rng
+        self._numbers = itertools.count(1)
+        self._lock: asyncio.Lock | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the configured webhooks and target, with an empty queue and history."""
+        self.url = self.config.webhook_url
+        self.webhooks: list[WebhookSpec] = list(self.config.webhooks)
+        self.queue: list[QueueItem] = []
+        self.deliveries: list[dict[str, Any]] = []
+
+    def enqueue(self, event: str, data: dict[str, Any]) -> None:
+        """Queue ``data`` for every webhook of ``event`` (a ``drop`` fault loses it here)."""
+        for hook in self.webhooks:
+            if hook.event != event:
+                continue
+            if any(f.spec.kind == "drop" for f in self._fired(event, php_json(data))):
+                self._record(hook, [data], 0, "dropped", 0)
+                continue
+            self.queue.append(QueueItem(next(self._numbers), hook.id, dict(data)))
+
+    async def flush(self, *, only_due: bool = False) -> list[dict[str, Any]]:
+        """Send what is queued (only items whose retry time has come if ``only_due``)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            results: list[dict[str, Any]] = []
+            if not self.url:
+                return results
+            async with httpx.AsyncClient(timeout=TIMEOUT, transport=self.transport) as client:
+                for hook in list(self.webhooks):
+                    results.extend(await self._flush_hook(client, hook, only_due))
+            return results
+
+    async def run(self) -> None:
+        """The queue job: every ``webhook_queue_interval_s``, send the items that are due."""
+        while True:
+            await asyncio.sleep(self.config.webhook_queue_interval_s)
+            await self.flush(only_due=True)
+
+    async def _flush_hook(
+        self, client: httpx.AsyncClient, hook: WebhookSpec, only_due: bool
+    ) -> list[dict[str, Any]]:
+        results = []
+        sent: set[int] = set()
+        while hook in self.webhooks:
+            now = time.monotonic()
+            batch = [
+                item
+                for item in self.queue
+                if item.webhook_id == hook.id
+                and item.number not in sent
+                and (not only_due or item.process_at <= now)
+            ][: self.config.webhook_batch_size]
+            if not batch:
+                break
+            sent.update(item.number for item in batch)
+            results.extend(await self._deliver(client, hook, batch))
+        return results
+
+    async def _deliver(
+        self, client: httpx.AsyncClient, hook: WebhookSpec, batch: list[QueueItem]
+    ) -> list[dict[str, Any]]:
+        body = php_json([item.data for item in batch])
+        fired = self._fired(hook.event, body)
+        for fault in fired:
+            if fault.spec.kind == "latency":
+                await asyncio.sleep(fault.spec.latency_s)
+        copies = 2 if any(f.spec.kind == "duplicate" for f in fired) else 1
+        attempt = max(item.attempts for item in batch) + 1
+        results = []
+        for _ in range(copies):
+            status = await self._post(client, hook, body)
+            results.append(self._record(hook, [i.data for i in batch], status, "", attempt))
+        verdict = results[0]["outcome"]
+        for item in batch:
+            item.attempts += 1
+            item.process_at = time.monotonic() + self.config.webhook_retry_interval_s
+            if not (verdict == "retry" and item.attempts < self.config.webhook_max_attempts):
+                self.queue.remove(item)
+        if verdict == "deleted":
+            self.webhooks = [h for h in self.webhooks if h.id != hook.id]
+            self.queue = [item for item in self.queue if item.webhook_id != hook.id]
+        return results
+
+    async def _post(self, client: httpx.AsyncClient, hook: WebhookSpec, body: bytes) -> int:
+        assert self.url is not None
+        current, legacy = signatures(hook.id, body, hook.secret.get_secret_value())
+        headers = {"Content-Type": "application/json", "Signature": current, "X-Signature": legacy}
+        try:
+            async with asyncio.timeout(TOTAL_TIMEOUT_S):
+                response = await client.post(self.url, content=body, headers=headers)
+        except (httpx.HTTPError, TimeoutError):
+            return 0
+        return response.status_code
+
+    def _fired(self, event: str, body: bytes) -> list[Any]:
+        return self.faults.fire("webhooks", "POST", event, body.decode("ascii"))
+
+    def _record(
+        self,
+        hook: WebhookSpec,
+        items: list[dict[str, Any]],
+        status: int,
+        outcome: str,
+        attempt: int,
+    ) -> dict[str, Any]:
+        entry = {
+            "webhook_id": hook.id,
+            "event": hook.event,
+            "attempt": attempt,
+            "status": status,
+            "outcome": outcome or outcome_of(status),
+            "items": len(items),
+            "ids": [item.get("id") for item in items],
+            "at": self.clock.espo(),
+        }
+        self.deliveries.append(entry)
+        return entry
