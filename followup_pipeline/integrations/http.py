@@ -37,8 +37,10 @@ TIMEOUT = httpx.Timeout(
 MAX_ATTEMPTS = 4
 #: First backoff in seconds; doubles per attempt, with jitter.
 BACKOFF_BASE = 0.5
-#: The longest single wait. A vendor asking for more makes us give up now and say when to return.
-MAX_RETRY_WAIT = 30.0
+#: The longest single wait. ClickUp's rate window is a minute and its reset (absolute Unix
+#: seconds) is rounded up, so an honest reset fits with a few seconds left for clock skew.
+#: A vendor asking for more makes us give up now, with ``retry_after`` saying when to return.
+MAX_RETRY_WAIT = 65.0
 #: Safety bound on paging, so a vendor that never says "last page" cannot loop forever.
 MAX_PAGES = 10_000
 
