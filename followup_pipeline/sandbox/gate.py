@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from followup_pipeline.sandbox.errors import vendor_error
-from followup_pipeline.sandbox.faults import DroppedAnswer
+from followup_pipeline.sandbox.faults import DroppedAnswer, FaultSpec
 from followup_pipeline.sandbox.state import SandboxState
 
 #: scope key under which the gate passes an ``invalid_output`` fault to the Mistral handler.
@@ -69,7 +69,9 @@ class VendorGate:
                 response = vendor_error(self.vendor, spec.answer_status(), spec.retry_after)
                 await response(scope, replay, counted)
                 return
-        kinds = {fault.spec.kind: fault.spec for fault in fired}
+        kinds: dict[str, FaultSpec] = {}
+        for fault in fired:
+            kinds.setdefault(fault.spec.kind, fault.spec)
         if "invalid_output" in kinds:
             scope = {**scope, INVALID_OUTPUT_KEY: kinds["invalid_output"].content}
             scope[INVALID_OUTPUT_KEY] = scope[INVALID_OUTPUT_KEY] or DEFAULT_INVALID_OUTPUT
