@@ -231,3 +231,45 @@ def test_mistral_invalid_output_keeps_raw_text(sandbox: str) -> None:
     finally:
         client.close()
     assert caught.value.raw_text == "Sure! Two lines."
+
+
+def test_resources_work_inside_a_dagster_run(sandbox: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+
+    monkeypatch.setenv("TEST_ESPO_KEY", DEFAULTS.espocrm_api_key.get_secret_value())
+    monkeypatch.setenv("TEST_CLICKUP_TOKEN", DEFAULTS.clickup_token.get_secret_value())
+    seed_deals(sandbox, 3)
+
+    @dg.op
+    def task_per_deal(espocrm: EspoCrmResource, clickup: ClickUpResource) -> int:
+        deals = espocrm.list_deals(stages=["Proposal"]).records
+        for deal in deals:
+            clickup.create_task(
+                name=deal.name,
+                markdown="",
+                due_date=None,
+                assignees=[],
+                idempotency_key=f"task:{deal.id}:1",
+            )
+        return len(deals)
+
+    @dg.job
+    def probe() -> None:
+        task_per_deal()
+
+    result = probe.execute_in_process(
+        resources={
+            "espocrm": EspoCrmResource(
+                base_url=f"{sandbox}/espocrm", api_key=dg.EnvVar("TEST_ESPO_KEY")
+            ),
+            "clickup": ClickUpResource(
+                base_url=f"{sandbox}/clickup/api",
+                token=dg.EnvVar("TEST_CLICKUP_TOKEN"),
+                list_id=DEFAULTS.clickup_list_id,
+            ),
+        }
+    )
+    assert result.output_for_node("task_per_deal") == 3
+    assert len(control(sandbox, "GET", "/clickup/tasks")["tasks"]) == 3
