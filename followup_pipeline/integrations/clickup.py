@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from followup_pipeline.integrations.errors import schema_error
 from followup_pipeline.integrations.http import (
     Clock,
     Sleep,
@@ -101,6 +102,14 @@ class Task(BaseModel):
         return key_tag(idempotency_key) in self.tags
 
 
+def parse_task(raw: Any) -> Task:
+    """A ``Task`` from ClickUp's JSON; ``SchemaError`` naming the task and field otherwise."""
+    try:
+        return Task.model_validate(raw)
+    except ValidationError as exc:
+        raise schema_error(raw, exc, vendor=VENDOR) from None
+
+
 class ClickUpClient:
     """Typed access to the tasks of one ClickUp list."""
 
@@ -152,7 +161,7 @@ class ClickUpClient:
         else:
             body["tags"].append(key_tag(idempotency_key))
         response = self._http.request("POST", f"v2/list/{self.list_id}/task", json=body)
-        return Task.model_validate(response.json())
+        return parse_task(response.json())
 
     def find_tasks_by_key(self, *, idempotency_key: str) -> list[Task]:
         """Every task of the list, closed ones included, that carries ``idempotency_key``."""
@@ -166,7 +175,7 @@ class ClickUpClient:
         def fetch(page: int) -> tuple[list[Task], bool]:
             url = f"v2/list/{self.list_id}/task"
             body = self._http.request("GET", url, params={**params, "page": page}).json()
-            tasks = [Task.model_validate(raw) for raw in body.get("tasks", [])]
+            tasks = [parse_task(raw) for raw in body.get("tasks", [])]
             return tasks, not body.get("last_page", True)
 
         found = collect_pages(fetch)
@@ -174,7 +183,7 @@ class ClickUpClient:
 
     def get_task(self, *, task_id: str) -> Task:
         """One task; ``NotFoundError`` if it does not exist."""
-        return Task.model_validate(self._http.request("GET", f"v2/task/{task_id}").json())
+        return parse_task(self._http.request("GET", f"v2/task/{task_id}").json())
 
     def close_task(self, *, task_id: str, comment: str, closed_status: str = CLOSED_STATUS) -> Task:
         """Set the task's status to ``closed_status``, then add ``comment`` saying why.
@@ -183,6 +192,6 @@ class ClickUpClient:
         POST and is sent once.
         """
         response = self._http.request("PUT", f"v2/task/{task_id}", json={"status": closed_status})
-        task = Task.model_validate(response.json())
+        task = parse_task(response.json())
         self._http.request("POST", f"v2/task/{task_id}/comment", json={"comment_text": comment})
         return task

@@ -18,6 +18,8 @@ Messages carry the vendor, the status and the vendor's own reason, never a crede
 
 from typing import Any
 
+from pydantic import ValidationError
+
 
 class IntegrationError(Exception):
     """Base of every error raised by the vendor clients."""
@@ -85,3 +87,17 @@ class InvalidModelOutput(PermanentError):
     def __init__(self, message: str, *, vendor: str, raw_text: str) -> None:
         super().__init__(message, vendor=vendor)
         self.raw_text = raw_text
+
+
+def schema_error(raw: Any, exc: ValidationError, *, vendor: str) -> SchemaError:
+    """A ``SchemaError`` naming the record's id and the first field that failed validation."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "<record>"
+    record_id = raw.get("id") if isinstance(raw, dict) else None
+    return SchemaError(
+        vendor=vendor,
+        record_id=str(record_id) if record_id is not None else None,
+        field=field,
+        problem=str(first["msg"]),
+        raw=raw,
+    )

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from followup_pipeline.integrations.errors import SchemaError
+from followup_pipeline.integrations.errors import SchemaError, schema_error
 
 ESPO_DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -116,19 +116,5 @@ def parse_records(model: type[R], raws: list[Any]) -> Listing[R]:
         try:
             records.append(model.model_validate(raw))
         except ValidationError as exc:
-            invalid.append(schema_error(raw, exc))
+            invalid.append(schema_error(raw, exc, vendor="espocrm"))
     return Listing[model](records=records, invalid=invalid)  # type: ignore[valid-type]
-
-
-def schema_error(raw: Any, exc: ValidationError) -> SchemaError:
-    """A ``SchemaError`` naming the record's id and the first field that failed."""
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "<record>"
-    record_id = raw.get("id") if isinstance(raw, dict) else None
-    return SchemaError(
-        vendor="espocrm",
-        record_id=str(record_id) if record_id is not None else None,
-        field=field,
-        problem=str(first["msg"]),
-        raw=raw,
-    )

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from followup_pipeline.integrations.errors import PermanentError
+from followup_pipeline.integrations.errors import PermanentError, SchemaError
 from followup_pipeline.integrations.http import Clock, Sleep, VendorHttp, build_client
 
 VENDOR = "graph"
@@ -119,7 +119,17 @@ class OutlookClient:
         # Asking for a token has no side effect, so this POST may be retried.
         body = self._login.request("POST", self._token_path, data=self._form, idempotent=True)
         payload = body.json()
-        self._token = _Token(payload["access_token"], now + float(payload["expires_in"]))
+        try:
+            self._token = _Token(str(payload["access_token"]), now + float(payload["expires_in"]))
+        except (KeyError, TypeError, ValueError):
+            fields = sorted(payload) if isinstance(payload, dict) else []
+            raise SchemaError(
+                vendor=VENDOR,
+                record_id="token",
+                field="access_token/expires_in",
+                problem="missing or malformed",
+                raw=fields,  # the field names only: the body may hold a token
+            ) from None
         return self._token.value
 
     def _cached_token(self) -> str | None:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from followup_pipeline.integrations.clickup import ClickUpClient, key_tag
-from followup_pipeline.integrations.errors import PermanentError, TransientError
+from followup_pipeline.integrations.errors import PermanentError, SchemaError, TransientError
 
 Handler = Callable[[httpx.Request], httpx.Response]
 NOW = 1_800_000_000.0
@@ -190,3 +190,11 @@ def test_close_task_sets_status_then_comments(sleeps: list[float]) -> None:
         ("PUT", "/api/v2/task/t1", {"status": "done"}),
         ("POST", "/api/v2/task/t1/comment", {"comment_text": "Deal won"}),
     ]
+
+
+def test_get_task_broken_record_is_schema_error(sleeps: list[float]) -> None:
+    broken = {**task("t1"), "date_created": None}
+    with pytest.raises(SchemaError) as caught:
+        clickup(lambda _: httpx.Response(200, json=broken), sleeps).get_task(task_id="t1")
+    assert (caught.value.record_id, caught.value.field) == ("t1", "date_created")
+    assert caught.value.raw == broken
