@@ -1,0 +1,116 @@
+"""The one Definitions: every job, schedule and sensor resolves; the instance lives in Postgres."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRunStatus
+from psycopg.conninfo import conninfo_to_dict
+
+from followup_pipeline.definitions import defs
+from followup_pipeline.defs.common import OUTCOME_TAG, SINGLETON_TAG
+from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
+
+from ..conftest import with_database
+
+JOBS = ["register", "evaluate", "enrich", "morning_report", "weekly_report", "replay"]
+SCHEDULES = [
+    "evaluate_business_hours",
+    "enrich_hourly",
+    "morning_report_weekdays",
+    "weekly_report_friday",
+]
+SENSORS = ["crm_events", "alerts"]
+
+
+def test_definitions_resolve_every_job_schedule_and_sensor() -> None:
+    repository = defs.get_repository_def()
+    assert sorted(job.name for job in repository.get_all_jobs()) == sorted(JOBS)
+    for name in JOBS:
+        assert defs.resolve_job_def(name).name == name
+    for name in SCHEDULES:
+        assert defs.resolve_schedule_def(name).name == name
+    for name in SENSORS:
+        assert defs.resolve_sensor_def(name).name == name
+    assert {"postgres", "clock", "settings"} <= set(repository.get_top_level_resources())
+
+
+def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime() -> None:
+    job = defs.resolve_job_def("evaluate")
+    assert job.tags[SINGLETON_TAG] == "evaluate"
+    assert int(job.tags["dagster/max_runtime"]) > 0
+    assert job.executor_def.name == "in_process"
+
+
+@pytest.mark.parametrize(
+    ("tick", "expected"),
+    [
+        (datetime(2026, 3, 2, 7, 0, tzinfo=UTC), "2026-03-02-08:00"),  # Monday, 08:00 Berlin
+        (datetime(2026, 4, 6, 7, 0, tzinfo=UTC), None),  # Easter Monday
+        (datetime(2026, 3, 30, 6, 0, tzinfo=UTC), "2026-03-30-08:00"),  # after the DST switch
+    ],
+)
+def test_definitions_evaluate_schedule_skips_holidays(tick: datetime, expected: str | None) -> None:
+    schedule = defs.resolve_schedule_def("evaluate_business_hours")
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=tick,
+            repository_def=defs.get_repository_def(),
+        )
+        result = schedule.evaluate_tick(context)
+    if expected is None:
+        assert not result.run_requests
+        assert "not a business day" in (result.skip_message or "")
+    else:
+        assert result.run_requests is not None
+        assert [r.partition_key for r in result.run_requests] == [expected]
+
+
+@pytest.fixture
+def dagster_home(
+    tmp_path: Path,
+    repo_root: Path,
+    database_factory: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Path:
+    """A DAGSTER_HOME from the repository's template, its storage in a fresh Postgres database."""
+    storage = database_factory()
+    name = str(conninfo_to_dict(storage)["dbname"])
+    monkeypatch.setenv(
+        "FOLLOWUP_DAGSTER_PG_URL", with_database(storage, name, driver="postgresql+psycopg2")
+    )
+    shutil.copyfile(repo_root / "dagster.yaml", tmp_path / "dagster.yaml")
+    return tmp_path
+
+
+def test_definitions_instance_template_stores_runs_in_postgres(
+    dagster_home: Path, db_url: str
+) -> None:
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert {"key": SINGLETON_TAG, "value": "evaluate", "limit": 1} in limits
+        assert instance.run_retries_enabled
+        assert instance.run_monitoring_enabled
+
+        job = defs.resolve_job_def("register")
+        resources = {
+            "postgres": PostgresResource(url=db_url),
+            "clock": ClockResource(),
+            "settings": SettingsResource(),
+        }
+        result = job.execute_in_process(instance=instance, resources=resources)
+        assert result.success
+        run = instance.get_run_by_id(result.run_id)
+        assert run is not None
+        assert run.status == DagsterRunStatus.SUCCESS
+        assert run.tags[OUTCOME_TAG] == "ok"
+        assert result.output_for_node("register_events") == {"pending_events": 0}

@@ -1,0 +1,95 @@
+"""`followup dev` (what `make run` starts): Dagster's UI and daemon on a Postgres instance."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from followup_pipeline.launcher import vendor_mode
+from followup_pipeline.settings import ConfigError, load_settings
+from followup_pipeline.store.embedded import EmbeddedCluster
+
+DAEMON_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for(check: object, timeout: float) -> object:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()  # type: ignore[operator]
+            if last:
+                return last
+        except (httpx.HTTPError, KeyError, TypeError):
+            pass
+        time.sleep(1.0)
+    raise AssertionError(f"gave up after {timeout} s; last answer: {last!r}")
+
+
+def test_launcher_refuses_partial_vendor_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("FOLLOWUP_"):
+            monkeypatch.delenv(name)
+    assert vendor_mode(load_settings()) == "sandbox"
+    monkeypatch.setenv("FOLLOWUP_CLICKUP_TOKEN", "pk_real")
+    with pytest.raises(ConfigError) as caught:
+        vendor_mode(load_settings())
+    for missing in (
+        "FOLLOWUP_ESPOCRM_API_KEY",
+        "FOLLOWUP_GRAPH_CLIENT_SECRET",
+        "FOLLOWUP_MISTRAL_API_KEY",
+    ):
+        assert missing in str(caught.value)
+
+
+@pytest.mark.slow
+def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> None:
+    home, port = tmp_path / "home", _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FOLLOWUP_", "DAGSTER_"))}
+    env.update(
+        FOLLOWUP_HOME=str(home),
+        FOLLOWUP_SANDBOX_PORT=str(_free_port()),
+        FOLLOWUP_INGRESS_PORT=str(_free_port()),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "followup_pipeline.cli", "dev", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: httpx.get(f"{base}/server_info", timeout=2).status_code == 200, 120)
+
+        def daemons_healthy() -> bool:
+            answer = httpx.post(f"{base}/graphql", json={"query": DAEMON_QUERY}, timeout=5).json()
+            statuses = answer["data"]["instance"]["daemonHealth"]["allDaemonStatuses"]
+            healthy = {s["daemonType"] for s in statuses if s["healthy"]}
+            return {"SCHEDULER", "SENSOR", "QUEUED_RUN_COORDINATOR"} <= healthy
+
+        _wait_for(daemons_healthy, 120)
+        cluster = EmbeddedCluster(home.resolve())
+        with psycopg.connect(cluster.url("dagster")) as conn:
+            tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}
+        assert {"runs", "event_logs", "jobs"} <= tables
+        assert (home / "dagster" / "dagster.yaml").exists()
+    finally:
+        os.killpg(process.pid, signal.SIGINT) if process.poll() is None else None
+        process.wait(timeout=90)
+    assert not EmbeddedCluster(home.resolve()).is_running()
