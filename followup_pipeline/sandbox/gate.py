@@ -84,8 +84,11 @@ class VendorGate:
             await self.app(scope, replay, capture)
             if "drop_answer" in kinds:
                 self.state.count(self.vendor, 0)
-                # Headers go out, the body never does: the server must close the connection.
-                await send(messages[0])
+                # Headers promising a body go out, the body never does: the server must close the
+                # connection, and the client sees an incomplete answer (a transport error).
+                start = messages[0]
+                headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+                await send({**start, "headers": [*headers, (b"content-length", b"1024")]})
                 raise DroppedAnswer()
             await _send_truncated(messages, counted)
             return
