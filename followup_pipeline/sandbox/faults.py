@@ -149,12 +149,15 @@ class FaultBook:
             del self._faults[fault_id]
         return list(self._faults.values())
 
-    def fire(self, vendor: str, method: str, path: str, text: str) -> list[Fault]:
-        """The faults that hit this request (each counted); ``text`` holds query and body."""
+    def fire(
+        self, vendor: str, method: str, path: str, text: str, kinds: set[str] | None = None
+    ) -> list[Fault]:
+        """The faults (of ``kinds``) that hit this request, each counted; ``text`` holds query
+        and body."""
         fired = []
         for fault in self.active():
             spec = fault.spec
-            if spec.vendor != vendor:
+            if spec.vendor != vendor or (kinds is not None and spec.kind not in kinds):
                 continue
             if spec.method is not None and spec.method.upper() != method.upper():
                 continue

@@ -91,7 +91,7 @@ class WebhookDispatcher:
         for hook in self.webhooks:
             if hook.event != event:
                 continue
-            if any(f.spec.kind == "drop" for f in self._fired(event, php_json(data))):
+            if self._fired(event, php_json(data), {"drop"}):
                 self._record(hook, [data], 0, "dropped", 0)
                 continue
             self.queue.append(QueueItem(next(self._numbers), hook.id, dict(data)))
@@ -139,7 +139,7 @@ class WebhookDispatcher:
         self, client: httpx.AsyncClient, hook: WebhookSpec, batch: list[QueueItem]
     ) -> list[dict[str, Any]]:
         body = php_json([item.data for item in batch])
-        fired = self._fired(hook.event, body)
+        fired = self._fired(hook.event, body, {"latency", "duplicate"})
         for fault in fired:
             if fault.spec.kind == "latency":
                 await asyncio.sleep(fault.spec.latency_s)
@@ -171,8 +171,8 @@ class WebhookDispatcher:
             return 0
         return response.status_code
 
-    def _fired(self, event: str, body: bytes) -> list[Any]:
-        return self.faults.fire("webhooks", "POST", event, body.decode("ascii"))
+    def _fired(self, event: str, body: bytes, kinds: set[str]) -> list[Any]:
+        return self.faults.fire("webhooks", "POST", event, body.decode("ascii"), kinds)
 
     def _record(
         self,

@@ -178,7 +178,7 @@ async def test_webhooks_drop_and_duplicate_faults(make_sandbox: SandboxFactory) 
         for name in ("a", "b"):
             await sb.deal(id=name * 17)
         await sb.fault(vendor="webhooks", kind="drop", deal_id="a" * 17)
-        await sb.fault(vendor="webhooks", kind="duplicate", deal_id="b" * 17)
+        await sb.fault(vendor="webhooks", kind="duplicate", deal_id="b" * 17, count=1)
         for name in ("a", "b"):
             await sb.client.post(f"/_sandbox/deals/{name * 17}/stage", json={"stage": "Proposal"})
         results = (await sb.client.post("/_sandbox/webhooks/flush")).json()["deliveries"]
