@@ -9,17 +9,50 @@ from followup_pipeline.defs.evaluate import definitions as evaluate
 from followup_pipeline.defs.register import definitions as register
 from followup_pipeline.defs.replay import definitions as replay
 from followup_pipeline.defs.report import definitions as report
+from followup_pipeline.integrations.resources import (
+    ClickUpResource,
+    EspoCrmResource,
+    MistralResource,
+    OutlookResource,
+)
 from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
-from followup_pipeline.settings import get_settings
+from followup_pipeline.settings import export_secrets, get_settings
 
 
 def build_resources() -> dict[str, object]:
-    """The production resources, configured from the environment."""
+    """The production resources: plain settings as values, secrets through ``dg.EnvVar``."""
     settings = get_settings()
+    export_secrets(settings)
+    hmac = dg.EnvVar("FOLLOWUP_ESPOCRM_HMAC_SECRET") if settings.espocrm_hmac_secret else None
     return {
         "postgres": PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL")),
         "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
         "settings": SettingsResource(),
+        "espocrm": EspoCrmResource(
+            base_url=str(settings.espocrm_url),
+            api_key=dg.EnvVar("FOLLOWUP_ESPOCRM_API_KEY"),
+            hmac_secret=hmac,
+        ),
+        "clickup": ClickUpResource(
+            base_url=str(settings.clickup_url),
+            token=dg.EnvVar("FOLLOWUP_CLICKUP_TOKEN"),
+            list_id=settings.clickup_list_id,
+            key_field_id=settings.clickup_key_field_id,
+            closed_status=settings.clickup_closed_status,
+        ),
+        "outlook": OutlookResource(
+            login_url=str(settings.graph_login_url),
+            graph_url=str(settings.graph_url),
+            tenant_id=settings.graph_tenant_id,
+            client_id=settings.graph_client_id,
+            client_secret=dg.EnvVar("FOLLOWUP_GRAPH_CLIENT_SECRET"),
+            sender=settings.graph_sender,
+        ),
+        "mistral": MistralResource(
+            base_url=str(settings.mistral_url),
+            api_key=dg.EnvVar("FOLLOWUP_MISTRAL_API_KEY"),
+            model=settings.mistral_model,
+        ),
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -73,9 +74,10 @@ def _wait_http(url: str, what: str, process: subprocess.Popen[bytes]) -> None:
 def _read_env_file(path: Path) -> dict[str, str]:
     values = {}
     for line in path.read_text().splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name.startswith("FOLLOWUP_"):
-            values[name.strip()] = value.strip().strip("'\"")
+        for word in shlex.split(line, comments=True):
+            name, sep, value = word.partition("=")
+            if sep and name.startswith("FOLLOWUP_"):
+                values[name] = value
     return values
 
 

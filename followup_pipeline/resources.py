@@ -18,7 +18,7 @@ from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.db import open_pool, translated_errors
 
 
-class PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class PostgresResource(dg.ConfigurableResource["PostgresResource"]):
     """The machine's flow state: a pool opened for the run, closed after it."""
 
     url: str
@@ -43,7 +43,7 @@ class PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             yield conn
 
 
-class ClockResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class ClockResource(dg.ConfigurableResource["ClockResource"]):
     """The current instant: real, or started at ``start`` (ISO 8601 with offset)."""
 
     start: str | None = None
@@ -66,7 +66,7 @@ class ClockResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return result
 
 
-class SettingsResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class SettingsResource(dg.ConfigurableResource["SettingsResource"]):
     """The machine's settings (from the environment), with optional overrides as JSON."""
 
     overrides_json: str = ""

@@ -62,10 +62,10 @@ def _split_list(value: Any) -> Any:
     return value
 
 
-def _parse_json(value: Any) -> Any:
+def _parse_json(value: Any, empty: Any) -> Any:
     if isinstance(value, str):
         text = value.strip()
-        return json.loads(text) if text else []
+        return json.loads(text) if text else empty
     return value
 
 
@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     espocrm_hmac_secret: SecretStr | None = None
     espocrm_webhooks: Annotated[list[EspoWebhook], NoDecode] = []
     espocrm_legacy_signature: bool = True
+    #: Standard Webhooks sources: JSON map source name → list of ``whsec_…`` secrets (rotation).
+    standard_webhooks: Annotated[dict[str, list[SecretStr]], NoDecode] = {}
 
     # --- ClickUp -------------------------------------------------------------------------------
     clickup_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/clickup/api")
@@ -117,12 +119,13 @@ class Settings(BaseSettings):
     clickup_default_assignee: int | None = None
     clickup_user_map: Annotated[dict[str, int], NoDecode] = {}
     clickup_close_on_watch_close: bool = True
+    clickup_closed_status: str = "closed"
 
     # --- Microsoft Graph (Outlook) -------------------------------------------------------------
     graph_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/graph")
     graph_login_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/login")
     graph_tenant_id: str = "sandbox-tenant"
-    graph_client_id: str | None = None
+    graph_client_id: str = "sandbox-client"
     graph_client_secret: SecretStr | None = None
     graph_sender: str = "followup@example.com"
 
@@ -134,6 +137,7 @@ class Settings(BaseSettings):
     # --- local servers -------------------------------------------------------------------------
     ingress_host: str = "127.0.0.1"
     ingress_port: int = Field(default=8787, ge=1, le=65535)
+    ingress_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     sandbox_port: int = Field(default=8765, ge=1, le=65535)
 
     @field_validator("watched_stages", "report_recipients", mode="before")
@@ -146,10 +150,15 @@ class Settings(BaseSettings):
     def _cadence(cls, value: Any) -> Any:
         return _split_list(value)
 
-    @field_validator("espocrm_webhooks", "clickup_user_map", mode="before")
+    @field_validator("espocrm_webhooks", mode="before")
     @classmethod
-    def _json(cls, value: Any) -> Any:
-        return _parse_json(value)
+    def _json_list(cls, value: Any) -> Any:
+        return _parse_json(value, [])
+
+    @field_validator("clickup_user_map", "standard_webhooks", mode="before")
+    @classmethod
+    def _json_map(cls, value: Any) -> Any:
+        return _parse_json(value, {})
 
     @field_validator("home", mode="after")
     @classmethod
@@ -219,6 +228,27 @@ class Settings(BaseSettings):
             "FOLLOWUP_MISTRAL_API_KEY": self.mistral_api_key,
         }
         return [name for name, value in required.items() if value is None]
+
+
+#: Secret settings that Dagster resources read through ``dg.EnvVar``.
+SECRET_VARIABLES = {
+    "espocrm_api_key": "FOLLOWUP_ESPOCRM_API_KEY",
+    "espocrm_hmac_secret": "FOLLOWUP_ESPOCRM_HMAC_SECRET",
+    "clickup_token": "FOLLOWUP_CLICKUP_TOKEN",
+    "graph_client_secret": "FOLLOWUP_GRAPH_CLIENT_SECRET",
+    "mistral_api_key": "FOLLOWUP_MISTRAL_API_KEY",
+}
+
+
+def export_secrets(settings: Settings) -> None:
+    """Put secrets read from ``.env`` or the secrets folder into this process's environment.
+
+    ``dg.EnvVar`` reads only the environment; this lets the other two sources reach it too.
+    """
+    for field, variable in SECRET_VARIABLES.items():
+        value = getattr(settings, field)
+        if value is not None and variable not in os.environ:
+            os.environ[variable] = value.get_secret_value()
 
 
 def _describe(error: ValidationError) -> str:

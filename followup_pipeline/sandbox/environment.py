@@ -1,12 +1,13 @@
 """The ``FOLLOWUP_*`` lines that point the machine at a running sandbox."""
 
 import json
+import shlex
 
 from followup_pipeline.sandbox.config import SandboxConfig
 
 
 def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
-    """``NAME=value`` lines (names as in ``settings.py``) for a sandbox served at ``base_url``."""
+    """Shell-quoted ``NAME=value`` lines (names as in settings.py) for a sandbox at ``base_url``."""
     base = base_url.rstrip("/")
     hooks = [
         {"id": hook.id, "event": hook.event, "secret": hook.secret.get_secret_value()}
@@ -27,4 +28,5 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
         "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),
     }
-    return [f"{name}={value}" for name, value in values.items()]
+    # Shell-quoted, so that `source FILE` and `.env` readers both get the exact value.
+    return [f"{name}={shlex.quote(value)}" for name, value in values.items()]

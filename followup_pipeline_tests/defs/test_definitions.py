@@ -37,7 +37,9 @@ def test_definitions_resolve_every_job_schedule_and_sensor() -> None:
         assert defs.resolve_schedule_def(name).name == name
     for name in SENSORS:
         assert defs.resolve_sensor_def(name).name == name
-    assert {"postgres", "clock", "settings"} <= set(repository.get_top_level_resources())
+    assert {"postgres", "clock", "settings", "espocrm", "clickup", "outlook", "mistral"} <= set(
+        repository.get_top_level_resources()
+    )
 
 
 def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime() -> None:

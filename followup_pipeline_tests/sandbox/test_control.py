@@ -1,8 +1,12 @@
 """The control API, demo data, the env lines and the command's arguments."""
 
+import os
 import re
+import shlex
+import subprocess
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -81,10 +85,23 @@ def test_demo_data_covers_every_stage_in_two_languages() -> None:
     assert demo_data(6, now) != deals
 
 
-def test_env_lines_configure_the_machine_for_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_lines_configure_the_machine_for_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     config = SandboxConfig()
     lines = env_lines(config, "http://127.0.0.1:8765/")
-    values = dict(line.split("=", 1) for line in lines)
+    env_file = tmp_path / "sandbox.env"
+    env_file.write_text("\n".join(lines) + "\n")
+    # What an operator does: `source` the file in a shell, then read the environment back.
+    shell = subprocess.run(
+        ["bash", "-c", f"set -a; source {shlex.quote(str(env_file))}; env -0"],
+        capture_output=True,
+        check=True,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
+    pairs = (item.split("=", 1) for item in shell.stdout.decode().split("\0") if "=" in item)
+    values = {name: value for name, value in pairs if name.startswith("FOLLOWUP_")}
+    assert len(values) == len(lines)
     assert values["FOLLOWUP_ESPOCRM_URL"] == "http://127.0.0.1:8765/espocrm"
     assert values["FOLLOWUP_CLICKUP_URL"] == "http://127.0.0.1:8765/clickup/api"
     assert values["FOLLOWUP_GRAPH_LOGIN_URL"] == "http://127.0.0.1:8765/login"

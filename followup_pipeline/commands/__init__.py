@@ -1,0 +1,14 @@
+"""Sub-commands of ``followup``: each module here defines ``register(commands)``.
+
+``register`` receives the sub-parser collection and adds its parsers, each with a ``handler``
+default of type ``Handler``. ``cli.py`` discovers the modules, so a new command is a new file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from followup_pipeline.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Settings], int]
