@@ -6,6 +6,7 @@ import dagster as dg
 from followup_pipeline.defs.alerts import definitions as alerts
 from followup_pipeline.defs.enrich import definitions as enrich
 from followup_pipeline.defs.evaluate import definitions as evaluate
+from followup_pipeline.defs.evaluate.lock import RunLockResource
 from followup_pipeline.defs.register import definitions as register
 from followup_pipeline.defs.replay import definitions as replay
 from followup_pipeline.defs.report import definitions as report
@@ -28,6 +29,7 @@ def build_resources() -> dict[str, object]:
         "postgres": PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL")),
         "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
         "settings": SettingsResource(),
+        "evaluate_lock": RunLockResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"), name="evaluate"),
         "espocrm": EspoCrmResource(
             base_url=str(settings.espocrm_url),
             api_key=dg.EnvVar("FOLLOWUP_ESPOCRM_API_KEY"),

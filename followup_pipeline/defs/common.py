@@ -14,7 +14,7 @@ RunCounts = dict[str, Any]
 
 
 def outcome_output(
-    context: dg.OpExecutionContext, outcome: Outcome, counts: Mapping[str, int | str]
+    context: dg.OpExecutionContext, outcome: Outcome, counts: Mapping[str, Any]
 ) -> dg.Output[RunCounts]:
     """Tag the run with its outcome and return the counts as the op's output, with metadata."""
     context.instance.add_run_tags(context.run_id, {OUTCOME_TAG: outcome})

@@ -1,20 +1,35 @@
-"""Evaluation: hourly reconciliation with the CRM, then due steps to ClickUp (one run at a time)."""
+"""Evaluation: hourly reconciliation with the CRM, then due steps to ClickUp (one run at a time).
 
+Ops: ``sync`` (stage guard, reconcile) then ``evaluate`` (reset cadences, due steps, exhausted
+watches, closing the tasks of closed watches). The partition is a label for the operator; the
+work always uses the clock's now.
+"""
+
+from collections import Counter
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from followup_pipeline.defs.common import SINGLETON_TAG, RunCounts, outcome_output
+from followup_pipeline.defs.evaluate.context import Evaluation
+from followup_pipeline.defs.evaluate.fire import (
+    close_exhausted,
+    close_tasks_of_closed_watches,
+    process_due_steps,
+)
+from followup_pipeline.defs.evaluate.lock import RunLockResource
+from followup_pipeline.defs.evaluate.reconcile import check_stage_names, reconcile, reset_cadences
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
 from followup_pipeline.settings import get_settings
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 45 * 60
 PARTITIONS_START = "2026-01-01-00:00"
-
-OPEN_WATCHES = "SELECT count(*) AS n FROM watches WHERE closed_at IS NULL"
+LOCK_HELD_ELSEWHERE = "another evaluate run holds the lock"
 
 
 def hourly_partitions(zone: str) -> dg.HourlyPartitionsDefinition:
@@ -23,22 +38,66 @@ def hourly_partitions(zone: str) -> dg.HourlyPartitionsDefinition:
     return dg.HourlyPartitionsDefinition(start_date=PARTITIONS_START, timezone=zone, end_offset=1)
 
 
-@dg.op
-def sync(context: dg.OpExecutionContext, clock: ClockResource) -> datetime:
-    """Reconcile watches with the CRM (lands with the evaluate issue); returns the run's now."""
-    now = clock.now()
-    context.log.info("evaluating at %s", now.isoformat())
-    return now
+def _skipped(context: dg.OpExecutionContext) -> dg.Output[RunCounts]:
+    context.log.info("skipped: %s", LOCK_HELD_ELSEWHERE)
+    return outcome_output(context, "skipped", {"skipped": 1, "reason": LOCK_HELD_ELSEWHERE})
 
 
 @dg.op
-def evaluate_due_steps(
-    context: dg.OpExecutionContext, postgres: PostgresResource, now: datetime
+def sync(
+    context: dg.OpExecutionContext,
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+    clickup: ClickUpResource,
+    clock: ClockResource,
+    settings: SettingsResource,
+    evaluate_lock: RunLockResource,
 ) -> dg.Output[RunCounts]:
-    """Fire due steps through the action ledger (lands with the evaluate issue)."""
-    with postgres.connection() as conn:
-        row = conn.execute(OPEN_WATCHES).fetchone()
-    return outcome_output(context, "ok", {"open_watches": int(row["n"]) if row else 0})
+    """Check the stage names, then reconcile watches with the CRM."""
+    if not evaluate_lock.held:
+        return _skipped(context)
+    ev = Evaluation(
+        postgres, espocrm, clickup, settings.get(), clock.now(), context.log, context.run_id
+    )
+    try:
+        check_stage_names(ev)
+    except IntegrationError as error:
+        ev.problem(f"CRM unreachable, no reconciliation this run: {error}")
+    else:
+        reconcile(ev)
+    state = {"now": ev.now.isoformat(), "counts": dict(ev.counts), "problems": ev.problems}
+    return dg.Output(state, metadata=ev.metadata())
+
+
+@dg.op(name="evaluate")
+def evaluate_op(
+    context: dg.OpExecutionContext,
+    synced: RunCounts,
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+    clickup: ClickUpResource,
+    settings: SettingsResource,
+    evaluate_lock: RunLockResource,
+) -> dg.Output[RunCounts]:
+    """Reset cadences, fire due steps, close exhausted watches and the tasks of closed ones."""
+    if synced.get("skipped") or not evaluate_lock.held:
+        return _skipped(context)
+    ev = Evaluation(
+        postgres,
+        espocrm,
+        clickup,
+        settings.get(),
+        datetime.fromisoformat(synced["now"]),
+        context.log,
+        context.run_id,
+        counts=Counter(synced["counts"]),
+        problems=list(synced["problems"]),
+    )
+    reset_cadences(ev)
+    process_due_steps(ev)
+    close_exhausted(ev)
+    close_tasks_of_closed_watches(ev)
+    return outcome_output(context, "partial" if ev.problems else "ok", ev.metadata())
 
 
 def build(zone: str) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
@@ -53,7 +112,7 @@ def build(zone: str) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
         description="Reconcile with the CRM, reset cadences, fire due steps, close exhausted.",
     )
     def evaluate() -> None:
-        evaluate_due_steps(sync())
+        evaluate_op(sync())
 
     settings = get_settings()
     calendar = BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)

@@ -1,0 +1,86 @@
+"""One evaluation's working set: resources, settings, the run's now, and its counts."""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+import dagster as dg
+
+from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.decisions import StagePolicy
+from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.watches import Plan, load_calendar
+
+
+@dataclass
+class Evaluation:
+    """What the steps of ``evaluate`` share within one run."""
+
+    postgres: PostgresResource
+    crm: EspoCrmResource
+    clickup: ClickUpResource
+    settings: Settings
+    now: datetime
+    log: Any
+    run_id: str | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    _calendar: BusinessCalendar | None = None
+
+    @property
+    def zone(self) -> str:
+        return self.settings.timezone
+
+    @property
+    def today(self) -> date:
+        """The local date of the run's now."""
+        return local_date(self.now, self.zone)
+
+    @property
+    def calendar(self) -> BusinessCalendar:
+        """The business calendar with the database's overrides, read once per run."""
+        if self._calendar is None:
+            with self.postgres.connection() as conn:
+                self._calendar = load_calendar(
+                    conn, self.settings.holiday_country, self.settings.holiday_subdivision
+                )
+        return self._calendar
+
+    @property
+    def policy(self) -> StagePolicy:
+        s = self.settings
+        return StagePolicy(watched=s.watched_stages, won=s.won_stage, lost=s.lost_stage)
+
+    @property
+    def plan(self) -> Plan:
+        """How new watches are planned now (a plan is fixed when made)."""
+        return Plan("default", tuple(self.settings.cadence), self.zone, self.calendar)
+
+    def crm_url(self, deal_id: str) -> str:
+        """The deal's page in the CRM."""
+        base = str(self.settings.espocrm_url).rstrip("/")
+        base = base.removesuffix("/api/v1")
+        return f"{base}/#Opportunity/view/{deal_id}"
+
+    def problem(self, message: str) -> None:
+        """A single item failed: skip it, the run ends ``partial``."""
+        self.problems.append(message)
+        self.counts["problems"] += 1
+        self.log.warning(message)
+
+    @property
+    def outcome(self) -> str:
+        return "partial" if self.problems else "ok"
+
+    def metadata(self) -> dict[str, Any]:
+        """Counts and the first problems, as run metadata."""
+        data: dict[str, Any] = dict(sorted(self.counts.items()))
+        if self.problems:
+            data["problem_list"] = dg.MetadataValue.md(
+                "\n".join(f"- {p}" for p in self.problems[:50])
+            )
+        return data

@@ -1,0 +1,47 @@
+-- name: ledger_action
+-- One action of the ledger by its idempotency key.
+SELECT * FROM actions WHERE idempotency_key = %(key)s;
+
+-- name: begin_action_attempt
+-- Mark an action attempted (creating it if new) before the provider is called. Actions that
+-- reached the provider (accepted, confirmed) are left alone: nothing comes back then.
+INSERT INTO actions (idempotency_key, kind, watch_id, step_no, due_at, time_zone, outcome,
+                     payload, attempts)
+VALUES (%(key)s, %(kind)s, %(watch_id)s, %(step_no)s, %(due_at)s, %(time_zone)s, 'attempted',
+        %(payload)s, 1)
+ON CONFLICT (idempotency_key) DO UPDATE
+    SET outcome = 'attempted', reason = NULL, attempts = actions.attempts + 1,
+        payload = EXCLUDED.payload, updated_at = now()
+    WHERE actions.outcome IN ('attempted', 'unknown', 'failed', 'suppressed')
+RETURNING id, attempts;
+
+-- name: insert_attempt
+-- Keep every attempt at an action.
+INSERT INTO action_attempts (action_id, attempt_no, started_at, outcome, run_id)
+VALUES (%(action_id)s, %(attempt_no)s, %(started_at)s, 'attempted', %(run_id)s);
+
+-- name: finish_action
+-- Record the outcome of an attempt on the action itself.
+UPDATE actions
+SET outcome = %(outcome)s, provider_ref = coalesce(%(provider_ref)s, provider_ref),
+    last_error = %(error)s, updated_at = now()
+WHERE id = %(action_id)s;
+
+-- name: finish_attempt
+-- Record the outcome of one attempt.
+UPDATE action_attempts
+SET outcome = %(outcome)s, finished_at = %(finished_at)s, provider_ref = %(provider_ref)s,
+    error = %(error)s
+WHERE action_id = %(action_id)s AND attempt_no = %(attempt_no)s;
+
+-- name: suppress_action
+-- Record an action that is deliberately not carried out, with its reason. One that already
+-- reached the provider keeps its outcome.
+INSERT INTO actions (idempotency_key, kind, watch_id, step_no, due_at, time_zone, outcome,
+                     reason, payload)
+VALUES (%(key)s, %(kind)s, %(watch_id)s, %(step_no)s, %(due_at)s, %(time_zone)s, 'suppressed',
+        %(reason)s, %(payload)s)
+ON CONFLICT (idempotency_key) DO UPDATE
+    SET outcome = 'suppressed', reason = EXCLUDED.reason, updated_at = now()
+    WHERE actions.outcome NOT IN ('accepted', 'confirmed')
+RETURNING id;

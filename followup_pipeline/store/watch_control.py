@@ -1,0 +1,56 @@
+"""Operator control of a watch: pause and resume."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from followup_pipeline.domain.cadence import PlannedStep, replan_steps
+from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.store.steps import replan_step, set_paused, watch_by_id
+from followup_pipeline.store.watches import steps_of
+
+
+class WatchControlError(ValueError):
+    """The watch cannot be paused or resumed (unknown, closed, or already so)."""
+
+
+def pause_watch(conn: psycopg.Connection[Any], *, watch_id: int, now: datetime) -> None:
+    """Pause an open watch: its due steps are skipped as ``paused`` until it resumes."""
+    watch = _open(conn, watch_id)
+    if watch["paused_at"] is not None:
+        raise WatchControlError(f"watch {watch_id} is paused already")
+    set_paused(conn, watch_id=watch_id, at=now)
+
+
+def resume_watch(
+    conn: psycopg.Connection[Any], *, watch_id: int, now: datetime, calendar: BusinessCalendar
+) -> list[PlannedStep]:
+    """Resume a paused watch: every step not fired (paused ones included) planned from today."""
+    watch = _open(conn, watch_id)
+    if watch["paused_at"] is None:
+        raise WatchControlError(f"watch {watch_id} is not paused")
+    today = local_date(now, watch["time_zone"])
+    pending = [
+        PlannedStep(s["step_no"], s["offset_days"], s["due_on"])
+        for s in steps_of(conn, watch_id)
+        if s["fired_at"] is None and s["skip_reason"] in (None, "paused")
+    ]
+    planned = replan_steps(today, pending, calendar)
+    with conn.transaction():
+        for step in planned:
+            replan_step(conn, watch_id=watch_id, step_no=step.step_no, due_on=step.due_on)
+        set_paused(conn, watch_id=watch_id, at=None)
+    return planned
+
+
+def _open(conn: psycopg.Connection[Any], watch_id: int) -> dict[str, Any]:
+    watch = watch_by_id(conn, watch_id)
+    if watch is None:
+        raise WatchControlError(f"no watch {watch_id}")
+    if watch["closed_at"] is not None:
+        raise WatchControlError(f"watch {watch_id} is closed ({watch['closed_reason']})")
+    return watch

@@ -1,0 +1,135 @@
+"""A harness for ``evaluate``: the real job, real Postgres, the sandbox over HTTP, a set clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+import httpx
+import psycopg
+import pytest
+
+from followup_pipeline.defs.common import OUTCOME_TAG
+from followup_pipeline.defs.evaluate import evaluate_job
+from followup_pipeline.defs.evaluate.lock import RunLockResource
+from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
+from followup_pipeline.sandbox.config import SandboxConfig
+
+SANDBOX = SandboxConfig()
+#: Monday 2 March 2026, 09:00 in Berlin.
+MONDAY = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+@dataclass
+class Machine:
+    """Runs ``evaluate`` at a chosen instant against one database and the sandbox."""
+
+    db_url: str
+    sandbox: str
+    db: psycopg.Connection[Any]
+    settings: dict[str, Any] = field(default_factory=dict)
+    instance: dg.DagsterInstance = field(default_factory=dg.DagsterInstance.ephemeral)
+
+    def resources(self, now: datetime) -> dict[str, Any]:
+        overrides = {
+            "espocrm_url": f"{self.sandbox}/espocrm",
+            "clickup_url": f"{self.sandbox}/clickup/api",
+            **self.settings,
+        }
+        return {
+            "postgres": PostgresResource(url=self.db_url),
+            "clock": ClockResource(start=now.isoformat(), ticking=False),
+            "settings": SettingsResource(overrides_json=json.dumps(overrides)),
+            "evaluate_lock": RunLockResource(url=self.db_url),
+            "espocrm": EspoCrmResource(
+                base_url=f"{self.sandbox}/espocrm",
+                api_key=SANDBOX.espocrm_api_key.get_secret_value(),
+            ),
+            "clickup": ClickUpResource(
+                base_url=f"{self.sandbox}/clickup/api",
+                token=SANDBOX.clickup_token.get_secret_value(),
+                list_id=SANDBOX.clickup_list_id,
+            ),
+        }
+
+    def evaluate(
+        self, now: datetime, *, raise_on_error: bool = True, **kwargs: Any
+    ) -> dg.ExecuteInProcessResult:
+        """One ``evaluate`` run whose clock says ``now``."""
+        return evaluate_job.execute_in_process(
+            resources=self.resources(now),
+            raise_on_error=raise_on_error,
+            instance=self.instance,
+            **kwargs,
+        )
+
+    def outcome(self, result: dg.ExecuteInProcessResult) -> str:
+        """The run's ``followup/outcome`` tag."""
+        run = self.instance.get_run_by_id(result.run_id)
+        assert run is not None
+        return run.tags[OUTCOME_TAG]
+
+    def control(self) -> httpx.Client:
+        return httpx.Client(base_url=f"{self.sandbox}/_sandbox", timeout=10)
+
+    def deal(self, **attributes: Any) -> str:
+        """Seed one deal in the sandbox's CRM, without webhooks; returns its id."""
+        body = {"deals": [{"stage": "Proposal", **attributes}], "emit_webhooks": False}
+        with self.control() as control:
+            answer = control.post("/deals", json=body)
+            answer.raise_for_status()
+            return str(answer.json()["deals"][0]["id"])
+
+    def move(self, deal_id: str, stage: str) -> None:
+        with self.control() as control:
+            control.post(f"/deals/{deal_id}/stage", json={"stage": stage}).raise_for_status()
+
+    def delete(self, deal_id: str) -> None:
+        with self.control() as control:
+            control.delete(f"/deals/{deal_id}").raise_for_status()
+
+    def fault(self, **spec: Any) -> None:
+        with self.control() as control:
+            control.post("/faults", json=spec).raise_for_status()
+
+    def tasks(self) -> list[dict[str, Any]]:
+        with self.control() as control:
+            return list(control.get("/clickup/tasks").json()["tasks"])
+
+    def comments(self) -> Any:
+        with self.control() as control:
+            return control.get("/clickup/tasks").json()["comments"]
+
+    def watch(self, deal_id: str) -> dict[str, Any]:
+        row = self.db.execute(
+            "SELECT * FROM watches WHERE subject_id = %s ORDER BY id DESC LIMIT 1", (deal_id,)
+        ).fetchone()
+        assert row is not None, f"no watch for {deal_id}"
+        return dict(row)
+
+    def steps(self, deal_id: str) -> list[dict[str, Any]]:
+        watch = self.watch(deal_id)
+        return list(
+            self.db.execute(
+                "SELECT * FROM watch_steps WHERE watch_id = %s ORDER BY step_no", (watch["id"],)
+            ).fetchall()
+        )
+
+    def actions(self) -> list[dict[str, Any]]:
+        return list(self.db.execute("SELECT * FROM actions ORDER BY id").fetchall())
+
+
+@pytest.fixture
+def machine(db_url: str, sandbox: str, db: psycopg.Connection[Any]) -> Machine:
+    """The machine on a fresh database and a reset sandbox with no deals."""
+    with httpx.Client(base_url=sandbox, timeout=5) as control:
+        control.post("/_sandbox/reset", json={"demo": False}).raise_for_status()
+    return Machine(db_url=db_url, sandbox=sandbox, db=db)
+
+
+MachineFactory = Callable[..., Machine]

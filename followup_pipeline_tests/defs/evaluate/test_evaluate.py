@@ -1,0 +1,211 @@
+"""evaluate: reconciliation, due steps through the ledger, catch-up, closing, errors."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import dagster as dg
+import pytest
+
+from .conftest import MONDAY, Machine
+
+
+def test_evaluate_registers_deal_whose_webhook_was_dropped(machine: Machine) -> None:
+    deal = machine.deal(name="Dropped webhook", accountName="Acme")
+    result = machine.evaluate(MONDAY)
+    assert result.success
+    watch = machine.watch(deal)
+    assert (watch["registered_by"], watch["subject_name"], watch["base_on"]) == (
+        "reconcile",
+        "Dropped webhook",
+        date(2026, 3, 2),
+    )
+    assert [s["due_on"] for s in machine.steps(deal)] == [
+        date(2026, 3, 9),
+        date(2026, 3, 18),
+        date(2026, 3, 31),
+    ]
+    assert result.output_for_node("evaluate")["registered"] == 1
+
+
+def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
+    deal = machine.deal(name="Offer", accountName="Acme GmbH")
+    machine.evaluate(MONDAY)
+    assert machine.tasks() == []
+    first = machine.evaluate(MONDAY + timedelta(days=7))
+    machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+    tasks = machine.tasks()
+    assert len(tasks) == 1
+    assert "Offer" in tasks[0]["name"] and "step 1 of 3" in tasks[0]["name"]
+    assert "Acme GmbH" in tasks[0]["name"]
+    step = machine.steps(deal)[0]
+    assert step["task_ref"] == tasks[0]["id"]
+    [action] = machine.actions()
+    assert (action["idempotency_key"], action["outcome"]) == (
+        f"task:{machine.watch(deal)['id']}:1",
+        "confirmed",
+    )
+    assert first.output_for_node("evaluate")["fired"] == 1
+    assert machine.outcome(first) == "ok"
+
+
+def test_evaluate_after_three_week_outage_fires_latest_step_only(machine: Machine) -> None:
+    deals = [machine.deal(name=f"Deal {n}") for n in range(3)]
+    machine.evaluate(MONDAY)
+    machine.evaluate(MONDAY + timedelta(weeks=3))
+    tasks = machine.tasks()
+    assert len(tasks) == 3
+    assert all("step 2 of 3" in t["name"] for t in tasks)
+    for deal in deals:
+        first, second, third = machine.steps(deal)
+        assert first["skip_reason"] == "superseded" and first["fired_at"] is None
+        assert second["fired_at"] is not None and second["task_ref"]
+        assert third["fired_at"] is None and third["skipped_at"] is None
+    outcomes = sorted((a["step_no"], a["outcome"], a["reason"]) for a in machine.actions())
+    assert outcomes == [(1, "suppressed", "superseded")] * 3 + [(2, "confirmed", None)] * 3
+
+
+def test_evaluate_closes_won_and_deleted_deals_and_suppresses_their_steps(
+    machine: Machine,
+) -> None:
+    won, gone, other = machine.deal(), machine.deal(), machine.deal(name="Kept")
+    machine.evaluate(MONDAY)
+    machine.move(won, "Closed Won")
+    machine.delete(gone)
+    machine.evaluate(MONDAY + timedelta(days=8))
+    assert machine.watch(won)["closed_reason"] == "won"
+    assert machine.watch(gone)["closed_reason"] == "subject_gone"
+    for deal in (won, gone):
+        assert {s["skip_reason"] for s in machine.steps(deal)} == {"deal_closed"}
+    assert machine.watch(other)["closed_at"] is None
+    assert len(machine.tasks()) == 1
+    suppressed = [a for a in machine.actions() if a["outcome"] == "suppressed"]
+    assert {a["reason"] for a in suppressed} == {"deal_closed"}
+
+
+def test_evaluate_crm_error_on_one_deal_is_partial(machine: Machine) -> None:
+    broken, *fine = [machine.deal(name=f"Deal {n}") for n in range(3)]
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="espocrm", kind="error", status=500, deal_id=broken)
+    result = machine.evaluate(MONDAY + timedelta(days=7))
+    assert result.success
+    assert machine.outcome(result) == "partial"
+    assert machine.steps(broken)[0]["fired_at"] is None
+    assert all(machine.steps(deal)[0]["fired_at"] is not None for deal in fine)
+    assert len(machine.tasks()) == 2
+
+
+def test_evaluate_lost_answer_from_clickup_creates_no_duplicate(machine: Machine) -> None:
+    deal = machine.deal(name="Crash")
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="clickup", kind="drop_answer", method="POST", count=1)
+    crashed = machine.evaluate(MONDAY + timedelta(days=7))
+    assert machine.outcome(crashed) == "partial"
+    assert len(machine.tasks()) == 1  # ClickUp created it; we never heard back
+    assert machine.steps(deal)[0]["fired_at"] is None
+    assert [a["outcome"] for a in machine.actions()] == ["unknown"]
+    machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+    tasks = machine.tasks()
+    assert len(tasks) == 1
+    assert machine.steps(deal)[0]["task_ref"] == tasks[0]["id"]
+    [action] = machine.actions()
+    assert (action["outcome"], action["provider_ref"], action["attempts"]) == (
+        "confirmed",
+        tasks[0]["id"],
+        2,
+    )
+
+
+def test_evaluate_misspelt_stage_fails_naming_it(machine: Machine) -> None:
+    machine.settings["watched_stages"] = ["Proposal", "Negociation"]
+    result = machine.evaluate(MONDAY, raise_on_error=False)
+    assert not result.success
+    failure = result.failure_data_for_node("sync")
+    assert failure is not None
+    message = str(failure.user_failure_data.description if failure.user_failure_data else failure)
+    assert "'Negociation'" in message
+    assert "'Negotiation'" in message and "'Closed Won'" in message
+
+
+def test_evaluate_closing_a_lost_deal_closes_its_task_with_a_comment(machine: Machine) -> None:
+    deal = machine.deal(name="Lost one")
+    machine.evaluate(MONDAY)
+    machine.evaluate(MONDAY + timedelta(days=7))
+    [task] = machine.tasks()
+    machine.move(deal, "Closed Lost")
+    machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+    machine.evaluate(MONDAY + timedelta(days=7, hours=2))
+    assert machine.watch(deal)["closed_reason"] == "lost"
+    [task] = machine.tasks()
+    assert task["status"]["type"] == "closed" or task["status"]["status"] == "closed"
+    comments = machine.comments()
+    texts = [
+        c["comment_text"]
+        for c in (comments.get(task["id"], []) if isinstance(comments, dict) else comments)
+    ]
+    assert any("lost" in text for text in texts)
+    closes = [a for a in machine.actions() if a["kind"] == "close_task"]
+    assert [(a["outcome"], a["provider_ref"]) for a in closes] == [("confirmed", task["id"])]
+
+
+def test_evaluate_dry_run_writes_postgres_only(machine: Machine) -> None:
+    deal = machine.deal()
+    machine.settings["dry_run"] = True
+    machine.evaluate(MONDAY)
+    machine.evaluate(MONDAY + timedelta(days=7))
+    assert machine.tasks() == []
+    assert machine.steps(deal)[0]["task_ref"] == "dry-run"
+    [action] = machine.actions()
+    assert (action["outcome"], action["reason"]) == ("suppressed", "dry_run")
+
+
+def test_evaluate_outside_the_queue_second_run_ends_quietly(machine: Machine) -> None:
+    import threading
+
+    machine.deal()
+    machine.evaluate(MONDAY)
+    # Slow the CRM so the first run still holds the lock when the second starts.
+    machine.fault(vendor="espocrm", kind="latency", latency_s=1.5, path="Metadata")
+    results: list[dg.ExecuteInProcessResult] = []
+    first = threading.Thread(
+        target=lambda: results.append(machine.evaluate(MONDAY + timedelta(days=7)))
+    )
+    first.start()
+    import time
+
+    time.sleep(0.7)
+    second = machine.evaluate(MONDAY + timedelta(days=7))
+    first.join(timeout=60)
+    assert machine.outcome(second) == "skipped"
+    assert second.output_for_node("evaluate")["skipped"] == 1
+    assert machine.outcome(results[0]) == "ok"
+    assert len(machine.tasks()) == 1
+
+
+@pytest.mark.parametrize("activity", ["emails", "calls", "meetings"])
+def test_evaluate_activity_resets_the_cadence(machine: Machine, activity: str) -> None:
+    deal = machine.deal()
+    machine.evaluate(MONDAY)
+    when = "2026-03-05 10:00:00"  # Thursday, after registration
+    item = {"dateSent": when} if activity == "emails" else {"dateStart": when, "status": "Held"}
+    with machine.control() as control:
+        control.post(f"/deals/{deal}/{activity}", json=item).raise_for_status()
+    machine.evaluate(MONDAY + timedelta(days=4))
+    assert [s["due_on"] for s in machine.steps(deal)] == [
+        date(2026, 3, 12),
+        date(2026, 3, 23),
+        date(2026, 4, 7),  # over Good Friday and Easter Monday
+    ]
+    assert machine.watch(deal)["last_reset_at"] is not None
+
+
+def test_evaluate_exhausted_watch_closes_and_is_not_reopened(machine: Machine) -> None:
+    deal = machine.deal()
+    machine.evaluate(MONDAY)
+    machine.evaluate(MONDAY + timedelta(weeks=6))  # step 3 due (1 and 2 superseded)
+    assert machine.watch(deal)["closed_at"] is None
+    machine.evaluate(MONDAY + timedelta(weeks=7, days=1))
+    watch = machine.watch(deal)
+    assert watch["closed_reason"] == "exhausted"
+    machine.evaluate(MONDAY + timedelta(weeks=7, days=1, hours=1))
+    assert machine.watch(deal)["id"] == watch["id"]
