@@ -36,7 +36,8 @@ def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
     machine.evaluate(MONDAY + timedelta(days=7, hours=1))
     tasks = machine.tasks()
     assert len(tasks) == 1
-    assert "Offer" in tasks[0]["name"] and "step 1 of 3" in tasks[0]["name"]
+    assert "Offer" in tasks[0]["name"]
+    assert "step 1 of 3" in tasks[0]["name"]
     assert "Acme GmbH" in tasks[0]["name"]
     step = machine.steps(deal)[0]
     assert step["task_ref"] == tasks[0]["id"]
@@ -58,9 +59,12 @@ def test_evaluate_after_three_week_outage_fires_latest_step_only(machine: Machin
     assert all("step 2 of 3" in t["name"] for t in tasks)
     for deal in deals:
         first, second, third = machine.steps(deal)
-        assert first["skip_reason"] == "superseded" and first["fired_at"] is None
-        assert second["fired_at"] is not None and second["task_ref"]
-        assert third["fired_at"] is None and third["skipped_at"] is None
+        assert first["skip_reason"] == "superseded"
+        assert first["fired_at"] is None
+        assert second["fired_at"] is not None
+        assert second["task_ref"]
+        assert third["fired_at"] is None
+        assert third["skipped_at"] is None
     outcomes = sorted((a["step_no"], a["outcome"], a["reason"]) for a in machine.actions())
     assert outcomes == [(1, "suppressed", "superseded")] * 3 + [(2, "confirmed", None)] * 3
 
@@ -124,7 +128,8 @@ def test_evaluate_misspelt_stage_fails_naming_it(machine: Machine) -> None:
     assert failure is not None
     message = str(failure.user_failure_data.description if failure.user_failure_data else failure)
     assert "'Negociation'" in message
-    assert "'Negotiation'" in message and "'Closed Won'" in message
+    assert "'Negotiation'" in message
+    assert "'Closed Won'" in message
 
 
 def test_evaluate_closing_a_lost_deal_closes_its_task_with_a_comment(machine: Machine) -> None:
