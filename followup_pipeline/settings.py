@@ -140,6 +140,17 @@ class Settings(BaseSettings):
     ingress_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     sandbox_port: int = Field(default=8765, ge=1, le=65535)
 
+    # --- the event log ---------------------------------------------------------------------------
+    #: Attempts at an event before it becomes a dead letter.
+    event_max_attempts: int = Field(default=5, ge=1)
+    #: First wait before a failed event is retried; doubles per attempt, with jitter, up to the max.
+    event_backoff_base_s: float = Field(default=60.0, ge=0)
+    event_backoff_max_s: float = Field(default=3600.0, ge=0)
+    #: Events claimed per batch by a ``register`` run.
+    event_batch_size: int = Field(default=50, ge=1, le=1000)
+    #: How often the ``crm_events`` sensor looks at the event log (at most 30 s by design).
+    events_sensor_interval_s: int = Field(default=30, ge=1, le=30)
+
     @field_validator("watched_stages", "report_recipients", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:

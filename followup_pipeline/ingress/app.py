@@ -1,0 +1,204 @@
+"""The webhook ingress: verify, store, commit, and only then answer 200 (ARCHITECTURE.md §3).
+
+It holds no business logic. Answers: 200 stored (or a counted duplicate); 400 signed but
+unparseable (kept as a dead letter); 401 bad or missing signature, stale timestamp, unknown
+webhook or source (nothing stored); 413 body over the limit; 503 when the database cannot store
+it (EspoCRM retries 503, not 502/504). Every answer but 200 carries ``{"error", "detail"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from followup_pipeline.ingress.metrics import Metrics
+from followup_pipeline.ingress.payloads import parse_delivery
+from followup_pipeline.ingress.signatures import Rejected, Verified, verify_espocrm, verify_standard
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import events
+from followup_pipeline.store.db import StoreError, connection_kwargs
+from followup_pipeline.store.queries import query
+
+log = logging.getLogger(__name__)
+
+#: How long a request waits for a database connection before answering 503 (EspoCRM gives 10 s).
+DB_TIMEOUT_S = 3.0
+SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+#: Request headers kept with an event (signatures are kept: they prove origin, reveal no secret).
+KEPT_HEADERS = (
+    "content-type",
+    "user-agent",
+    "signature",
+    "x-signature",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+)
+
+
+def _problem(status: int, reason: str, detail: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": reason, "detail": detail, **extra}, status)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Rejected("too_large", f"body over {limit} bytes", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Rejected("too_large", f"body over {limit} bytes", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Ingress:
+    """The app's state: settings, the pool, the counters."""
+
+    def __init__(
+        self, settings: Settings, pool: ConnectionPool[Any], now: Callable[[], float]
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.now = now
+        self.metrics = Metrics()
+
+    def _store(self, **delivery: Any) -> events.Stored:
+        with self.pool.connection() as conn:
+            return events.store_delivery(conn, **delivery)
+
+    def _gauges(self) -> dict[str, float]:
+        with self.pool.connection() as conn:
+            return events.gauges(conn)
+
+    def _ping(self) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(query("database_ping")).fetchone()
+
+    def verify(self, source: str, request: Request, body: bytes) -> Verified:
+        """Who signed the delivery; ``Rejected`` when nobody we trust did."""
+        if source == "espocrm":
+            return verify_espocrm(
+                request.headers,
+                body,
+                self.settings.espocrm_webhooks,
+                accept_legacy=self.settings.espocrm_legacy_signature,
+            )
+        secrets = [s.get_secret_value() for s in self.settings.standard_webhooks[source]]
+        return verify_standard(request.headers, body, secrets, now=self.now())
+
+    async def receive(self, request: Request, source: str) -> Response:
+        """Verify, store and commit one delivery; then answer."""
+        if source != "espocrm" and source not in self.settings.standard_webhooks:
+            raise Rejected("unknown_source", "no webhook source of that name is configured")
+        body = await _read_body(request, self.settings.ingress_max_body_bytes)
+        verified = self.verify(source, request, body)
+        parsed = parse_delivery(source, verified.event_type, body)
+        headers = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
+        try:
+            stored = await run_in_threadpool(
+                self._store,
+                source=source,
+                event_type=parsed.event_type,
+                body=body,
+                headers=headers,
+                status=parsed.status,
+                error=parsed.error,
+            )
+        except (psycopg.Error, StoreError) as error:
+            log.warning("cannot store a %s delivery: %s", source, type(error).__name__)
+            raise Rejected("database_unavailable", "the event could not be stored", 503) from None
+        name = f"event:{stored.event_id}"
+        if stored.duplicate:
+            self.metrics.count_duplicate(source)
+        else:
+            self.metrics.count_received(source)
+        if parsed.error is not None:
+            self.metrics.count_rejected("unparseable")
+            return _problem(400, "unparseable", parsed.error, event=name)
+        return JSONResponse({"event": name, "duplicate": stored.duplicate})
+
+    async def webhook(self, request: Request) -> Response:
+        """``POST /webhooks/espocrm`` and ``POST /webhooks/{source}``."""
+        started = time.perf_counter()
+        source = request.path_params.get("source", "espocrm")
+        try:
+            if not SOURCE_NAME.match(source):
+                raise Rejected("unknown_source", "no webhook source of that name is configured")
+            return await self.receive(request, source)
+        except Rejected as rejected:
+            self.metrics.count_rejected(rejected.reason)
+            log.info("refused a %s delivery: %s", source[:64], rejected.reason)
+            return _problem(rejected.status, rejected.reason, rejected.detail)
+        finally:
+            self.metrics.observe(time.perf_counter() - started)
+
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: 200 when the database answers, else 503."""
+        try:
+            await run_in_threadpool(self._ping)
+        except (psycopg.Error, StoreError):
+            return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
+        return JSONResponse({"status": "ok", "database": "ok"})
+
+    async def prometheus(self, request: Request) -> Response:
+        """``GET /metrics``: the counters, the histogram and the event log's gauges."""
+        try:
+            gauges: dict[str, float] | None = await run_in_threadpool(self._gauges)
+        except (psycopg.Error, StoreError):
+            gauges = None
+        text = self.metrics.render(gauges)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+def create_app(
+    settings: Settings,
+    database_url: str,
+    *,
+    db_timeout_s: float = DB_TIMEOUT_S,
+    now: Callable[[], float] = time.time,
+) -> Starlette:
+    """The ingress app; its pool opens with the app (without waiting for the database)."""
+    pool: ConnectionPool[Any] = ConnectionPool(
+        database_url,
+        min_size=1,
+        max_size=8,
+        open=False,
+        check=ConnectionPool.check_connection,
+        kwargs=connection_kwargs(),
+        name="ingress",
+        timeout=db_timeout_s,
+    )
+    ingress = Ingress(settings, pool, now)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # wait=False: the ingress starts (and answers 503) while the database is down.
+        pool.open(wait=False)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(pool.close)
+
+    routes = [
+        Route("/webhooks/espocrm", ingress.webhook, methods=["POST"]),
+        Route("/webhooks/{source}", ingress.webhook, methods=["POST"]),
+        Route("/healthz", ingress.healthz, methods=["GET"]),
+        Route("/metrics", ingress.prometheus, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.ingress = ingress
+    return app

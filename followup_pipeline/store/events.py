@@ -1,0 +1,162 @@
+"""The event log: deliveries stored with their raw bytes, claimed by runs, retried, dead-lettered.
+
+A delivery's dedup key is a hash of its source, event type and raw body. A redelivery of the same
+key within ``DEDUP_WINDOW`` counts as a duplicate of the stored event and creates no work; the
+same body later is a new event (a stage going A→B→A). Concurrent deliveries of the same body are
+serialised by a transaction advisory lock on the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from followup_pipeline.store.queries import query
+
+#: EspoCRM retries for about 40 minutes; a redelivery within this window is a duplicate.
+DEDUP_WINDOW = timedelta(hours=1)
+#: Namespace (first key) of the dedup advisory locks; the second key is the dedup key's hash.
+DEDUP_LOCK_NAMESPACE = 0x46550001
+#: Sources whose events a run knows how to process; the others are stored as ``unhandled``.
+HANDLED_SOURCES = ("espocrm",)
+
+StoredStatus = Literal["pending", "unhandled", "dead"]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What became of a delivery: its event's id, its status, and whether it was a duplicate."""
+
+    event_id: int
+    status: str
+    duplicate: bool
+
+
+def dedup_key(source: str, event_type: str | None, body: bytes) -> str:
+    """The hash of source, event type and raw body (hex SHA-256)."""
+    digest = hashlib.sha256()
+    for part in (source.encode(), (event_type or "").encode()):
+        digest.update(len(part).to_bytes(4, "big") + part)
+    digest.update(body)
+    return digest.hexdigest()
+
+
+def store_delivery(
+    conn: psycopg.Connection[Any],
+    *,
+    source: str,
+    event_type: str | None,
+    body: bytes,
+    headers: Mapping[str, str],
+    status: StoredStatus = "pending",
+    error: str | None = None,
+) -> Stored:
+    """Store one delivery (or count it as a duplicate) and commit before returning."""
+    key = dedup_key(source, event_type, body)
+    with conn.transaction():
+        conn.execute(
+            query("events_dedup_lock"), {"namespace": DEDUP_LOCK_NAMESPACE, "dedup_key": key}
+        )
+        row = conn.execute(
+            query("events_count_duplicate"), {"dedup_key": key, "window": DEDUP_WINDOW}
+        ).fetchone()
+        if row is not None:
+            return Stored(int(row["id"]), str(row["status"]), duplicate=True)
+        row = conn.execute(
+            query("events_insert"),
+            {
+                "source": source,
+                "event_type": event_type,
+                "dedup_key": key,
+                "body": body,
+                "headers": Jsonb(dict(headers)),
+                "status": status,
+                "last_error": error,
+                "dead_step": "ingress" if status == "dead" else None,
+            },
+        ).fetchone()
+    assert row is not None
+    return Stored(int(row["id"]), str(row["status"]), duplicate=False)
+
+
+def backoff(
+    attempt: int, *, base_s: float, max_s: float, rng: random.Random | None = None
+) -> timedelta:
+    """The wait after failed attempt number ``attempt`` (1-based): doubling, ±25 % jitter."""
+    ceiling = min(max_s, base_s * 2.0 ** (attempt - 1))
+    jitter = (rng or random.Random()).uniform(0.75, 1.25)  # noqa: S311 (jitter, not crypto)
+    return timedelta(seconds=ceiling * jitter)
+
+
+def claim(
+    conn: psycopg.Connection[Any], *, limit: int, exclude: Sequence[int] = ()
+) -> list[dict[str, Any]]:
+    """Lock up to ``limit`` due events of the handled sources (inside the caller's transaction)."""
+    params = {"sources": list(HANDLED_SOURCES), "exclude": list(exclude), "limit": limit}
+    return list(conn.execute(query("events_claim"), params).fetchall())
+
+
+def claim_ids(conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Lock the named pending events, due or not (inside the caller's transaction)."""
+    return list(conn.execute(query("events_claim_ids"), {"ids": list(ids)}).fetchall())
+
+
+def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[dict[str, Any]]:
+    """Ids and attempts of the due events, oldest first."""
+    params = {"sources": list(HANDLED_SOURCES), "limit": limit}
+    return list(conn.execute(query("events_due"), params).fetchall())
+
+
+def mark_done(conn: psycopg.Connection[Any], event_id: int) -> None:
+    """Every item of the event is done."""
+    conn.execute(query("events_mark_done"), {"id": event_id})
+
+
+def mark_failed(
+    conn: psycopg.Connection[Any],
+    *,
+    event: Mapping[str, Any],
+    step: str,
+    error: str,
+    max_attempts: int,
+    delay: timedelta,
+) -> bool:
+    """Count a failed attempt: wait ``delay`` for the next, or dead-letter it. True if dead."""
+    params = {"id": event["id"], "step": step, "error": error[:2000]}
+    if int(event["attempts"]) + 1 >= max_attempts:
+        conn.execute(query("events_mark_dead"), params)
+        return True
+    conn.execute(query("events_mark_retry"), {**params, "delay": delay})
+    return False
+
+
+def completion(conn: psycopg.Connection[Any], key: str) -> dict[str, Any] | None:
+    """The record of a finished step ``{event_id}:{item}:{step}``, if it is finished."""
+    row: dict[str, Any] | None = conn.execute(query("step_completion"), {"key": key}).fetchone()
+    return row
+
+
+def complete(
+    conn: psycopg.Connection[Any], *, key: str, event_id: int, result: Mapping[str, Any]
+) -> None:
+    """Record a finished step (a second record of the same key changes nothing)."""
+    params = {"key": key, "event_id": event_id, "result": Jsonb(dict(result))}
+    conn.execute(query("step_completion_insert"), params)
+
+
+def gauges(conn: psycopg.Connection[Any]) -> dict[str, float]:
+    """Dead letters, pending events, and the age in seconds of the oldest pending one."""
+    row = conn.execute(query("events_gauges")).fetchone()
+    assert row is not None
+    return {
+        "dead": float(row["dead"]),
+        "pending": float(row["pending"]),
+        "oldest_pending_s": float(row["oldest_pending_s"] or 0.0),
+    }

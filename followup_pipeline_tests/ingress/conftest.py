@@ -1,0 +1,97 @@
+"""Fixtures for the ingress: its settings, signed bodies, and the app served by real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from followup_pipeline.ingress import create_app
+from followup_pipeline.sandbox.webhooks import php_json, signatures
+from followup_pipeline.settings import Settings, load_settings
+
+STAGE_HOOK = ("6650a1b2c3d4e5f02", "Opportunity.fieldUpdate.stage", "stage-secret")
+CREATE_HOOK = ("6650a1b2c3d4e5f00", "Opportunity.create", "create-secret")
+DELETE_HOOK = ("6650a1b2c3d4e5f03", "Opportunity.delete", "delete-secret")
+FORM_SECRET = "whsec_" + base64.b64encode(b"form-secret-of-32-bytes-length!!").decode()
+OLD_FORM_SECRET = "whsec_" + base64.b64encode(b"an-older-form-secret-in-rotation").decode()
+
+
+def ingress_settings(**overrides: Any) -> Settings:
+    """Settings with three EspoCRM webhooks and one Standard Webhooks source (``forms``)."""
+    hooks = [
+        {"id": hook_id, "event": event, "secret": secret}
+        for hook_id, event, secret in (STAGE_HOOK, CREATE_HOOK, DELETE_HOOK)
+    ]
+    values: dict[str, Any] = {
+        "espocrm_webhooks": hooks,
+        "standard_webhooks": {"forms": [FORM_SECRET, OLD_FORM_SECRET]},
+        "espocrm_url": "http://127.0.0.1:9/espocrm",
+    }
+    values.update(overrides)
+    return load_settings(**values)
+
+
+def espocrm_delivery(
+    items: list[dict[str, Any]], hook: tuple[str, str, str] = STAGE_HOOK
+) -> tuple[bytes, dict[str, str]]:
+    """A PHP-encoded body and the headers EspoCRM sends with it (both signatures)."""
+    body = php_json(items)
+    current, legacy = signatures(hook[0], body, hook[2])
+    return body, {"Content-Type": "application/json", "Signature": current, "X-Signature": legacy}
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn (lifespan on) on a free loopback port; yield its URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="error", ws="none", lifespan="on", http="h11")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the ingress did not start"
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+IngressFactory = Callable[..., contextlib.AbstractContextManager[httpx.Client]]
+
+
+@pytest.fixture
+def make_ingress(db_url: str) -> IngressFactory:
+    """``with make_ingress(url=..., **settings) as client``: a served ingress and a client."""
+
+    @contextlib.contextmanager
+    def build(url: str | None = None, **overrides: Any) -> Iterator[httpx.Client]:
+        kwargs = overrides.pop("app_kwargs", {})
+        app = create_app(ingress_settings(**overrides), url or db_url, **kwargs)
+        with served(app) as base, httpx.Client(base_url=base, timeout=15) as client:
+            yield client
+
+    return build
+
+
+@pytest.fixture
+def ingress(make_ingress: IngressFactory) -> Iterator[httpx.Client]:
+    """The ingress over the test's database, with the default test settings."""
+    with make_ingress() as client:
+        yield client
