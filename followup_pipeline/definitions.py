@@ -10,6 +10,7 @@ from followup_pipeline.defs.evaluate.lock import RunLockResource
 from followup_pipeline.defs.register import definitions as register
 from followup_pipeline.defs.replay import definitions as replay
 from followup_pipeline.defs.report import definitions as report
+from followup_pipeline.defs.watch_control import definitions as watch_control
 from followup_pipeline.integrations.resources import (
     ClickUpResource,
     EspoCrmResource,
@@ -65,5 +66,6 @@ defs = dg.Definitions.merge(
     report,
     alerts,
     replay,
+    watch_control,
     dg.Definitions(resources=build_resources()),
 )

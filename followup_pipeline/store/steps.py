@@ -93,3 +93,24 @@ def latest_summary(conn: psycopg.Connection[Any], subject_id: str) -> tuple[str,
 def tasks_to_close(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """Fired tasks of closed watches that were not closed in ClickUp yet."""
     return list(conn.execute(query("tasks_to_close")).fetchall())
+
+
+def set_watch_error(
+    conn: psycopg.Connection[Any], *, watch_id: int, error: str | None, at: datetime | None
+) -> None:
+    """Remember the CRM error that holds the watch back; None clears it."""
+    conn.execute(query("set_watch_error"), {"watch_id": watch_id, "error": error, "at": at})
+
+
+def actions_of_watch(conn: psycopg.Connection[Any], watch_id: int) -> dict[int, dict[str, Any]]:
+    """The task actions of a watch, keyed by step number."""
+    rows = conn.execute(query("actions_of_watch"), {"watch_id": watch_id}).fetchall()
+    return {row["step_no"]: row for row in rows}
+
+
+def list_watches(
+    conn: psycopg.Connection[Any], *, include_closed: bool = False, limit: int = 200
+) -> list[dict[str, Any]]:
+    """Watches for the operator, newest first, with their next due date."""
+    params = {"all": include_closed, "limit": limit}
+    return list(conn.execute(query("list_watches"), params).fetchall())

@@ -18,7 +18,15 @@ from followup_pipeline.resources import ClockResource, PostgresResource, Setting
 
 from ..conftest import with_database
 
-JOBS = ["register", "evaluate", "enrich", "morning_report", "weekly_report", "replay"]
+JOBS = [
+    "register",
+    "evaluate",
+    "enrich",
+    "morning_report",
+    "weekly_report",
+    "replay",
+    "watch_control",
+]
 SCHEDULES = [
     "evaluate_business_hours",
     "enrich_hourly",

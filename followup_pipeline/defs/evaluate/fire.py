@@ -25,6 +25,7 @@ from followup_pipeline.store.steps import (
     fire_step,
     latest_summary,
     open_watches,
+    set_watch_error,
     skip_step,
     step_states,
     tasks_to_close,
@@ -113,13 +114,19 @@ def process_due_steps(ev: Evaluation) -> None:
 def _recheck(ev: Evaluation, watch: dict[str, Any]) -> Decision | None:
     """The deal's current stage decides; None when the CRM cannot tell (the step waits)."""
     try:
-        return decide_for_stage(ev.crm.get_deal(deal_id=watch["subject_id"]).stage, ev.policy)
+        decision = decide_for_stage(ev.crm.get_deal(deal_id=watch["subject_id"]).stage, ev.policy)
     except NotFoundError:
-        return Close("subject_gone")
+        decision = Close("subject_gone")
     except IntegrationError as error:
         ev.counts["waiting_on_crm"] += 1
         ev.problem(f"deal {watch['subject_id']}: CRM unreadable, its due step waits: {error}")
+        with ev.postgres.connection() as conn:
+            set_watch_error(conn, watch_id=watch["id"], error=str(error), at=ev.now)
         return None
+    if watch.get("last_error"):
+        with ev.postgres.connection() as conn:
+            set_watch_error(conn, watch_id=watch["id"], error=None, at=None)
+    return decision
 
 
 def fire(

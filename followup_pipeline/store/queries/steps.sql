@@ -59,3 +59,22 @@ WHERE w.closed_at IS NOT NULL
         AND a.outcome IN ('accepted', 'confirmed', 'suppressed')
   )
 ORDER BY w.id, s.step_no;
+
+-- name: set_watch_error
+-- Remember (or clear, with NULL) the CRM error that holds a watch's due step back.
+UPDATE watches SET last_error = %(error)s, last_error_at = %(at)s WHERE id = %(watch_id)s;
+
+-- name: actions_of_watch
+-- The task actions of a watch, by step.
+SELECT * FROM actions WHERE watch_id = %(watch_id)s AND kind = 'task' ORDER BY step_no;
+
+-- name: list_watches
+-- Watches for the operator: open ones, or all, newest first.
+SELECT w.*, (
+    SELECT min(s.due_on) FROM watch_steps s
+    WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
+) AS next_due_on
+FROM watches w
+WHERE %(all)s OR w.closed_at IS NULL
+ORDER BY w.registered_at DESC, w.id DESC
+LIMIT %(limit)s;

@@ -1,0 +1,134 @@
+"""``followup watches list | show ID | pause ID | resume ID | explain DEAL_ID``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from followup_pipeline.clock import build_clock
+from followup_pipeline.domain.explain import explain
+from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.steps import actions_of_watch, list_watches, watch_by_id
+from followup_pipeline.store.watch_control import WatchControlError, pause_watch, resume_watch
+from followup_pipeline.store.watches import latest_watch_of, load_calendar, steps_of
+
+
+def _list(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        rows = list_watches(conn, include_closed=args.all)
+    print(f"{'id':>6}  {'deal':<18} {'stage':<12} {'state':<14} {'next due':<10}  name")
+    for row in rows:
+        state = row["closed_reason"] or ("paused" if row["paused_at"] else "open")
+        due = str(row["next_due_on"] or "—")
+        print(
+            f"{row['id']:>6}  {row['subject_id']:<18} {row['stage']:<12} {state:<14} "
+            f"{due:<10}  {row['subject_name']}"
+        )
+    print(f"{len(rows)} watch(es)")
+    return 0
+
+
+def _show(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        watch = watch_by_id(conn, args.watch_id)
+        if watch is None:
+            print(f"no watch {args.watch_id}")
+            return 1
+        steps = steps_of(conn, args.watch_id)
+        actions = actions_of_watch(conn, args.watch_id)
+    for key in (
+        "id",
+        "subject_id",
+        "subject_name",
+        "account_name",
+        "stage",
+        "registered_at",
+        "registered_by",
+        "base_on",
+        "time_zone",
+        "last_reset_at",
+        "paused_at",
+        "closed_at",
+        "closed_reason",
+        "last_error",
+        "crm_url",
+    ):
+        print(f"{key:>14}: {watch[key]}")
+    for step in steps:
+        action = actions.get(step["step_no"])
+        ledger = f"{action['outcome']} {action['provider_ref'] or ''}".strip() if action else "—"
+        state = (
+            f"fired {step['fired_at']:%Y-%m-%d %H:%M} task {step['task_ref']}"
+            if step["fired_at"]
+            else f"skipped ({step['skip_reason']})"
+            if step["skipped_at"]
+            else "open"
+        )
+        print(f"  step {step['step_no']}: due {step['due_on']}  {state}  ledger: {ledger}")
+    return 0
+
+
+def _control(args: argparse.Namespace, settings: Settings) -> int:
+    now = build_clock(settings.now).now()
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        try:
+            if args.command_name == "pause":
+                pause_watch(conn, watch_id=args.watch_id, now=now)
+                print(f"watch {args.watch_id} paused")
+            else:
+                calendar = load_calendar(
+                    conn, settings.holiday_country, settings.holiday_subdivision
+                )
+                planned = resume_watch(conn, watch_id=args.watch_id, now=now, calendar=calendar)
+                dates = ", ".join(f"step {p.step_no} on {p.due_on}" for p in planned)
+                print(f"watch {args.watch_id} resumed: {dates or 'no step left'}")
+        except WatchControlError as error:
+            print(f"followup: {error}")
+            return 1
+    return 0
+
+
+def _explain(args: argparse.Namespace, settings: Settings) -> int:
+    now = build_clock(settings.now).now()
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        lines = explain_deal(
+            conn, args.deal_id, settings=settings, today=local_date(now, settings.timezone)
+        )
+    print("\n".join(lines))
+    return 0
+
+
+def explain_deal(conn: Any, deal_id: str, *, settings: Settings, today: Any) -> list[str]:
+    """The explanation of one deal from the store."""
+    watch = latest_watch_of(conn, deal_id)
+    steps = steps_of(conn, watch["id"]) if watch else []
+    actions = actions_of_watch(conn, watch["id"]) if watch else {}
+    return explain(
+        deal_id=deal_id,
+        watch=watch,
+        steps=steps,
+        actions=actions,
+        today=today,
+        watched_stages=settings.watched_stages,
+    )
+
+
+def register(commands: Any) -> None:
+    """Add ``watches`` and its sub-commands."""
+    watches = commands.add_parser("watches", help="list, show, pause, resume, explain watches")
+    sub = watches.add_subparsers(dest="watches_command", required=True)
+    listing = sub.add_parser("list", help="open watches (all with --all)")
+    listing.add_argument("--all", action="store_true", help="include closed watches")
+    listing.set_defaults(handler=_list)
+    show = sub.add_parser("show", help="one watch with its steps and ledger")
+    show.add_argument("watch_id", type=int)
+    show.set_defaults(handler=_show)
+    for name in ("pause", "resume"):
+        control = sub.add_parser(name, help=f"{name} a watch")
+        control.add_argument("watch_id", type=int)
+        control.set_defaults(handler=_control, command_name=name)
+    why = sub.add_parser("explain", help="why a deal has or has no task today")
+    why.add_argument("deal_id")
+    why.set_defaults(handler=_explain)
