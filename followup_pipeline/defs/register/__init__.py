@@ -1,24 +1,48 @@
-"""Registration: the ``crm_events`` sensor over the event log and the ``register`` job."""
+"""Registration: the ``crm_events`` sensor over the event log and the ``register`` job.
+
+Run keys: Dagster keeps a run key for as long as its run exists, failed runs included (DAGSTER.md),
+so a key made only from the events would block their retry. The key counts the sensor's launches
+(its cursor) and names the due events' ids and attempts; a second run is never launched while a
+``register`` run is queued or running, and claims use ``SKIP LOCKED`` whatever happens.
+"""
+
+import hashlib
 
 import dagster as dg
+from dagster._core.storage.dagster_run import DagsterRunStatus
 
-from followup_pipeline.defs.common import RunCounts, outcome_output
-from followup_pipeline.resources import PostgresResource
+from followup_pipeline.defs.common import Outcome, RunCounts, outcome_output
+from followup_pipeline.defs.register.registrar import Registrar
+from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.resources import PostgresResource, SettingsResource
+from followup_pipeline.settings import get_settings
+from followup_pipeline.store.events import due_events
 
-PENDING_EVENTS = """
-SELECT count(*) AS n FROM events WHERE status = 'pending' AND next_attempt_at <= now()
-"""
+EVENTS_TAG = "followup/events"
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
+
+def outcome_of(counts: RunCounts) -> Outcome:
+    """``partial`` when an event failed (retried or dead-lettered), else ``ok``."""
+    return "partial" if counts.get("events_retried") or counts.get("events_dead") else "ok"
 
 
 @dg.op
 def register_events(
-    context: dg.OpExecutionContext, postgres: PostgresResource
+    context: dg.OpExecutionContext,
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+    settings: SettingsResource,
 ) -> dg.Output[RunCounts]:
-    """Claim pending events and open or close watches (the claiming lands with the ingress)."""
+    """Claim due events in batches and open or close watches; counts as run metadata."""
     with postgres.connection() as conn:
-        row = conn.execute(PENDING_EVENTS).fetchone()
-    pending = int(row["n"]) if row else 0
-    return outcome_output(context, "ok", {"pending_events": pending})
+        counts = dict(Registrar(conn, espocrm, settings.get()).run())
+    return outcome_output(context, outcome_of(counts), counts)
 
 
 @dg.job(description="Open and close watches from the CRM's webhook events.")
@@ -26,10 +50,31 @@ def register() -> None:
     register_events()
 
 
-@dg.sensor(job=register, minimum_interval_seconds=30)
-def crm_events(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    """Launches ``register`` when events are due (wired to the event log with the ingress)."""
-    return dg.SkipReason("the event log sensor is not wired yet")
+@dg.sensor(
+    job=register,
+    minimum_interval_seconds=get_settings().events_sensor_interval_s,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def crm_events(
+    context: dg.SensorEvaluationContext, postgres: PostgresResource
+) -> dg.SensorResult | dg.SkipReason:
+    """Launch ``register`` when events are due and no ``register`` run is in flight."""
+    in_flight = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=register.name, statuses=IN_FLIGHT), limit=1
+    )
+    if in_flight:
+        return dg.SkipReason(f"register run {in_flight[0].run_id} is still in flight")
+    with postgres.connection() as conn:
+        due = due_events(conn, limit=get_settings().event_batch_size)
+    if not due:
+        return dg.SkipReason("no events due")
+    launches = int(context.cursor or 0) + 1
+    names = ",".join(f"{row['id']}:{row['attempts']}" for row in due)
+    digest = hashlib.sha256(names.encode()).hexdigest()[:12]
+    request = dg.RunRequest(
+        run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}
+    )
+    return dg.SensorResult(run_requests=[request], cursor=str(launches))
 
 
 definitions = dg.Definitions(jobs=[register], sensors=[crm_events])

@@ -1,0 +1,174 @@
+"""Registration from the event log: decisions per item, idempotency, retries and dead letters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from followup_pipeline.defs.register.registrar import Registrar
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.dead_letters import requeue_events
+
+from .conftest import EventFactory, FakeCrm
+
+
+def _watches(db: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return list(db.execute("SELECT * FROM watches ORDER BY id").fetchall())
+
+
+def _event(db: psycopg.Connection[Any], event_id: int) -> dict[str, Any]:
+    row = db.execute("SELECT * FROM events WHERE id = %s", (event_id,)).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def _run(db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings) -> dict[str, int]:
+    return dict(Registrar(db, crm, settings).run())
+
+
+def test_registrar_create_opens_a_watch_from_the_payload_names(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    item = {"id": "d1", "name": "Offer", "stage": "Proposal", "accountName": "ACME"}
+    event_id = add_event([item], event="Opportunity.create")
+    counts = _run(db, crm, settings)
+    assert counts == {"events_claimed": 1, "events_done": 1, "registered": 1}
+    assert crm.calls == []
+    [watch] = _watches(db)
+    assert (watch["subject_name"], watch["account_name"], watch["source_event_id"]) == (
+        "Offer",
+        "ACME",
+        event_id,
+    )
+    assert watch["registered_at"] == _event(db, event_id)["received_at"]
+    assert watch["crm_url"] == "https://crm.example.com/#Opportunity/view/d1"
+    steps = db.execute("SELECT count(*) AS n FROM watch_steps").fetchone()
+    assert steps == {"n": 3}
+    assert _event(db, event_id)["status"] == "done"
+
+
+def test_registrar_stage_update_reads_the_names_from_the_crm(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.add("d1", name="From the CRM")
+    add_event([{"id": "d1", "stage": "Negotiation"}])
+    assert _run(db, crm, settings)["registered"] == 1
+    [watch] = _watches(db)
+    assert (watch["subject_name"], watch["stage"], watch["assigned_user_name"]) == (
+        "From the CRM",
+        "Negotiation",
+        "Ada",
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "item", "reason"),
+    [
+        ("Opportunity.fieldUpdate.stage", {"id": "d1", "stage": "Closed Won"}, "won"),
+        ("Opportunity.fieldUpdate.stage", {"id": "d1", "stage": "Closed Lost"}, "lost"),
+        ("Opportunity.update", {"id": "d1", "stage": "Qualification"}, "out_of_scope"),
+        ("Opportunity.delete", {"id": "d1"}, "subject_gone"),
+    ],
+)
+def test_registrar_closes_with_the_stage_reason(
+    db: psycopg.Connection[Any],
+    crm: FakeCrm,
+    settings: Settings,
+    add_event: EventFactory,
+    event: str,
+    item: dict[str, Any],
+    reason: str,
+) -> None:
+    crm.add("d1")
+    add_event([{"id": "d1", "stage": "Proposal"}])
+    add_event([item], event=event)
+    counts = _run(db, crm, settings)
+    assert counts[f"closed_{reason}"] == 1
+    [watch] = _watches(db)
+    assert watch["closed_reason"] == reason
+
+
+def test_registrar_update_without_a_stage_changes_nothing(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    add_event([{"id": "d1", "name": "Renamed"}], event="Opportunity.update")
+    assert _run(db, crm, settings)["ignored_no_stage"] == 1
+    assert _watches(db) == []
+
+
+def test_registrar_later_redelivery_keeps_the_running_cadence(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.add("d1")
+    add_event([{"id": "d1", "stage": "Proposal"}])
+    _run(db, crm, settings)
+    before = db.execute("SELECT id, due_on FROM watch_steps ORDER BY id").fetchall()
+    db.execute("UPDATE events SET received_at = received_at - interval '2 hours'")
+    add_event([{"id": "d1", "stage": "Proposal"}])  # the same body, later: a new event
+    assert _run(db, crm, settings)["already_open"] == 1
+    assert len(_watches(db)) == 1
+    assert db.execute("SELECT id, due_on FROM watch_steps ORDER BY id").fetchall() == before
+
+
+def test_registrar_a_failed_item_waits_and_finished_items_are_skipped(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.add("d1")
+    crm.add("d2")
+    crm.failing.add("d2")
+    event_id = add_event([{"id": "d1", "stage": "Proposal"}, {"id": "d2", "stage": "Proposal"}])
+    slow = settings.model_copy(update={"event_backoff_base_s": 60.0})
+    counts = _run(db, crm, slow)
+    assert (counts["registered"], counts["events_retried"]) == (1, 1)
+    event = _event(db, event_id)
+    assert (event["status"], event["attempts"], event["dead_step"]) == ("pending", 1, "1:open")
+    assert "deal d2" in event["last_error"]
+    waited = db.execute(
+        "SELECT next_attempt_at - now() AS wait FROM events WHERE id = %s", (event_id,)
+    ).fetchone()
+    assert waited is not None
+    assert 40 < waited["wait"].total_seconds() < 80
+    assert _run(db, crm, slow) == {}  # not due yet
+    crm.failing.clear()
+    db.execute("UPDATE events SET next_attempt_at = now()")
+    counts = _run(db, crm, slow)
+    assert (counts["items_already_done"], counts["registered"]) == (1, 1)
+    assert len(_watches(db)) == 2
+
+
+def test_registrar_dead_letters_after_the_last_attempt_and_replay_registers_once(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.add("d1")
+    crm.failing.add("d1")
+    event_id = add_event([{"id": "d1", "stage": "Proposal"}])
+    for _ in range(settings.event_max_attempts):
+        _run(db, crm, settings)
+    event = _event(db, event_id)
+    assert (event["status"], event["attempts"], event["dead_step"]) == ("dead", 5, "0:open")
+    assert "answered 503" in event["last_error"]
+    assert _run(db, crm, settings) == {}
+    crm.failing.clear()
+    assert requeue_events(db, [event_id]) == ([event_id], {})
+    assert Registrar(db, crm, settings).run(ids=[event_id])["registered"] == 1
+    assert requeue_events(db, [event_id]) == ([], {event_id: "not a dead letter (status done)"})
+    assert len(_watches(db)) == 1
+
+
+def test_registrar_stale_close_does_not_close_a_later_watch(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.add("d1")
+    lost = add_event([{"id": "d1", "stage": "Closed Lost"}])
+    db.execute("UPDATE events SET received_at = now() - interval '5 minutes'")
+    db.execute(
+        "UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE id = %s", (lost,)
+    )
+    add_event([{"id": "d1", "stage": "Proposal"}])
+    _run(db, crm, settings)
+    db.execute("UPDATE events SET next_attempt_at = now() WHERE id = %s", (lost,))
+    assert _run(db, crm, settings)["superseded"] == 1
+    [watch] = _watches(db)
+    assert watch["closed_at"] is None
