@@ -1,0 +1,124 @@
+"""The crm_events sensor's run keys, and the register and replay jobs inside Dagster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import psycopg
+from dagster._core.storage.dagster_run import DagsterRunStatus
+from dagster._core.test_utils import create_run_for_test
+
+from followup_pipeline.definitions import defs
+from followup_pipeline.defs.common import OUTCOME_TAG
+from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.resources import PostgresResource, SettingsResource
+
+from .conftest import EventFactory
+
+
+def _tick(
+    instance: dg.DagsterInstance, db_url: str, cursor: str | None = None
+) -> dg.SensorExecutionData:
+    sensor = defs.resolve_sensor_def("crm_events")
+    with dg.build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"postgres": PostgresResource(url=db_url)},
+        repository_def=defs.get_repository_def(),
+    ) as context:
+        return sensor.evaluate_tick(context)
+
+
+def test_crm_events_skips_when_nothing_is_due(db_url: str) -> None:
+    with dg.instance_for_test() as instance:
+        result = _tick(instance, db_url)
+    assert not result.run_requests
+    assert result.skip_message == "no events due"
+
+
+def test_crm_events_keys_never_block_a_retry_and_wait_for_runs_in_flight(
+    db_url: str, add_event: EventFactory
+) -> None:
+    add_event([{"id": "d1", "stage": "Proposal"}])
+    with dg.instance_for_test() as instance:
+        first = _tick(instance, db_url)
+        assert first.run_requests is not None
+        [request] = first.run_requests
+        assert request.run_key is not None
+        tags = {"dagster/run_key": request.run_key}
+        started = create_run_for_test(
+            instance, job_name="register", status=DagsterRunStatus.STARTED, tags=tags
+        )
+        blocked = _tick(instance, db_url, first.cursor)
+        assert not blocked.run_requests
+        assert "in flight" in (blocked.skip_message or "")
+        instance.delete_run(started.run_id)
+        # The run failed and still holds its key (DAGSTER.md): the retry needs another.
+        create_run_for_test(
+            instance, job_name="register", status=DagsterRunStatus.FAILURE, tags=tags
+        )
+        again = _tick(instance, db_url, first.cursor)
+    assert again.run_requests is not None
+    assert again.run_requests[0].run_key != request.run_key
+    assert int(again.cursor or 0) == int(first.cursor or 0) + 1
+
+
+def _resources(db_url: str) -> dict[str, Any]:
+    overrides = '{"event_backoff_base_s": 0, "event_max_attempts": 2}'
+    return {
+        "postgres": PostgresResource(url=db_url),
+        "settings": SettingsResource(overrides_json=overrides),
+        # Nothing listens on port 9: every CRM read fails fast, as in an outage.
+        "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
+    }
+
+
+def test_register_job_reports_counts_and_outcome(
+    db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
+) -> None:
+    add_event([{"id": "d1", "name": "Offer", "stage": "Proposal"}], event="Opportunity.create")
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("register").execute_in_process(
+            instance=instance, resources=_resources(db_url)
+        )
+        run = instance.get_run_by_id(result.run_id)
+    assert result.success
+    assert run is not None
+    assert run.tags[OUTCOME_TAG] == "ok"
+    assert result.output_for_node("register_events")["registered"] == 1
+    [materialization] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    metadata = materialization.event_specific_data.metadata  # type: ignore[union-attr]
+    assert metadata["registered"].value == 1
+
+
+def test_replay_job_takes_names_from_the_launchpad(
+    db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
+) -> None:
+    event_id = add_event([{"id": "d1", "stage": "Proposal"}])
+    job = defs.resolve_job_def("register")
+    with dg.instance_for_test() as instance:
+        for _ in range(2):  # the CRM is down: two attempts, then a dead letter
+            outcome = job.execute_in_process(instance=instance, resources=_resources(db_url))
+            assert instance.get_run_by_id(outcome.run_id).tags[OUTCOME_TAG] == "partial"  # type: ignore[union-attr]
+        assert db.execute("SELECT status FROM events").fetchone() == {"status": "dead"}
+        # The cause is fixed: here, the payload now carries the names the CRM could not give.
+        fixed = b'[{"id":"d1","name":"N","stage":"Proposal"}]'
+        db.execute("UPDATE events SET body = %s", (fixed,))
+        config = {"ops": {"replay_dead_letters": {"config": {"names": [f"event:{event_id}"]}}}}
+        result = defs.resolve_job_def("replay").execute_in_process(
+            run_config=config, instance=instance, resources=_resources(db_url)
+        )
+    assert result.success
+    counts = result.output_for_node("replay_dead_letters")
+    assert (counts["requeued"], counts["registered"]) == (1, 1)
+    assert db.execute("SELECT count(*) AS n FROM watches").fetchone() == {"n": 1}
+
+
+def test_replay_job_refuses_actions_for_now(db_url: str) -> None:
+    config = {"ops": {"replay_dead_letters": {"config": {"names": ["action:task:1:1"]}}}}
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("replay").execute_in_process(
+            run_config=config, instance=instance, resources=_resources(db_url), raise_on_error=False
+        )
+    assert not result.success
