@@ -1,4 +1,4 @@
-"""``followup dev`` (what ``make run`` starts): Postgres, migrations, the sandbox, ``dagster dev``.
+"""``followup dev`` (``make run``): Postgres, migrations, the sandbox, the ingress, ``dagster dev``.
 
 One embedded Postgres is started once and its URLs are handed to every child process. Vendors
 with credentials in the environment are real; with none, the sandbox stands in for all four; with
@@ -138,6 +138,14 @@ class Launcher:
         _wait_http(f"http://127.0.0.1:{port}/_sandbox/stats", "the sandbox", process)
         self.env.update(_read_env_file(env_file))
 
+    def start_ingress(self) -> None:
+        """``followup ingress`` on the configured address, waited for through ``/healthz``."""
+        host, port = self.settings.ingress_host, self.settings.ingress_port
+        process = self._spawn(
+            "ingress", [_bin("followup"), "ingress", "--host", host, "--port", str(port)]
+        )
+        _wait_http(f"http://{host}:{port}/healthz", "the ingress", process)
+
     def start_dagster(self) -> subprocess.Popen[bytes]:
         self.env["DAGSTER_HOME"] = str(install_dagster_home(self.settings.home))
         target = (
@@ -175,6 +183,7 @@ class Launcher:
             self.start_database()
             if mode == "sandbox":
                 self.start_sandbox()
+            self.start_ingress()
             dagster = self.start_dagster()
             print(
                 f"Followup is up ({mode} vendors): Dagster UI at http://{self.host}:{self.port}",
