@@ -3,14 +3,17 @@ with the real resources. Secrets reach resources only through ``dg.EnvVar``."""
 
 import dagster as dg
 
-from followup_pipeline.defs.alerts import definitions as alerts
-from followup_pipeline.defs.enrich import definitions as enrich
-from followup_pipeline.defs.evaluate import definitions as evaluate
+# Modules, not their ``definitions``: Dagster refuses a module with two Definitions at top level.
+from followup_pipeline.defs import (
+    alerts,
+    enrich,
+    evaluate,
+    register,
+    replay,
+    report,
+    watch_control,
+)
 from followup_pipeline.defs.evaluate.lock import RunLockResource
-from followup_pipeline.defs.register import definitions as register
-from followup_pipeline.defs.replay import definitions as replay
-from followup_pipeline.defs.report import definitions as report
-from followup_pipeline.defs.watch_control import definitions as watch_control
 from followup_pipeline.integrations.resources import (
     ClickUpResource,
     EspoCrmResource,
@@ -60,12 +63,12 @@ def build_resources() -> dict[str, object]:
 
 
 defs = dg.Definitions.merge(
-    register,
-    evaluate,
-    enrich,
-    report,
-    alerts,
-    replay,
-    watch_control,
+    register.definitions,
+    evaluate.definitions,
+    enrich.definitions,
+    report.definitions,
+    alerts.definitions,
+    replay.definitions,
+    watch_control.definitions,
     dg.Definitions(resources=build_resources()),
 )

@@ -107,7 +107,7 @@ def db(db_url: str) -> Iterator[psycopg.Connection[Any]]:
         yield conn
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     """The project's root folder."""
     return Path(__file__).resolve().parents[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,6 +36,14 @@ SCHEDULES = [
     "weekly_report_friday",
 ]
 SENSORS = ["crm_events", "alerts"]
+
+
+def test_definitions_load_as_a_code_location_would() -> None:
+    # What the code server does: one Definitions at module scope, names unique across graphs.
+    module = importlib.import_module("followup_pipeline.definitions")
+    dg.Definitions.validate_loadable(module.defs)
+    found = [name for name, value in vars(module).items() if isinstance(value, dg.Definitions)]
+    assert found == ["defs"]
 
 
 def test_definitions_resolve_every_job_schedule_and_sensor() -> None:

@@ -69,7 +69,7 @@ def sync(
     return dg.Output(state, metadata=ev.metadata())
 
 
-@dg.op(name="evaluate")
+@dg.op(name="evaluate_due")
 def evaluate_op(
     context: dg.OpExecutionContext,
     synced: RunCounts,

@@ -25,7 +25,7 @@ def test_evaluate_registers_deal_whose_webhook_was_dropped(machine: Machine) -> 
         date(2026, 3, 18),
         date(2026, 3, 31),
     ]
-    assert result.output_for_node("evaluate")["registered"] == 1
+    assert result.output_for_node("evaluate_due")["registered"] == 1
 
 
 def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
@@ -46,7 +46,7 @@ def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
         f"task:{machine.watch(deal)['id']}:1",
         "confirmed",
     )
-    assert first.output_for_node("evaluate")["fired"] == 1
+    assert first.output_for_node("evaluate_due")["fired"] == 1
     assert machine.outcome(first) == "ok"
 
 
@@ -182,7 +182,7 @@ def test_evaluate_outside_the_queue_second_run_ends_quietly(machine: Machine) ->
     second = machine.evaluate(MONDAY + timedelta(days=7))
     first.join(timeout=60)
     assert machine.outcome(second) == "skipped"
-    assert second.output_for_node("evaluate")["skipped"] == 1
+    assert second.output_for_node("evaluate_due")["skipped"] == 1
     assert machine.outcome(results[0]) == "ok"
     assert len(machine.tasks()) == 1
 
