@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import dagster as dg
+import psycopg
 import pytest
+
+from followup_pipeline.store.db import connection_kwargs
 
 from .conftest import MONDAY, Machine
 
@@ -214,3 +217,56 @@ def test_evaluate_exhausted_watch_closes_and_is_not_reopened(machine: Machine) -
     assert watch["closed_reason"] == "exhausted"
     machine.evaluate(MONDAY + timedelta(weeks=7, days=1, hours=1))
     assert machine.watch(deal)["id"] == watch["id"]
+
+
+def test_evaluate_postgres_gone_mid_run_fails_and_marks_nothing_without_task(
+    machine: Machine, pg_admin_url: str
+) -> None:
+    import threading
+    import time
+
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
+
+    deals = [machine.deal(name=f"Deal {n}") for n in range(3)]
+    machine.evaluate(MONDAY)
+    name = str(conninfo_to_dict(machine.db_url)["dbname"])
+    machine.fault(vendor="clickup", kind="latency", latency_s=1.0, method="POST")
+
+    def pull_the_plug() -> None:
+        time.sleep(1.5)  # inside the first ClickUp create
+        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
+            )
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+
+    machine.db.close()
+    plug = threading.Thread(target=pull_the_plug)
+    plug.start()
+    result = machine.evaluate(MONDAY + timedelta(days=7), raise_on_error=False)
+    plug.join()
+    assert not result.success
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
+        )
+    machine.db = psycopg.connect(machine.db_url, autocommit=True, **connection_kwargs())
+    try:
+        created = {t["id"] for t in machine.tasks()}
+        fired = [s for deal in deals for s in machine.steps(deal) if s["fired_at"] is not None]
+        assert all(s["task_ref"] in created for s in fired)
+        assert len(fired) < len(deals)
+
+        machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+        tasks = machine.tasks()
+        assert len(tasks) == len(deals)
+        refs = sorted(machine.steps(deal)[0]["task_ref"] for deal in deals)
+        assert refs == sorted(t["id"] for t in tasks)
+        assert {a["outcome"] for a in machine.actions()} == {"confirmed"}
+    finally:
+        machine.db.close()
