@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -135,17 +136,31 @@ def _refusals() -> list[tuple[str, str, bytes, dict[str, str], int, str]]:
             401,
             "bad_signature",
         ),
-        ("stale timestamp", "forms", form, _standard(form, age_s=360), 401, "stale_timestamp"),
-        ("future timestamp", "forms", form, _standard(form, age_s=-360), 401, "stale_timestamp"),
+        (
+            "stale timestamp",
+            "forms",
+            form,
+            lambda: _standard(form, age_s=360),
+            401,
+            "stale_timestamp",
+        ),
+        (
+            "future timestamp",
+            "forms",
+            form,
+            lambda: _standard(form, age_s=-360),
+            401,
+            "stale_timestamp",
+        ),
         (
             "unknown form secret",
             "forms",
             form,
-            _standard(form, secret="whsec_" + "QUJD" * 8),
+            lambda: _standard(form, secret="whsec_" + "QUJD" * 8),
             401,
             "bad_signature",
         ),
-        ("unknown source", "payments", form, _standard(form), 401, "unknown_source"),
+        ("unknown source", "payments", form, lambda: _standard(form), 401, "unknown_source"),
         ("2 MiB body", "espocrm", big, big_headers, 413, "too_large"),
     ]
     return [pytest.param(*case[1:], id=case[0]) for case in cases]  # type: ignore[misc]
@@ -157,11 +172,13 @@ def test_ingress_refuses_and_stores_nothing(
     db: psycopg.Connection[Any],
     source: str,
     body: bytes,
-    headers: dict[str, str],
+    headers: dict[str, str] | Callable[[], dict[str, str]],
     status: int,
     reason: str,
 ) -> None:
-    answer = ingress.post(f"/webhooks/{source}", content=body, headers=headers)
+    # Standard Webhooks headers are signed now, not at collection: their clock is the point.
+    sent = headers() if callable(headers) else headers
+    answer = ingress.post(f"/webhooks/{source}", content=body, headers=sent)
     assert (answer.status_code, answer.json()["error"]) == (status, reason)
     assert _events(db) == []
     metrics = ingress.get("/metrics").text
