@@ -19,6 +19,12 @@ from followup_pipeline.settings import ConfigError, load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 
 DAEMON_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
+LOCATION_QUERY = """
+{ workspaceOrError { ... on Workspace { locationEntries {
+    name loadStatus
+    locationOrLoadError { __typename ... on PythonError { message } }
+} } } }
+"""
 
 
 def _free_port() -> int:
@@ -84,6 +90,15 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
             return {"SCHEDULER", "SENSOR", "QUEUED_RUN_COORDINATOR"} <= healthy
 
         _wait_for(daemons_healthy, 120)
+
+        def location_loaded() -> bool:
+            answer = httpx.post(f"{base}/graphql", json={"query": LOCATION_QUERY}, timeout=5).json()
+            [entry] = answer["data"]["workspaceOrError"]["locationEntries"]
+            loaded = entry["locationOrLoadError"]
+            assert loaded is None or loaded["__typename"] != "PythonError", loaded
+            return bool(entry["loadStatus"] == "LOADED" and loaded)
+
+        _wait_for(location_loaded, 120)
         cluster = EmbeddedCluster(home.resolve())
         with psycopg.connect(cluster.url("dagster")) as conn:
             tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}

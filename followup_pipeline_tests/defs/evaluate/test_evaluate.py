@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 import psycopg
@@ -270,3 +270,34 @@ def test_evaluate_postgres_gone_mid_run_fails_and_marks_nothing_without_task(
         assert {a["outcome"] for a in machine.actions()} == {"confirmed"}
     finally:
         machine.db.close()
+
+
+def test_evaluate_task_names_deal_links_crm_carries_summary_and_assignee(
+    machine: Machine,
+) -> None:
+    mapped = machine.deal(name="Mapped", accountName="Acme", assignedUserId="crm-ada")
+    unmapped = machine.deal(name="Unmapped", assignedUserId="crm-bob")
+    machine.settings.update(clickup_user_map={"crm-ada": 42}, clickup_default_assignee=7)
+    machine.evaluate(MONDAY)
+    machine.db.execute(
+        "INSERT INTO enrichments (subject_id, input_hash, line1, line2, model)"
+        " VALUES (%s, 'h1', 'Kunde wartet auf das Angebot.', 'Rückruf am Freitag.', 'm')",
+        (mapped,),
+    )
+    machine.evaluate(MONDAY + timedelta(days=7))
+    tasks = {
+        t["name"].split(":")[1].split(" (")[0].split(" —")[0].strip(): t for t in machine.tasks()
+    }
+    first = tasks["Mapped"]
+    assert [a["id"] for a in first["assignees"]] == [42]
+    assert [a["id"] for a in tasks["Unmapped"]["assignees"]] == [7]
+    assert "Kunde wartet auf das Angebot." in first["description"]
+    assert "Rückruf am Freitag." in first["description"]
+    assert f"#Opportunity/view/{mapped}" in first["description"]
+    assert "**Step:** 1 of 3, due 2026-03-09" in first["description"]
+    assert "Acme" in first["name"]
+    # Due at the start of the business day, local time: 07:00 in Berlin is 06:00 UTC.
+    assert int(first["due_date"]) == int(datetime(2026, 3, 9, 6, 0, tzinfo=UTC).timestamp() * 1000)
+    assert unmapped in {
+        s["subject_id"] for s in machine.db.execute("SELECT subject_id FROM watches")
+    }
