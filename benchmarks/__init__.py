@@ -1,0 +1,1 @@
+"""Benchmarks of the machine: ratios against a baseline measured in the same run."""

@@ -1,0 +1,42 @@
+"""``python -m benchmarks`` (``make bench``): run every benchmark, write docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks import calendar, evaluate
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def main() -> None:
+    """Run, print and write the table of every benchmark."""
+    sections = {
+        "evaluate: hourly cost per watch, in CRM round trips": evaluate.run(),
+        "calendar: business-day arithmetic against plain date arithmetic": calendar.run(),
+    }
+    lines = [
+        "# Benchmarks",
+        "",
+        "Ratios against a baseline measured in the same run (`make bench`). Seconds are medians",
+        f"and depend on the machine: {platform.machine()}, Python {platform.python_version()},",
+        f"measured {datetime.now(UTC):%Y-%m-%d}.",
+        "",
+    ]
+    for title, rows in sections.items():
+        lines += [
+            f"## {title}",
+            "",
+            "| benchmark | seconds | ratio to baseline |",
+            "|---|---:|---:|",
+        ]
+        lines += [f"| {r['benchmark']} | {r['seconds']:.6f} | {r['ratio']:.2f} |" for r in rows]
+        lines.append("")
+    OUT.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

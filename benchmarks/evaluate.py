@@ -1,0 +1,81 @@
+"""The hourly cost of ``evaluate`` per watch, in CRM round trips measured in the same run.
+
+The per-watch figures time the evaluation's own work (reconcile, reset, due steps, exhausted)
+outside Dagster, so the run's fixed cost (process, resources, event log) does not drown them; that
+fixed cost is measured on its own, as a whole ``evaluate`` run with no deal.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import dagster as dg
+import httpx
+
+from benchmarks.harness import SANDBOX, database, evaluate_resources, sandbox, timed
+from followup_pipeline.defs.evaluate import evaluate_job
+from followup_pipeline.defs.evaluate.context import Evaluation
+from followup_pipeline.defs.evaluate.fire import close_exhausted, process_due_steps
+from followup_pipeline.defs.evaluate.reconcile import reconcile, reset_cadences
+from followup_pipeline.integrations.espocrm import EspoCrmClient
+
+DEALS = 100
+REPEAT = 5
+REGISTERED = "2026-03-02T08:00:00+00:00"
+QUIET = "2026-03-03T08:00:00+00:00"
+DUE = "2026-03-09T08:00:00+00:00"
+
+
+def _evaluation(resources: dict[str, Any], now: str) -> Evaluation:
+    return Evaluation(
+        resources["postgres"],
+        resources["espocrm"],
+        resources["clickup"],
+        resources["settings"].get(),
+        datetime.fromisoformat(now),
+        logging.getLogger("benchmark"),
+    )
+
+
+def _work(resources: dict[str, Any], now: str) -> None:
+    ev = _evaluation(resources, now)
+    reconcile(ev)
+    reset_cadences(ev)
+    process_due_steps(ev)
+    close_exhausted(ev)
+    assert not ev.problems, ev.problems
+
+
+def run() -> list[dict[str, Any]]:
+    """Rows of the benchmark table."""
+    logging.getLogger("followup_pipeline.clock").setLevel(logging.ERROR)
+    with database() as db_url, sandbox() as base:
+        with httpx.Client(base_url=f"{base}/_sandbox", timeout=10) as control:
+            control.post("/reset", json={"demo": False}).raise_for_status()
+            empty = evaluate_resources(db_url, base, QUIET)
+            instance = dg.DagsterInstance.ephemeral()
+            fixed = timed(
+                lambda: evaluate_job.execute_in_process(resources=empty, instance=instance),
+                REPEAT,
+            )
+            deals = [{"name": f"Deal {n}", "stage": "Proposal"} for n in range(DEALS)]
+            answer = control.post("/deals", json={"deals": deals, "emit_webhooks": False})
+            deal_id = answer.json()["deals"][0]["id"]
+        crm = EspoCrmClient(f"{base}/espocrm", SANDBOX.espocrm_api_key.get_secret_value())
+        baseline = timed(lambda: crm.get_deal(deal_id=deal_id), REPEAT * 20)
+        crm.close()
+        resources = evaluate_resources(db_url, base, REGISTERED)
+        registering = timed(lambda: _work(resources, REGISTERED), 1)
+        quiet = timed(lambda: _work(resources, QUIET), REPEAT)
+        firing = timed(lambda: _work(resources, DUE), 1)
+        resources["postgres"].teardown_after_execution(None)
+    rows = [
+        ("CRM round trip (baseline): GET /Opportunity/{id} on the sandbox", baseline),
+        ("a whole evaluate run with no deal: Dagster's fixed cost", fixed),
+        (f"per watch, registering ({DEALS} new deals)", registering / DEALS),
+        (f"per watch, hourly run with nothing due ({DEALS} watches)", quiet / DEALS),
+        (f"per watch, every watch fires a task ({DEALS} watches)", firing / DEALS),
+    ]
+    return [{"benchmark": name, "seconds": s, "ratio": s / baseline} for name, s in rows]

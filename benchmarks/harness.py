@@ -1,0 +1,89 @@
+"""What the benchmarks share: an embedded Postgres, the sandbox over HTTP, a timer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from followup_pipeline.defs.evaluate.lock import RunLockResource
+from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
+from followup_pipeline.sandbox.app import create_app
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.store.embedded import EmbeddedCluster
+from followup_pipeline.store.migrate import migrate
+
+#: ClickUp's real limit (100 requests a minute) would make the benchmark measure the wait.
+SANDBOX = SandboxConfig(clickup_rate_limit=100_000)
+
+
+def timed(work: Callable[[], Any], repeat: int) -> float:
+    """The median wall time of ``work`` in seconds over ``repeat`` runs."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    """A migrated database on a throwaway embedded cluster."""
+    with tempfile.TemporaryDirectory(prefix="followup-bench-") as home:
+        cluster = EmbeddedCluster(Path(home))
+        cluster.acquire()
+        try:
+            url = cluster.url("followup")
+            migrate(url)
+            yield url
+        finally:
+            cluster.release()
+
+
+@contextlib.contextmanager
+def sandbox() -> Iterator[str]:
+    """The sandbox on a free loopback port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(create_app(SANDBOX), log_level="warning", lifespan="auto")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+        sock.close()
+
+
+def evaluate_resources(db_url: str, base: str, now: str) -> dict[str, Any]:
+    """The resources of an ``evaluate`` run against the sandbox, its clock set to ``now``."""
+    overrides = {"espocrm_url": f"{base}/espocrm", "clickup_url": f"{base}/clickup/api"}
+    return {
+        "postgres": PostgresResource(url=db_url),
+        "clock": ClockResource(start=now, ticking=False),
+        "settings": SettingsResource(overrides_json=json.dumps(overrides)),
+        "evaluate_lock": RunLockResource(url=db_url),
+        "espocrm": EspoCrmResource(
+            base_url=f"{base}/espocrm", api_key=SANDBOX.espocrm_api_key.get_secret_value()
+        ),
+        "clickup": ClickUpResource(
+            base_url=f"{base}/clickup/api",
+            token=SANDBOX.clickup_token.get_secret_value(),
+            list_id=SANDBOX.clickup_list_id,
+        ),
+    }
