@@ -143,6 +143,8 @@ class Settings(BaseSettings):
     # --- the event log ---------------------------------------------------------------------------
     #: Attempts at an event before it becomes a dead letter.
     event_max_attempts: int = Field(default=5, ge=1)
+    #: Failed attempts (since its last replay) after which an action waits as a dead letter.
+    action_max_attempts: int = Field(default=5, ge=1)
     #: First wait before a failed event is retried; doubles per attempt, with jitter, up to the max.
     event_backoff_base_s: float = Field(default=60.0, ge=0)
     event_backoff_max_s: float = Field(default=3600.0, ge=0)

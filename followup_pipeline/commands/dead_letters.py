@@ -17,10 +17,11 @@ from followup_pipeline.store.dead_letters import (
     dead_letter,
     dead_letters,
     parse_name,
+    replay_actions,
     requeue_events,
 )
 
-#: Exit status of a request the command cannot do (an unknown name, an action replay).
+#: Exit status of a request the command cannot do (a malformed name).
 USAGE = 2
 
 
@@ -31,7 +32,7 @@ def _short(text: str | None, width: int = 80) -> str:
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     with translated_errors(), connect(resolve_database_url(settings)) as conn:
-        found = dead_letters(conn)
+        found = dead_letters(conn, max_attempts=settings.action_max_attempts)
     if not found:
         print("no dead letters")
         return 0
@@ -66,20 +67,20 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as error:
         print(f"followup: {error}", file=sys.stderr)
         return USAGE
-    actions = [str(n) for n in names if n.kind == "action"]
-    if actions:
-        print(
-            f"followup: replaying actions is not yet supported: {', '.join(actions)}",
-            file=sys.stderr,
-        )
-        return USAGE
-    with translated_errors(), connect(resolve_database_url(settings)) as conn:
-        requeued, refused = requeue_events(conn, [n.event_id for n in names])
+    events = [n.event_id for n in names if n.kind == "event"]
+    keys = [n.value for n in names if n.kind == "action"]
+    with translated_errors(), connect(resolve_database_url(settings), autocommit=True) as conn:
+        requeued, refused = requeue_events(conn, events)
+        replayed, refused_actions = replay_actions(conn, keys)
     for event_id in requeued:
         print(f"event:{event_id}: queued for the next register run (original id kept)")
     for event_id, why in refused.items():
         print(f"event:{event_id}: not replayed: {why}")
-    return 1 if refused else 0
+    for key in replayed:
+        print(f"action:{key}: retried by the next evaluate run (ClickUp is searched first)")
+    for key, why in refused_actions.items():
+        print(f"action:{key}: not replayed: {why}")
+    return 1 if refused or refused_actions else 0
 
 
 def register(commands: Any) -> None:

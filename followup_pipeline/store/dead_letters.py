@@ -14,6 +14,7 @@ from typing import Any, Literal
 import psycopg
 
 from followup_pipeline.store.events import HANDLED_SOURCES
+from followup_pipeline.store.ledger import action_by_key
 from followup_pipeline.store.queries import query
 
 Kind = Literal["event", "action"]
@@ -45,8 +46,11 @@ def parse_name(text: str) -> Name:
     raise ValueError(f"not a dead-letter name: {text!r} (expected event:<id> or action:<key>)")
 
 
-def dead_letters(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """Every dead letter, events first: name, when, attempts, step and last error."""
+def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[dict[str, Any]]:
+    """Every dead letter, events first: name, when, attempts, step and last error.
+
+    An action is dead once it failed ``max_attempts`` times since its last replay.
+    """
     found = [
         {
             "name": f"event:{row['id']}",
@@ -67,7 +71,7 @@ def dead_letters(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             "step": None,
             "error": row["last_error"],
         }
-        for row in conn.execute(query("actions_failed")).fetchall()
+        for row in conn.execute(query("actions_failed"), {"max_attempts": max_attempts}).fetchall()
     ]
     return found
 
@@ -75,10 +79,7 @@ def dead_letters(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 def dead_letter(conn: psycopg.Connection[Any], name: Name) -> dict[str, Any] | None:
     """The whole record of a name (an event with its finished steps), or None."""
     if name.kind == "action":
-        row: dict[str, Any] | None = conn.execute(
-            query("action_by_key"), {"key": name.value}
-        ).fetchone()
-        return row
+        return action_by_key(conn, name.value)
     row = conn.execute(query("event_by_id"), {"id": name.event_id}).fetchone()
     if row is None:
         return None
@@ -105,4 +106,23 @@ def requeue_events(
                 done.append(event_id)
             else:
                 refused[event_id] = "changed while replaying; try again"
+    return done, refused
+
+
+def replay_actions(
+    conn: psycopg.Connection[Any], keys: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """Give failed actions a fresh budget of attempts; the refused with why."""
+    done: list[str] = []
+    refused: dict[str, str] = {}
+    for key in keys:
+        row = action_by_key(conn, key)
+        if row is None:
+            refused[key] = "no such action"
+        elif row["outcome"] != "failed":
+            refused[key] = f"not a dead letter (outcome {row['outcome']})"
+        elif conn.execute(query("action_replay"), {"key": key}).fetchone():
+            done.append(key)
+        else:
+            refused[key] = "changed while replaying; try again"
     return done, refused

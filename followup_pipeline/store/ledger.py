@@ -61,6 +61,13 @@ def action_by_key(conn: psycopg.Connection[Any], key: str) -> dict[str, Any] | N
     return row
 
 
+def is_dead(action: dict[str, Any] | None, *, max_attempts: int) -> bool:
+    """A failed action with no attempt left since its last replay: it waits for an operator."""
+    if action is None or action["outcome"] != "failed":
+        return False
+    return int(action["attempts"]) - int(action["replayed_attempts"]) >= max_attempts
+
+
 def begin_attempt(
     conn: psycopg.Connection[Any], spec: ActionSpec, *, started_at: datetime, run_id: str | None
 ) -> Attempt | None:

@@ -19,6 +19,7 @@ from followup_pipeline.store.ledger import (
     action_by_key,
     begin_attempt,
     finish_attempt,
+    is_dead,
     suppress,
 )
 from followup_pipeline.store.steps import (
@@ -147,6 +148,8 @@ def fire(
             )
             ev.counts["repaired"] += 1
             return
+    if _dead(ev, existing, spec.key):
+        return
     if ev.settings.dry_run:
         with ev.postgres.connection() as conn, conn.transaction():
             fire_step(conn, watch_id=watch["id"], step_no=step_no, task_ref=DRY_RUN_REF, at=ev.now)
@@ -208,6 +211,20 @@ def fire(
         _confirm(ev, attempt, task.id)
 
 
+def _dead(ev: Evaluation, action: dict[str, Any] | None, key: str) -> bool:
+    """Whether the action waits as a dead letter (counted, and left alone)."""
+    if not is_dead(action, max_attempts=ev.settings.action_max_attempts):
+        return False
+    ev.counts["dead_letters"] += 1
+    ev.log.warning(
+        "%s failed %s times and waits as a dead letter: followup dead-letters replay action:%s",
+        key,
+        ev.settings.action_max_attempts,
+        key,
+    )
+    return True
+
+
 def _confirm(ev: Evaluation, attempt: Any, task_id: str) -> None:
     """Read the task back; ``confirmed`` if ClickUp shows it, else it stays ``accepted``."""
     try:
@@ -254,6 +271,10 @@ def close_tasks_of_closed_watches(ev: Evaluation) -> None:
             step_no=row["step_no"],
             payload={"task_id": row["task_ref"], "reason": row["closed_reason"]},
         )
+        with ev.postgres.connection() as conn:
+            existing = action_by_key(conn, spec.key)
+        if _dead(ev, existing, spec.key):
+            continue
         if ev.settings.dry_run:
             with ev.postgres.connection() as conn:
                 suppress(conn, spec, reason="dry_run")

@@ -1,8 +1,9 @@
-"""Replay: re-process dead-lettered events (and, later, actions) by their original names.
+"""Replay: re-process dead-lettered events and actions by their original names.
 
 Launched from the Launchpad with ``ops: {replay_dead_letters: {config: {names: [...]}}}``. Each
 ``event:<id>`` goes back to pending under its original id and is registered in this run, so the
-items it finished before are skipped. ``action:<key>`` is not replayable yet (issue 5).
+items it finished before are skipped. Each ``action:<key>`` gets a fresh budget of attempts and is
+carried out by the next ``evaluate`` run, which searches ClickUp for its key before any create.
 """
 
 import dagster as dg
@@ -12,9 +13,7 @@ from followup_pipeline.defs.register import outcome_of
 from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource, SettingsResource
-from followup_pipeline.store.dead_letters import parse_name, requeue_events
-
-ACTIONS_NOT_SUPPORTED = "replaying actions is not yet supported (the action ledger lands next)"
+from followup_pipeline.store.dead_letters import parse_name, replay_actions, requeue_events
 
 
 class ReplayConfig(dg.Config):
@@ -36,17 +35,25 @@ def replay_dead_letters(
         names = [parse_name(text) for text in config.names]
     except ValueError as error:
         raise dg.Failure(description=str(error)) from None
-    actions = [str(n) for n in names if n.kind == "action"]
-    if actions:
-        raise dg.Failure(description=f"{ACTIONS_NOT_SUPPORTED}: {', '.join(actions)}")
-    ids = [n.event_id for n in names]
+    ids = [n.event_id for n in names if n.kind == "event"]
+    keys = [n.value for n in names if n.kind == "action"]
     with postgres.connection() as conn:
         requeued, refused = requeue_events(conn, ids)
         for event_id, why in refused.items():
             context.log.warning("event:%s not replayed: %s", event_id, why)
         counts: RunCounts = dict(Registrar(conn, espocrm, settings.get()).run(ids=requeued))
-    counts.update(requested=len(ids), requeued=len(requeued), refused=len(refused))
-    outcome = "partial" if refused else outcome_of(counts)
+    with postgres.connection() as conn:
+        replayed, refused_actions = replay_actions(conn, keys)
+    for key, why in refused_actions.items():
+        context.log.warning("action:%s not replayed: %s", key, why)
+    refused_count = len(refused) + len(refused_actions)
+    counts.update(
+        requested=len(names),
+        requeued=len(requeued),
+        actions_replayed=len(replayed),
+        refused=refused_count,
+    )
+    outcome = "partial" if refused_count else outcome_of(counts)
     return outcome_output(context, outcome, counts)
 
 

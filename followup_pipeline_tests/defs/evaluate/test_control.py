@@ -100,3 +100,33 @@ def test_control_explain_five_deals_in_five_states(
         assert main(["watches", "explain", deal]) == 0
         out = capsys.readouterr().out
         assert words in out, out
+
+
+def test_control_failed_action_becomes_a_dead_letter_and_replays_once(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deal = machine.deal(name="Poison task")
+    machine.settings["action_max_attempts"] = 2
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="clickup", kind="error", status=400, method="POST")
+    for hour in range(3):
+        machine.evaluate(MONDAY + timedelta(days=7, hours=hour))
+    [action] = machine.actions()
+    assert (action["outcome"], action["attempts"]) == ("failed", 2)  # the third run left it alone
+    key = action["idempotency_key"]
+
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
+    monkeypatch.setenv("FOLLOWUP_ACTION_MAX_ATTEMPTS", "2")
+    assert main(["dead-letters", "list"]) == 0
+    assert f"action:{key}" in capsys.readouterr().out
+    with machine.control() as control:
+        control.delete("/faults").raise_for_status()  # the cause is fixed
+    assert main(["dead-letters", "replay", f"action:{key}"]) == 0
+    assert "retried by the next evaluate run" in capsys.readouterr().out
+    machine.evaluate(MONDAY + timedelta(days=7, hours=4))
+    machine.evaluate(MONDAY + timedelta(days=7, hours=5))
+    [task] = machine.tasks()
+    assert machine.steps(deal)[0]["task_ref"] == task["id"]
+    [action] = machine.actions()
+    assert (action["outcome"], action["attempts"]) == ("confirmed", 3)
+    assert main(["dead-letters", "replay", f"action:{key}"]) == 1  # no longer a dead letter

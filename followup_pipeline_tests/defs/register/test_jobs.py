@@ -115,10 +115,14 @@ def test_replay_job_takes_names_from_the_launchpad(
     assert db.execute("SELECT count(*) AS n FROM watches").fetchone() == {"n": 1}
 
 
-def test_replay_job_refuses_actions_for_now(db_url: str) -> None:
+def test_replay_job_refuses_an_unknown_action(db_url: str) -> None:
     config = {"ops": {"replay_dead_letters": {"config": {"names": ["action:task:1:1"]}}}}
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("replay").execute_in_process(
-            run_config=config, instance=instance, resources=_resources(db_url), raise_on_error=False
+            run_config=config, instance=instance, resources=_resources(db_url)
         )
-    assert not result.success
+        run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert run.tags["followup/outcome"] == "partial"
+    counts = result.output_for_node("replay_dead_letters")
+    assert (counts["actions_replayed"], counts["refused"]) == (0, 1)
