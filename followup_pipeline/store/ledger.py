@@ -57,7 +57,7 @@ class Attempt:
 
 def action_by_key(conn: psycopg.Connection[Any], key: str) -> dict[str, Any] | None:
     """The ledger row of ``key``, if any."""
-    row: dict[str, Any] | None = conn.execute(query("ledger_action"), {"key": key}).fetchone()
+    row: dict[str, Any] | None = conn.execute(query("action_by_key"), {"key": key}).fetchone()
     return row
 
 

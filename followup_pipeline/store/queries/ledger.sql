@@ -1,4 +1,4 @@
--- name: ledger_action
+-- name: action_by_key
 -- One action of the ledger by its idempotency key.
 SELECT * FROM actions WHERE idempotency_key = %(key)s;
 
