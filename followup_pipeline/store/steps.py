@@ -114,3 +114,18 @@ def list_watches(
     """Watches for the operator, newest first, with their next due date."""
     params = {"all": include_closed, "limit": limit}
     return list(conn.execute(query("list_watches"), params).fetchall())
+
+
+def refresh_subject(conn: psycopg.Connection[Any], *, watch_id: int, deal: Any) -> None:
+    """Copy a CRM deal's current names and stage onto its watch; clear its CRM error."""
+    conn.execute(
+        query("refresh_subject"),
+        {
+            "watch_id": watch_id,
+            "name": deal.name,
+            "account_name": deal.account_name,
+            "assigned_user_id": deal.assigned_user_id,
+            "assigned_user_name": deal.assigned_user_name,
+            "stage": deal.stage,
+        },
+    )

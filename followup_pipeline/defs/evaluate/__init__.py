@@ -13,11 +13,8 @@ import dagster as dg
 
 from followup_pipeline.defs.common import SINGLETON_TAG, RunCounts, outcome_output
 from followup_pipeline.defs.evaluate.context import Evaluation
-from followup_pipeline.defs.evaluate.fire import (
-    close_exhausted,
-    close_tasks_of_closed_watches,
-    process_due_steps,
-)
+from followup_pipeline.defs.evaluate.due import close_exhausted, process_due_steps
+from followup_pipeline.defs.evaluate.fire import close_tasks_of_closed_watches
 from followup_pipeline.defs.evaluate.lock import RunLockResource
 from followup_pipeline.defs.evaluate.reconcile import check_stage_names, reconcile, reset_cadences
 from followup_pipeline.domain.calendar import BusinessCalendar
@@ -76,10 +73,15 @@ def evaluate_op(
     postgres: PostgresResource,
     espocrm: EspoCrmResource,
     clickup: ClickUpResource,
+    clock: ClockResource,
     settings: SettingsResource,
     evaluate_lock: RunLockResource,
 ) -> dg.Output[RunCounts]:
-    """Reset cadences, fire due steps, close exhausted watches and the tasks of closed ones."""
+    """Reset cadences, fire due steps, close exhausted watches and the tasks of closed ones.
+
+    The clock is read again: a retried or re-executed op works at its own now, not at the
+    failed run's (the clock decides, ARCHITECTURE.md §2).
+    """
     if synced.get("skipped") or not evaluate_lock.held:
         return _skipped(context)
     ev = Evaluation(
@@ -87,7 +89,7 @@ def evaluate_op(
         espocrm,
         clickup,
         settings.get(),
-        datetime.fromisoformat(synced["now"]),
+        max(clock.now(), datetime.fromisoformat(synced["now"])),
         context.log,
         context.run_id,
         counts=Counter(synced["counts"]),

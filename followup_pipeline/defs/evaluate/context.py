@@ -29,6 +29,10 @@ class Evaluation:
     run_id: str | None = None
     counts: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: Watches whose activity could not be read this run: their due steps wait.
+    unreadable: set[int] = field(default_factory=set)
+    #: ClickUp answered 429 to a write: no more writes this run.
+    clickup_rate_limited: bool = False
     _calendar: BusinessCalendar | None = None
 
     @property

@@ -10,13 +10,19 @@ from typing import Any
 import dagster as dg
 
 from followup_pipeline.defs.evaluate.context import Evaluation
-from followup_pipeline.defs.evaluate.fire import close_with_steps
+from followup_pipeline.defs.evaluate.due import close_with_steps
 from followup_pipeline.domain.cadence import PlannedStep, replan_steps
 from followup_pipeline.domain.decisions import Close, decide_for_stage
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
-from followup_pipeline.store.steps import count_open_watches, mark_reset, open_watches, replan_step
+from followup_pipeline.store.steps import (
+    count_open_watches,
+    mark_reset,
+    open_watches,
+    replan_step,
+    set_watch_error,
+)
 from followup_pipeline.store.watches import Subject, latest_watch_of, open_watch, steps_of
 
 #: Calls and meetings count as activity once held; planned ones are not activity yet.
@@ -133,11 +139,17 @@ def reset_cadences(ev: Evaluation) -> None:
         try:
             moment = latest_activity(ev, watch["subject_id"], since)
         except IntegrationError as error:
+            ev.unreadable.add(watch["id"])
             ev.problem(f"deal {watch['subject_id']}: activity unreadable, no reset: {error}")
+            with ev.postgres.connection() as conn:
+                set_watch_error(conn, watch_id=watch["id"], error=str(error), at=ev.now)
             continue
+        if watch["last_error"]:
+            with ev.postgres.connection() as conn:
+                set_watch_error(conn, watch_id=watch["id"], error=None, at=None)
         if moment is None:
             continue
-        reset_on = local_date(moment, ev.zone)
+        reset_on = local_date(moment, watch["time_zone"])
         with ev.postgres.connection() as conn, conn.transaction():
             steps = [
                 PlannedStep(s["step_no"], s["offset_days"], s["due_on"])

@@ -78,3 +78,11 @@ FROM watches w
 WHERE %(all)s OR w.closed_at IS NULL
 ORDER BY w.registered_at DESC, w.id DESC
 LIMIT %(limit)s;
+
+-- name: refresh_subject
+-- Copy the CRM's current names onto a watch and clear the error that held it back.
+UPDATE watches
+SET subject_name = %(name)s, account_name = %(account_name)s,
+    assigned_user_id = %(assigned_user_id)s, assigned_user_name = %(assigned_user_name)s,
+    stage = %(stage)s, last_error = NULL, last_error_at = NULL
+WHERE id = %(watch_id)s;
