@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +16,8 @@ import pytest
 
 from followup_pipeline.ingress.signatures import standard_signature
 from followup_pipeline.sandbox.webhooks import signatures
+from followup_pipeline.store.embedded import EmbeddedCluster
+from followup_pipeline.store.migrate import migrate
 
 from .conftest import (
     CREATE_HOOK,
@@ -252,3 +255,32 @@ def test_ingress_health_and_metrics_report_the_event_log(
         if line.startswith("followup_events_oldest_pending_age_seconds ")
     )
     assert 89 < float(age.split()[1]) < 120
+
+
+def test_ingress_answers_503_when_a_live_postgres_stops(
+    make_ingress: IngressFactory, tmp_path: Path
+) -> None:
+    cluster = EmbeddedCluster(tmp_path / "home")
+    cluster.acquire()
+    try:
+        url = cluster.url("followup")
+        migrate(url)
+        first, headers = espocrm_delivery(ITEMS, CREATE_HOOK)
+        with make_ingress(url=url, app_kwargs={"db_timeout_s": 0.5}) as client:
+            stored = client.post("/webhooks/espocrm", content=first, headers=headers)
+            assert stored.status_code == 200
+            cluster.stop()
+            second, headers = espocrm_delivery([{**ITEMS[0], "stage": "Negotiation"}], CREATE_HOOK)
+            answer = client.post("/webhooks/espocrm", content=second, headers=headers)
+            assert (answer.status_code, answer.json()["error"]) == (503, "database_unavailable")
+            assert client.get("/healthz").status_code == 503
+            cluster.acquire()  # Postgres is back; EspoCRM retries the 503
+            deadline = time.monotonic() + 30  # the pool reconnects in the background
+            while client.get("/healthz").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            retried = client.post("/webhooks/espocrm", content=second, headers=headers)
+            assert retried.status_code == 200
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM followup.events").fetchone() == (2,)
+    finally:
+        cluster.stop()
