@@ -28,7 +28,7 @@ from followup_pipeline.ingress.payloads import parse_delivery
 from followup_pipeline.ingress.signatures import Rejected, Verified, verify_espocrm, verify_standard
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
-from followup_pipeline.store.db import StoreError, connection_kwargs
+from followup_pipeline.store.db import StoreError, StoreUnavailable, connection_kwargs
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -118,13 +118,17 @@ class Ingress:
                 status=parsed.status,
                 error=parsed.error,
             )
-        except (psycopg.Error, StoreError) as error:
+        except (psycopg.OperationalError, StoreUnavailable) as error:
             log.warning("cannot store a %s delivery: %s", source, type(error).__name__)
             raise Rejected("database_unavailable", "the event could not be stored", 503) from None
+        except (psycopg.Error, StoreError) as error:
+            # Not the database's absence: a 500, which EspoCRM retries too, counted as such.
+            log.error("storing a %s delivery failed: %s", source, type(error).__name__)
+            raise Rejected("store_failed", "the event could not be stored", 500) from None
         name = f"event:{stored.event_id}"
         if stored.duplicate:
             self.metrics.count_duplicate(source)
-        else:
+        elif parsed.error is None:
             self.metrics.count_received(source)
         if parsed.error is not None:
             self.metrics.count_rejected("unparseable")

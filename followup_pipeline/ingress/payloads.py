@@ -102,7 +102,8 @@ def parse_delivery(source: str, event_type: str | None, body: bytes) -> Parsed:
             if not isinstance(raw, dict):
                 raise UnparseableBody("Standard Webhooks bodies are JSON objects")
             kind = raw.get("type")
-            event_type = kind if isinstance(kind, str) else None
+            # Postgres text holds no NUL; the raw body (bytea) keeps the type exactly.
+            event_type = kind.replace("\x00", "")[:200] if isinstance(kind, str) else None
     except UnparseableBody as error:
         return Parsed(event_type, "dead", str(error))
     return Parsed(event_type, "pending" if source in HANDLED_SOURCES else "unhandled")

@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -61,6 +61,8 @@ def store_delivery(
     """Store one delivery (or count it as a duplicate) and commit before returning."""
     key = dedup_key(source, event_type, body)
     with conn.transaction():
+        conn.execute(query("events_store_timeouts"))
+        conn.execute(query("events_store_statement_timeout"))
         conn.execute(
             query("events_dedup_lock"), {"namespace": DEDUP_LOCK_NAMESPACE, "dedup_key": key}
         )
@@ -92,20 +94,39 @@ def backoff(
     """The wait after failed attempt number ``attempt`` (1-based): doubling, ±25 % jitter."""
     ceiling = min(max_s, base_s * 2.0 ** (attempt - 1))
     jitter = (rng or random.Random()).uniform(0.75, 1.25)  # noqa: S311 (jitter, not crypto)
-    return timedelta(seconds=ceiling * jitter)
+    return timedelta(seconds=min(max_s, ceiling * jitter))
 
 
 def claim(
-    conn: psycopg.Connection[Any], *, limit: int, exclude: Sequence[int] = ()
+    conn: psycopg.Connection[Any],
+    *,
+    limit: int,
+    lease: timedelta,
+    run: str,
+    exclude: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
-    """Lock up to ``limit`` due events of the handled sources (inside the caller's transaction)."""
-    params = {"sources": list(HANDLED_SOURCES), "exclude": list(exclude), "limit": limit}
-    return list(conn.execute(query("events_claim"), params).fetchall())
+    """Lease up to ``limit`` due events of the handled sources (not those in ``exclude``, seen
+    by this run already); each claim counts an attempt."""
+    params = {
+        "sources": list(HANDLED_SOURCES),
+        "limit": limit,
+        "lease": lease,
+        "run": run,
+        "exclude": list(exclude),
+    }
+    with conn.transaction():
+        rows = conn.execute(query("events_claim"), params).fetchall()
+    return sorted(rows, key=lambda row: int(row["id"]))
 
 
-def claim_ids(conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[dict[str, Any]]:
-    """Lock the named pending events, due or not (inside the caller's transaction)."""
-    return list(conn.execute(query("events_claim_ids"), {"ids": list(ids)}).fetchall())
+def claim_ids(
+    conn: psycopg.Connection[Any], ids: Sequence[int], *, lease: timedelta, run: str
+) -> list[dict[str, Any]]:
+    """Lease the named pending events, due or not (a replay)."""
+    params = {"ids": list(ids), "lease": lease, "run": run}
+    with conn.transaction():
+        rows = conn.execute(query("events_claim_ids"), params).fetchall()
+    return sorted(rows, key=lambda row: int(row["id"]))
 
 
 def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[dict[str, Any]]:
@@ -128,9 +149,9 @@ def mark_failed(
     max_attempts: int,
     delay: timedelta,
 ) -> bool:
-    """Count a failed attempt: wait ``delay`` for the next, or dead-letter it. True if dead."""
+    """A failed attempt (counted by its claim): wait ``delay``, or dead-letter it. True if dead."""
     params = {"id": event["id"], "step": step, "error": error[:2000]}
-    if int(event["attempts"]) + 1 >= max_attempts:
+    if int(event["attempts"]) >= max_attempts:
         conn.execute(query("events_mark_dead"), params)
         return True
     conn.execute(query("events_mark_retry"), {**params, "delay": delay})
@@ -160,3 +181,21 @@ def gauges(conn: psycopg.Connection[Any]) -> dict[str, float]:
         "pending": float(row["pending"]),
         "oldest_pending_s": float(row["oldest_pending_s"] or 0.0),
     }
+
+
+def supersedes(
+    conn: psycopg.Connection[Any], *, deal_id: str, event_id: int, received_at: datetime
+) -> bool:
+    """Whether a newer event was applied to the deal already; else mark this one as the newest.
+
+    Call inside the item's transaction: the mark stays locked until it ends.
+    """
+    row = conn.execute(query("deal_mark_take"), {"deal_id": deal_id}).fetchone()
+    if row is not None and (row["last_received_at"], row["last_event_id"]) > (
+        received_at,
+        event_id,
+    ):
+        return True
+    params = {"deal_id": deal_id, "event_id": event_id, "received_at": received_at}
+    conn.execute(query("deal_mark_set"), params)
+    return False

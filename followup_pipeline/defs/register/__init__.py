@@ -45,7 +45,15 @@ def register_events(
     return outcome_output(context, outcome_of(counts), counts)
 
 
-@dg.job(description="Open and close watches from the CRM's webhook events.")
+#: A register run that outlives this is failed by run monitoring, so a run whose worker died can
+#: never hold back the sensor (which waits while a run is in flight) for longer.
+MAX_RUNTIME_S = 30 * 60
+
+
+@dg.job(
+    description="Open and close watches from the CRM's webhook events.",
+    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+)
 def register() -> None:
     register_events()
 

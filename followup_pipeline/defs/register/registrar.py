@@ -5,16 +5,25 @@ savepoint with its key, so a retry or a replay (same event id) skips what is don
 re-batches failed items with newer ones, so this per-item idempotency carries the load; opening
 is also ``ON CONFLICT DO NOTHING``, so a redelivery never resets a running cadence.
 
-Failures: a vendor error (``IntegrationError``) or an unreadable body stops the event at that
-item; the event's attempts rise and it waits with backoff, or becomes a dead letter after the
-last attempt. A database error aborts the run (the state is unclear).
+Claims are leases committed at once (each claim counts an attempt), so no row lock is held while
+the CRM is asked and a run that dies lets its lease run out. Each item is written in a
+transaction of its own, after the CRM was read.
+
+Failures: any error of an item (the CRM, an unreadable body, a value the database refuses) stops
+the event at that item; it waits with backoff, or becomes a dead letter after the last attempt.
+Only a lost database connection aborts the run (the state is unclear).
+
+Order: when the deal was read from the CRM its current stage decides; and each deal keeps a mark
+of the newest event applied, so an older event that arrives (or is replayed) later is
+``superseded`` and changes nothing.
 """
 
 import random
+import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import Any, Protocol
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol
 
 import psycopg
 
@@ -24,6 +33,7 @@ from followup_pipeline.integrations.errors import IntegrationError, NotFoundErro
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
+from followup_pipeline.store.db import StoreError
 from followup_pipeline.store.watches import (
     Plan,
     Subject,
@@ -37,6 +47,8 @@ from followup_pipeline.store.watches import (
 #: Batches one run claims at most, so a flood cannot keep a run going for ever.
 MAX_BATCHES = 20
 CADENCE_NAME = "default"
+#: How long a claim holds an event; a run that dies frees it after this.
+LEASE = timedelta(minutes=15)
 
 
 class DealReader(Protocol):
@@ -48,11 +60,13 @@ class DealReader(Protocol):
 
 
 class ItemFailed(Exception):
-    """One item could not be done; ``step`` names it for the dead letter."""
+    """One item could not be done; ``step`` names it for the dead letter. A ``permanent`` failure
+    (a body that cannot be read) cannot succeed on a retry: it is dead-lettered at once."""
 
-    def __init__(self, step: str, error: str) -> None:
+    def __init__(self, step: str, error: str, *, permanent: bool = False) -> None:
         super().__init__(error)
         self.step = step
+        self.permanent = permanent
 
 
 def crm_url(settings: Settings, deal_id: str) -> str:
@@ -83,17 +97,17 @@ class Registrar:
 
     def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
         """Claim and process due events (or the named pending ones), batch by batch."""
+        run = f"register-{uuid.uuid4().hex[:12]}"
         seen: list[int] = []
         for _ in range(MAX_BATCHES):
-            with self.conn.transaction():
-                if ids is not None:
-                    batch = events.claim_ids(self.conn, ids)
-                else:
-                    limit = self.settings.event_batch_size
-                    batch = events.claim(self.conn, limit=limit, exclude=seen)
-                for event in batch:
-                    seen.append(int(event["id"]))
-                    self.process(event)
+            if ids is not None:
+                batch = events.claim_ids(self.conn, ids, lease=LEASE, run=run)
+            else:
+                limit = self.settings.event_batch_size
+                batch = events.claim(self.conn, limit=limit, lease=LEASE, run=run, exclude=seen)
+            for event in batch:
+                seen.append(int(event["id"]))
+                self.process(event)
             if not batch or ids is not None:
                 break
         return self.counts
@@ -105,58 +119,84 @@ class Registrar:
             try:
                 items = espocrm_items(event["event_type"], bytes(event["body"]))
             except UnparseableBody as error:
-                raise ItemFailed("parse", str(error)) from None
+                raise ItemFailed("parse", str(error), permanent=True) from None
             for item in items:
                 self.item(event, item)
         except ItemFailed as failed:
-            delay = events.backoff(
-                int(event["attempts"]) + 1,
-                base_s=self.settings.event_backoff_base_s,
-                max_s=self.settings.event_backoff_max_s,
-                rng=self.rng,
-            )
+            self.fail(event, failed.step, str(failed), permanent=failed.permanent)
+            return
+        with self.conn.transaction():
+            events.mark_done(self.conn, int(event["id"]))
+        self.counts["events_done"] += 1
+
+    def fail(
+        self, event: Mapping[str, Any], step: str, error: str, *, permanent: bool = False
+    ) -> None:
+        """Count the failed attempt: wait with backoff, or dead-letter after the last one."""
+        delay = events.backoff(
+            int(event["attempts"]),
+            base_s=self.settings.event_backoff_base_s,
+            max_s=self.settings.event_backoff_max_s,
+            rng=self.rng,
+        )
+        with self.conn.transaction():
             dead = events.mark_failed(
                 self.conn,
                 event=event,
-                step=failed.step,
-                error=str(failed),
-                max_attempts=self.settings.event_max_attempts,
+                step=step,
+                error=error,
+                max_attempts=1 if permanent else self.settings.event_max_attempts,
                 delay=delay,
             )
-            self.counts["events_dead" if dead else "events_retried"] += 1
-            return
-        events.mark_done(self.conn, int(event["id"]))
-        self.counts["events_done"] += 1
+        self.counts["events_dead" if dead else "events_retried"] += 1
 
     def item(self, event: Mapping[str, Any], item: DealItem) -> None:
-        """One item: skip it if done, else decide and write it with its completion key."""
+        """One item: skip it if done, else read the CRM if need be, decide and write it."""
         step = "close" if item.kind == "delete" else "open"
         key = f"{event['id']}:{item.index}:{step}"
-        if events.completion(self.conn, key) is not None:
+        with self.conn.transaction():
+            done = events.completion(self.conn, key) is not None
+        if done:
             self.counts["items_already_done"] += 1
             return
         try:
+            deal = self.read(item)
             with self.conn.transaction():
-                result = self.apply(event, item)
+                result = self.apply(event, item, deal)
                 events.complete(self.conn, key=key, event_id=int(event["id"]), result=result)
-        except IntegrationError as error:
-            raise ItemFailed(f"{item.index}:{step}", f"deal {item.deal_id}: {error}") from None
+        except (psycopg.OperationalError, StoreError):
+            raise  # the database is gone: the state is unclear, abort the run
+        except Exception as error:  # any other error of an item: the event waits for a retry
+            what = error if isinstance(error, IntegrationError) else repr(error)
+            raise ItemFailed(f"{item.index}:{step}", f"deal {item.deal_id}: {what}") from None
         self.counts[str(result["outcome"])] += 1
 
-    def apply(self, event: Mapping[str, Any], item: DealItem) -> dict[str, Any]:
+    def read(self, item: DealItem) -> Deal | Literal["gone"] | None:
+        """The deal from the CRM when the payload lacks its names; ``gone`` on a 404."""
+        if item.kind == "delete" or (item.stage is None and item.kind == "update"):
+            return None
+        if item.stage is not None and item.name is not None:
+            return None
+        try:
+            return self.crm.get_deal(deal_id=item.deal_id)
+        except NotFoundError:
+            return "gone"
+
+    def apply(
+        self, event: Mapping[str, Any], item: DealItem, deal: Deal | Literal["gone"] | None
+    ) -> dict[str, Any]:
         """Open or close the deal's watch as its stage says; the result is kept with the key."""
         received_at: datetime = event["received_at"]
-        stage, deal = item.stage, None
-        if item.kind == "delete":
-            return self.close(item.deal_id, Close("subject_gone"), received_at)
-        if stage is None and item.kind == "update":
+        if item.stage is None and item.kind == "update":
             return {"deal": item.deal_id, "outcome": "ignored_no_stage"}
-        if stage is None or item.name is None:
-            try:
-                deal = self.crm.get_deal(deal_id=item.deal_id)
-            except NotFoundError:
-                return self.close(item.deal_id, Close("subject_gone"), received_at)
-            stage = stage or deal.stage
+        if events.supersedes(
+            self.conn, deal_id=item.deal_id, event_id=int(event["id"]), received_at=received_at
+        ):
+            return {"deal": item.deal_id, "outcome": "superseded"}
+        if item.kind == "delete" or deal == "gone":
+            return self.close(item.deal_id, Close("subject_gone"), received_at)
+        # Read from the CRM: its current stage is the truth, whatever this older payload says.
+        stage = deal.stage if isinstance(deal, Deal) else item.stage
         decision = decide_for_stage(stage, self.policy)
         if isinstance(decision, Close):
             return self.close(item.deal_id, decision, received_at)
@@ -165,13 +205,14 @@ class Registrar:
         if closed_at is not None and closed_at > received_at:
             # A later event (or run) closed the deal's watch: this older event is stale.
             return {"deal": item.deal_id, "outcome": "superseded"}
+        known = deal if isinstance(deal, Deal) else None
         subject = Subject(
             subject_id=item.deal_id,
-            name=deal.name if deal else str(item.name),
-            stage=stage,
-            account_name=deal.account_name if deal else item.account_name,
-            assigned_user_id=deal.assigned_user_id if deal else item.assigned_user_id,
-            assigned_user_name=deal.assigned_user_name if deal else item.assigned_user_name,
+            name=known.name if known else str(item.name),
+            stage=str(stage),
+            account_name=known.account_name if known else item.account_name,
+            assigned_user_id=known.assigned_user_id if known else item.assigned_user_id,
+            assigned_user_name=known.assigned_user_name if known else item.assigned_user_name,
             crm_url=crm_url(self.settings, item.deal_id),
         )
         watch_id = open_watch(

@@ -57,7 +57,10 @@ def replay_dead_letters(
     return outcome_output(context, outcome, counts)
 
 
-@dg.job(description="Re-process dead-lettered events or actions by their original id.")
+@dg.job(
+    description="Re-process dead-lettered events or actions by their original id.",
+    tags={"dagster/max_runtime": str(30 * 60)},
+)
 def replay() -> None:
     replay_dead_letters()
 

@@ -1,3 +1,11 @@
+-- name: events_store_timeouts
+-- The ingress must answer within EspoCRM's 10 seconds: never wait long on a lock or a statement.
+SET LOCAL lock_timeout = '2s';
+
+-- name: events_store_statement_timeout
+-- A bound on each statement of the ingress's transaction.
+SET LOCAL statement_timeout = '5s';
+
 -- name: events_dedup_lock
 -- Serialise concurrent deliveries of the same body: a transaction lock on the dedup key's hash
 -- (the two-integer form, in a namespace of its own, so it never meets another advisory lock).
@@ -25,51 +33,71 @@ VALUES (
 RETURNING id, status;
 
 -- name: events_claim
--- Claim due events of the handled sources; concurrent runs skip each other's claims.
-SELECT * FROM events
-WHERE status = 'pending' AND next_attempt_at <= now() AND source = ANY(%(sources)s::text[])
-  AND NOT (id = ANY(%(exclude)s::bigint[]))
-ORDER BY id
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+-- Lease due events of the handled sources: the claim commits at once, so no row stays locked
+-- while the CRM is asked; a run that dies lets its lease run out. Each claim is an attempt.
+UPDATE events
+SET claimed_until = clock_timestamp() + %(lease)s::interval, claimed_by = %(run)s,
+    attempts = attempts + 1
+WHERE id IN (
+    SELECT id FROM events
+    WHERE status = 'pending' AND next_attempt_at <= now()
+      AND source = ANY(%(sources)s::text[])
+      AND (claimed_until IS NULL OR claimed_until < now())
+      AND NOT (id = ANY(%(exclude)s::bigint[]))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
 
 -- name: events_claim_ids
--- Claim named pending events (a replay), whatever their next attempt time.
-SELECT * FROM events
-WHERE status = 'pending' AND id = ANY(%(ids)s::bigint[])
-ORDER BY id
-FOR UPDATE SKIP LOCKED;
+-- Lease named pending events (a replay), whatever their next attempt time.
+UPDATE events
+SET claimed_until = clock_timestamp() + %(lease)s::interval, claimed_by = %(run)s,
+    attempts = attempts + 1
+WHERE id IN (
+    SELECT id FROM events
+    WHERE status = 'pending' AND id = ANY(%(ids)s::bigint[])
+      AND (claimed_until IS NULL OR claimed_until < now())
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
 
 -- name: events_due
 -- What the sensor looks at: the due events (ids and attempts), oldest first.
 SELECT id, attempts FROM events
 WHERE status = 'pending' AND next_attempt_at <= now() AND source = ANY(%(sources)s::text[])
+  AND (claimed_until IS NULL OR claimed_until < now())
 ORDER BY id
 LIMIT %(limit)s;
 
 -- name: events_mark_done
 -- Every item of the event is done.
-UPDATE events SET status = 'done', processed_at = now(), dead_step = NULL
+UPDATE events
+SET status = 'done', processed_at = clock_timestamp(), dead_step = NULL, claimed_until = NULL
 WHERE id = %(id)s;
 
 -- name: events_mark_retry
--- A failed attempt: count it and wait before the next one.
+-- A failed attempt (counted when it was claimed): wait before the next one, from now — not from
+-- the start of the run.
 UPDATE events
-SET attempts = attempts + 1, last_error = %(error)s, dead_step = %(step)s,
-    next_attempt_at = now() + %(delay)s::interval
+SET last_error = %(error)s, dead_step = %(step)s, claimed_until = NULL,
+    next_attempt_at = clock_timestamp() + %(delay)s::interval
 WHERE id = %(id)s;
 
 -- name: events_mark_dead
 -- The last attempt failed: a dead letter with its step and last error.
 UPDATE events
-SET attempts = attempts + 1, status = 'dead', last_error = %(error)s, dead_step = %(step)s,
-    processed_at = now()
+SET status = 'dead', last_error = %(error)s, dead_step = %(step)s, claimed_until = NULL,
+    processed_at = clock_timestamp()
 WHERE id = %(id)s;
 
 -- name: events_requeue
 -- Replay: back to pending under its original id, with fresh attempts.
 UPDATE events
-SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL
+SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL,
+    claimed_until = NULL
 WHERE id = %(id)s AND status IN ('dead', 'unhandled')
 RETURNING id;
 
@@ -121,3 +149,17 @@ RETURNING id;
 -- name: database_ping
 -- The health check: the database answers.
 SELECT 1 AS ok;
+
+-- name: deal_mark_take
+-- The newest event applied to a deal, locked until the item's transaction ends.
+SELECT last_event_id, last_received_at FROM deal_marks
+WHERE subject_type = 'Opportunity' AND subject_id = %(deal_id)s
+FOR UPDATE;
+
+-- name: deal_mark_set
+-- Remember the newest event applied to a deal.
+INSERT INTO deal_marks (subject_id, last_event_id, last_received_at)
+VALUES (%(deal_id)s, %(event_id)s, %(received_at)s)
+ON CONFLICT (subject_type, subject_id) DO UPDATE
+SET last_event_id = EXCLUDED.last_event_id, last_received_at = EXCLUDED.last_received_at
+WHERE deal_marks.last_received_at <= EXCLUDED.last_received_at;

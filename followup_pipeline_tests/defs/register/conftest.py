@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,8 @@ class FakeCrm:
     def __init__(self) -> None:
         self.deals: dict[str, Deal] = {}
         self.failing: set[str] = set()
+        self.broken: set[str] = set()
+        self.delay_s = 0.0
         self.calls: list[str] = []
 
     def add(self, deal_id: str, stage: str = "Proposal", name: str | None = None) -> None:
@@ -41,6 +44,9 @@ class FakeCrm:
     def get_deal(self, *, deal_id: str) -> Deal:
         """One deal, or the error the test asked for."""
         self.calls.append(deal_id)
+        time.sleep(self.delay_s)
+        if deal_id in self.broken:
+            raise ValueError("Expecting value: line 1 column 1 (char 0)")  # an HTML error page
         if deal_id in self.failing:
             raise TransientError("answered 503", vendor="espocrm", status=503)
         if deal_id not in self.deals:

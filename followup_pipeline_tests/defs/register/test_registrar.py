@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs.register.registrar import Registrar
-from followup_pipeline.settings import Settings
+from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.dead_letters import requeue_events
 
 from .conftest import EventFactory, FakeCrm
@@ -52,7 +52,7 @@ def test_registrar_create_opens_a_watch_from_the_payload_names(
 def test_registrar_stage_update_reads_the_names_from_the_crm(
     db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
 ) -> None:
-    crm.add("d1", name="From the CRM")
+    crm.add("d1", name="From the CRM", stage="Negotiation")
     add_event([{"id": "d1", "stage": "Negotiation"}])
     assert _run(db, crm, settings)["registered"] == 1
     [watch] = _watches(db)
@@ -83,6 +83,9 @@ def test_registrar_closes_with_the_stage_reason(
 ) -> None:
     crm.add("d1")
     add_event([{"id": "d1", "stage": "Proposal"}])
+    assert _run(db, crm, settings)["registered"] == 1
+    if "stage" in item:
+        crm.add("d1", stage=item["stage"])  # the CRM moves on with the deal
     add_event([item], event=event)
     counts = _run(db, crm, settings)
     assert counts[f"closed_{reason}"] == 1
@@ -172,3 +175,80 @@ def test_registrar_stale_close_does_not_close_a_later_watch(
     assert _run(db, crm, settings)["superseded"] == 1
     [watch] = _watches(db)
     assert watch["closed_at"] is None
+
+
+def test_registrar_an_unexpected_error_fails_one_event_not_the_run(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.broken.add("bad")
+    crm.add("good", name="Good", stage="Proposal")
+    bad = add_event([{"id": "bad", "stage": "Proposal"}])
+    nul = add_event([{"id": "nul", "name": "A\u0000B", "stage": "Proposal"}], "Opportunity.create")
+    good = add_event([{"id": "good", "stage": "Proposal"}])
+    counts = _run(db, crm, settings)
+    assert (counts["events_retried"], counts["events_done"], counts["registered"]) == (2, 1, 1)
+    assert "ValueError" in _event(db, bad)["last_error"]
+    assert "NUL" in _event(db, nul)["last_error"]
+    assert _event(db, good)["status"] == "done"
+    assert [w["subject_id"] for w in _watches(db)] == ["good"]
+
+
+def test_registrar_an_older_event_after_a_newer_close_changes_nothing(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    older = add_event([{"id": "d1", "name": "Offer", "stage": "Proposal"}], "Opportunity.update")
+    newer = add_event([{"id": "d1", "name": "Offer", "stage": "Closed Won"}], "Opportunity.update")
+    db.execute(
+        "UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE id = %s", (older,)
+    )
+    assert _run(db, crm, settings)["nothing_to_close"] == 1  # the newer one, first
+    db.execute("UPDATE events SET next_attempt_at = now() WHERE id = %s", (older,))
+    assert _run(db, crm, settings)["superseded"] == 1  # the older one arrives late
+    assert _watches(db) == []
+    assert _event(db, newer)["status"] == "done"
+
+
+def test_registrar_stage_read_from_the_crm_wins_over_the_payload(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    crm.add("d1", name="Won since", stage="Closed Won")
+    add_event([{"id": "d1", "stage": "Proposal"}])  # a stage change that is already history
+    assert _run(db, crm, settings)["nothing_to_close"] == 1
+    assert _watches(db) == []
+
+
+def test_registrar_backoff_counts_from_the_failure_not_the_claim(
+    db: psycopg.Connection[Any], crm: FakeCrm, add_event: EventFactory
+) -> None:
+    settings = load_settings(event_backoff_base_s=2, espocrm_url="https://crm.example.com")
+    crm.failing.add("d1")
+    crm.delay_s = 2.5  # the CRM takes longer to fail than the first backoff
+    event_id = add_event([{"id": "d1", "stage": "Proposal"}])
+    _run(db, crm, settings)
+    row = db.execute(
+        "SELECT next_attempt_at > now() AS waiting, attempts FROM events WHERE id = %s",
+        (event_id,),
+    ).fetchone()
+    assert row == {"waiting": True, "attempts": 1}
+
+
+def test_registrar_a_claim_holds_no_lock_and_a_dead_run_frees_it(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    from datetime import timedelta
+
+    from followup_pipeline.store.events import claim, store_delivery
+
+    event_id = add_event([{"id": "d1", "name": "Offer", "stage": "Proposal"}], "Opportunity.create")
+    [claimed] = claim(db, limit=10, lease=timedelta(minutes=15), run="a-run-that-dies")
+    assert claimed["id"] == event_id
+    # A redelivery while the claim stands is counted at once: no row lock to wait for.
+    body = bytes(claimed["body"])
+    again = store_delivery(
+        db, source="espocrm", event_type="Opportunity.create", body=body, headers={}
+    )
+    assert again.duplicate
+    assert _run(db, crm, settings) == {}  # leased: nobody else takes it
+    db.execute("UPDATE events SET claimed_until = now() - interval '1 second'")  # the lease ran out
+    assert _run(db, crm, settings)["registered"] == 1
+    assert _event(db, event_id)["attempts"] == 2
