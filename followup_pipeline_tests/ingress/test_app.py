@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -118,14 +119,34 @@ def _refusals() -> list[tuple[str, str, bytes, dict[str, str], int, str]]:
     form = json.dumps({"type": "form.submitted", "data": {"email": "a@example.com"}}).encode()
     big = b"[" + b" " * (2 * 1024 * 1024) + b"]"
     big_headers = {"Signature": signatures(STAGE_HOOK[0], big, STAGE_HOOK[2])[0]}
+    # The right webhook id with a digest that is not the body's, in both headers' forms.
+    forged = base64.b64encode(f"{STAGE_HOOK[0]}:{'0' * 64}".encode()).decode()
+    forged_legacy = base64.b64encode(STAGE_HOOK[0].encode() + b":" + bytes(32)).decode()
     cases = [
         (
-            "bad signature",
+            "not a signature",
             "espocrm",
             body,
             {"Signature": "bm90IGEgc2lnbmF0dXJl"},
             401,
             "unknown_webhook",
+        ),
+        ("bad signature", "espocrm", body, {"Signature": forged}, 401, "bad_signature"),
+        (
+            "bad legacy signature",
+            "espocrm",
+            body,
+            {"X-Signature": forged_legacy},
+            401,
+            "bad_signature",
+        ),
+        (
+            "bad signature beside a good legacy one",
+            "espocrm",
+            body,
+            {"Signature": forged, "X-Signature": headers["X-Signature"]},
+            401,
+            "bad_signature",
         ),
         ("garbled signature", "espocrm", body, {"Signature": "%%%"}, 401, "bad_signature"),
         ("wrong secret", "espocrm", body, {"Signature": wrong_secret}, 401, "bad_signature"),
@@ -284,3 +305,23 @@ def test_ingress_answers_503_when_a_live_postgres_stops(
             assert conn.execute("SELECT count(*) FROM followup.events").fetchone() == (2,)
     finally:
         cluster.stop()
+
+
+def test_ingress_refuses_a_chunked_body_over_the_limit(
+    ingress: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must hold while reading
+        for _ in range(3):
+            yield b" " * (512 * 1024)
+
+    answer = ingress.post("/webhooks/espocrm", content=chunks(), headers={"Signature": "x"})
+    assert (answer.status_code, answer.json()["error"]) == (413, "too_large")
+    assert _events(db) == []
+
+
+def test_ingress_standard_webhooks_known_answer() -> None:
+    # The example of the Standard Webhooks specification, computed by its authors.
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    body = b'{"test": 2432232314}'
+    signature = standard_signature(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body)
+    assert signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
