@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,13 +12,13 @@ from urllib.parse import quote
 import httpx
 import psycopg
 import pytest
-import uvicorn
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.store.db import connection_kwargs
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
+from followup_pipeline_tests.support import served
 
 
 def with_database(url: str, name: str, *, driver: str = "postgresql") -> str:
@@ -119,28 +116,8 @@ def sandbox_server() -> Iterator[str]:
     from followup_pipeline.sandbox.app import create_app
     from followup_pipeline.sandbox.config import SandboxConfig
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(SandboxConfig()),
-        log_level="warning",
-        ws="none",
-        lifespan="auto",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the sandbox did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=5)
-    sock.close()
+    with served(create_app(SandboxConfig()), log_level="warning") as base:
+        yield base
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +15,7 @@ import pytest
 from followup_pipeline.launcher import vendor_mode
 from followup_pipeline.settings import ConfigError, load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
+from followup_pipeline_tests.support import free_port, wait_until
 
 DAEMON_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
 LOCATION_QUERY = """
@@ -25,26 +24,6 @@ LOCATION_QUERY = """
     locationOrLoadError { __typename ... on PythonError { message } }
 } } } }
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_for(check: object, timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()  # type: ignore[operator]
-            if last:
-                return last
-        except (httpx.HTTPError, KeyError, TypeError):
-            pass
-        time.sleep(1.0)
-    raise AssertionError(f"gave up after {timeout} s; last answer: {last!r}")
 
 
 def test_launcher_refuses_partial_vendor_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,12 +44,12 @@ def test_launcher_refuses_partial_vendor_credentials(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.slow
 def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> None:
-    home, port = tmp_path / "home", _free_port()
+    home, port = tmp_path / "home", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FOLLOWUP_", "DAGSTER_"))}
     env.update(
         FOLLOWUP_HOME=str(home),
-        FOLLOWUP_SANDBOX_PORT=str(_free_port()),
-        FOLLOWUP_INGRESS_PORT=str(_free_port()),
+        FOLLOWUP_SANDBOX_PORT=str(free_port()),
+        FOLLOWUP_INGRESS_PORT=str(free_port()),
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "followup_pipeline.cli", "dev", "--port", str(port)],
@@ -81,7 +60,7 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(lambda: httpx.get(f"{base}/server_info", timeout=2).status_code == 200, 120)
+        wait_until(lambda: httpx.get(f"{base}/server_info", timeout=2).is_success, 120, "the UI")
 
         def daemons_healthy() -> bool:
             answer = httpx.post(f"{base}/graphql", json={"query": DAEMON_QUERY}, timeout=5).json()
@@ -89,7 +68,7 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
             healthy = {s["daemonType"] for s in statuses if s["healthy"]}
             return {"SCHEDULER", "SENSOR", "QUEUED_RUN_COORDINATOR"} <= healthy
 
-        _wait_for(daemons_healthy, 120)
+        wait_until(daemons_healthy, 120, "daemons_healthy")
 
         def location_loaded() -> bool:
             answer = httpx.post(f"{base}/graphql", json={"query": LOCATION_QUERY}, timeout=5).json()
@@ -98,7 +77,7 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
             assert loaded is None or loaded["__typename"] != "PythonError", loaded
             return bool(entry["loadStatus"] == "LOADED" and loaded)
 
-        _wait_for(location_loaded, 120)
+        wait_until(location_loaded, 120, "location_loaded")
         cluster = EmbeddedCluster(home.resolve())
         with psycopg.connect(cluster.url("dagster")) as conn:
             tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}

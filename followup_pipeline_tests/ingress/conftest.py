@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from followup_pipeline.ingress import create_app
 from followup_pipeline.sandbox.webhooks import php_json, signatures
 from followup_pipeline.settings import Settings, load_settings
+from followup_pipeline_tests.support import served
 
 STAGE_HOOK = ("6650a1b2c3d4e5f02", "Opportunity.fieldUpdate.stage", "stage-secret")
 CREATE_HOOK = ("6650a1b2c3d4e5f00", "Opportunity.create", "create-secret")
@@ -48,29 +44,6 @@ def espocrm_delivery(
     body = php_json(items)
     current, legacy = signatures(hook[0], body, hook[2])
     return body, {"Content-Type": "application/json", "Signature": current, "X-Signature": legacy}
-
-
-@contextlib.contextmanager
-def served(app: Any) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn (lifespan on) on a free loopback port; yield its URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="error", ws="none", lifespan="on", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "the ingress did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 IngressFactory = Callable[..., contextlib.AbstractContextManager[httpx.Client]]

@@ -15,6 +15,7 @@ from followup_pipeline.ingress import create_app
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.sandbox import SandboxConfig
 from followup_pipeline.sandbox import create_app as create_sandbox
+from followup_pipeline_tests.support import served
 
 from .conftest import (
     CREATE_HOOK,
@@ -22,7 +23,6 @@ from .conftest import (
     STAGE_HOOK,
     espocrm_delivery,
     ingress_settings,
-    served,
 )
 
 #: ``create`` items carry every name: registration does not need to ask the CRM.

@@ -1,16 +1,11 @@
 """Fixtures for the sandbox tests: the app behind an ASGI client, and real loopback servers."""
 
-import asyncio
 import contextlib
-import socket
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 
 from followup_pipeline.sandbox import SandboxConfig, create_app, sandbox_state
@@ -76,26 +71,3 @@ async def sandbox(make_sandbox: SandboxFactory) -> AsyncIterator[Sandbox]:
     """A sandbox with the default configuration."""
     async with make_sandbox() as built:
         yield built
-
-
-@contextlib.contextmanager
-def served(app: Any) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on a free loopback port in a thread; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="critical", ws="none", lifespan="on", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(5)
-        sock.close()

@@ -11,9 +11,9 @@ from followup_pipeline_tests.sandbox.conftest import (
     LIST_URL,
     Sandbox,
     SandboxFactory,
-    served,
 )
 from followup_pipeline_tests.sandbox.test_graph import FORM, MAIL, SEND_URL, TOKEN_URL
+from followup_pipeline_tests.support import served
 
 pytestmark = pytest.mark.anyio
 OPPS = "/espocrm/api/v1/Opportunity"

@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from followup_pipeline_tests.sandbox.conftest import SandboxFactory, served
+from followup_pipeline_tests.sandbox.conftest import SandboxFactory
+from followup_pipeline_tests.support import served
 
 pytestmark = pytest.mark.anyio
 HOOKS = [

@@ -6,10 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +26,7 @@ from followup_pipeline.defs.common import OUTCOME_TAG
 from followup_pipeline.defs.evaluate import hourly_partitions
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.store.db import connection_kwargs
+from followup_pipeline_tests.support import free_port, wait_until
 
 from ...conftest import with_database
 from .conftest import MONDAY, SANDBOX, Machine
@@ -67,25 +66,6 @@ LOCATIONS = """
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-        except (httpx.HTTPError, KeyError, TypeError):
-            result = None
-        if result:
-            return result
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @dataclass
 class Stack:
     """``dagster dev`` (webserver and daemon) on a Postgres instance, pointed at a test database."""
@@ -116,7 +96,7 @@ class Stack:
                     return records
                 return None
 
-            records: list[Any] = _until(done, timeout, f"runs {run_ids}")
+            records: list[Any] = wait_until(done, timeout, f"runs {run_ids}")
             return records
 
 
@@ -133,7 +113,7 @@ def stack(
     (home / "workspace.yaml").write_text(WORKSPACE)
     storage = database_factory()
     db_url = database_factory(template_name)
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FOLLOWUP_", "DAGSTER_"))}
     for line in env_lines(SANDBOX, sandbox_server):
         name, _, value = line.partition("=")
@@ -165,7 +145,7 @@ def stack(
     )
     running = Stack(url=f"http://127.0.0.1:{port}", home=home, db_url=db_url)
     try:
-        _until(
+        wait_until(
             lambda: httpx.get(f"{running.url}/server_info", timeout=2).is_success, 120, "webserver"
         )
 
@@ -174,7 +154,7 @@ def stack(
             up = {s["daemonType"] for s in statuses if s["healthy"]}
             return {"QUEUED_RUN_COORDINATOR", "BACKFILL"} <= up
 
-        _until(healthy, 120, "daemons")
+        wait_until(healthy, 120, "daemons")
 
         def loaded() -> bool:
             entries = running.graphql(LOCATIONS)["workspaceOrError"]["locationEntries"]
@@ -184,7 +164,7 @@ def stack(
                 raise AssertionError(f"the code location failed to load: {error['message']}")
             return bool(entry["loadStatus"] == "LOADED" and error)
 
-        _until(loaded, 120, "the code location")
+        wait_until(loaded, 120, "the code location")
         yield running
     finally:
         os.killpg(process.pid, signal.SIGINT)
@@ -287,7 +267,7 @@ def test_queue_backfill_of_failed_partitions_creates_nothing_twice(
             runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill}))
             return [r.run_id for r in runs] if len(runs) == 2 else None
 
-        run_ids: list[str] = _until(backfill_runs, 120, "backfill runs")
+        run_ids: list[str] = wait_until(backfill_runs, 120, "backfill runs")
     records = stack.wait_runs(run_ids)
     assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in records)
     assert sorted(r.dagster_run.tags["dagster/partition"] for r in records) == sorted(keys)

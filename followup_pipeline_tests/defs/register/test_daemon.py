@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,12 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.sandbox.webhooks import php_json, signatures
+from followup_pipeline_tests.support import free_port
 
 from ...conftest import with_database
 
 HOOK = {"id": "6650a1b2c3d4e5f00", "event": "Opportunity.create", "secret": "daemon-secret"}
 TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _poll(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -61,7 +55,7 @@ def machine(
         "load_from:\n  - python_module:\n      module_name: followup_pipeline.definitions\n"
         "      location_name: followup\n"
     )
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FOLLOWUP_", "DAGSTER_"))}
     env.update(
         DAGSTER_HOME=str(tmp_path),
