@@ -7,8 +7,10 @@ import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+import psycopg
 import pytest
 from dagster._core.storage.dagster_run import DagsterRunStatus
 from psycopg.conninfo import conninfo_to_dict
@@ -73,17 +75,26 @@ def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime() -> None
         (datetime(2026, 3, 2, 7, 0, tzinfo=UTC), "2026-03-02-08:00"),  # Monday, 08:00 Berlin
         (datetime(2026, 4, 6, 7, 0, tzinfo=UTC), None),  # Easter Monday
         (datetime(2026, 3, 30, 6, 0, tzinfo=UTC), "2026-03-30-08:00"),  # after the DST switch
+        (datetime(2026, 3, 3, 7, 0, tzinfo=UTC), None),  # a local day off (the holidays table)
+        (datetime(2026, 5, 1, 6, 0, tzinfo=UTC), "2026-05-01-08:00"),  # Labour Day, worked here
     ],
 )
-def test_definitions_evaluate_schedule_skips_holidays(tick: datetime, expected: str | None) -> None:
+def test_definitions_evaluate_schedule_skips_holidays(
+    tick: datetime, expected: str | None, db: psycopg.Connection[Any], db_url: str
+) -> None:
+    db.execute(
+        "INSERT INTO holidays (day, kind, name) VALUES"
+        " ('2026-03-03', 'holiday', 'Offsite'), ('2026-05-01', 'workday', 'Trade fair')"
+    )
     schedule = defs.resolve_schedule_def("evaluate_business_hours")
     with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(
+        with dg.build_schedule_context(
             instance=instance,
             scheduled_execution_time=tick,
             repository_def=defs.get_repository_def(),
-        )
-        result = schedule.evaluate_tick(context)
+            resources={"postgres": PostgresResource(url=db_url)},
+        ) as context:
+            result = schedule.evaluate_tick(context)
     if expected is None:
         assert not result.run_requests
         assert "not a business day" in (result.skip_message or "")

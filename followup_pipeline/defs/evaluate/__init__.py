@@ -22,6 +22,8 @@ from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
 from followup_pipeline.settings import get_settings
+from followup_pipeline.store.db import StoreError
+from followup_pipeline.store.watches import load_calendar
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 45 * 60
@@ -35,9 +37,10 @@ def hourly_partitions(zone: str) -> dg.HourlyPartitionsDefinition:
     return dg.HourlyPartitionsDefinition(start_date=PARTITIONS_START, timezone=zone, end_offset=1)
 
 
-def _skipped(context: dg.OpExecutionContext) -> dg.Output[RunCounts]:
-    context.log.info("skipped: %s", LOCK_HELD_ELSEWHERE)
-    return outcome_output(context, "skipped", {"skipped": 1, "reason": LOCK_HELD_ELSEWHERE})
+def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts]:
+    reason = f"{LOCK_HELD_ELSEWHERE}: {holder}" if holder else LOCK_HELD_ELSEWHERE
+    context.log.info("skipped: %s", reason)
+    return outcome_output(context, "skipped", {"skipped": 1, "reason": reason})
 
 
 @dg.op
@@ -52,7 +55,7 @@ def sync(
 ) -> dg.Output[RunCounts]:
     """Check the stage names, then reconcile watches with the CRM."""
     if not evaluate_lock.held:
-        return _skipped(context)
+        return _skipped(context, evaluate_lock.holder)
     ev = Evaluation(
         postgres, espocrm, clickup, settings.get(), clock.now(), context.log, context.run_id
     )
@@ -83,7 +86,7 @@ def evaluate_op(
     failed run's (the clock decides, ARCHITECTURE.md §2).
     """
     if synced.get("skipped") or not evaluate_lock.held:
-        return _skipped(context)
+        return _skipped(context, evaluate_lock.holder)
     ev = Evaluation(
         postgres,
         espocrm,
@@ -102,6 +105,20 @@ def evaluate_op(
     return outcome_output(context, "partial" if ev.problems else "ok", ev.metadata())
 
 
+def _business_calendar(
+    context: dg.ScheduleEvaluationContext, postgres: PostgresResource
+) -> BusinessCalendar:
+    """The calendar with the database's local overrides; the package's alone if unreachable
+    (a run on a day off does no harm: there is simply nothing due)."""
+    settings = get_settings()
+    try:
+        with postgres.connection() as conn:
+            return load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+    except StoreError as error:
+        context.log.warning("holiday overrides unreadable, public holidays only: %s", error)
+        return BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)
+
+
 def build(zone: str) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
     """The ``evaluate`` job and its business-hours schedule in ``zone``."""
     partitions = hourly_partitions(zone)
@@ -117,7 +134,6 @@ def build(zone: str) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
         evaluate_op(sync())
 
     settings = get_settings()
-    calendar = BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)
     hours = f"{settings.business_hours_start}-{settings.business_hours_end - 1}"
 
     @dg.schedule(
@@ -127,12 +143,12 @@ def build(zone: str) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
         name="evaluate_business_hours",
     )
     def evaluate_business_hours(
-        context: dg.ScheduleEvaluationContext,
+        context: dg.ScheduleEvaluationContext, postgres: PostgresResource
     ) -> dg.RunRequest | dg.SkipReason:
         scheduled = context.scheduled_execution_time
         assert scheduled is not None
         day = scheduled.astimezone(ZoneInfo(zone)).date()
-        if not calendar.is_business_day(day):
+        if not _business_calendar(context, postgres).is_business_day(day):
             return dg.SkipReason(f"{day} is not a business day")
         key = partitions.get_partition_key_for_timestamp(scheduled.timestamp())
         return dg.RunRequest(partition_key=key)

@@ -29,13 +29,32 @@ class RunLockResource(dg.ConfigurableResource["RunLockResource"]):
 
     _conn: Any = PrivateAttr(default=None)
     _held: bool = PrivateAttr(default=False)
+    _holder: str = PrivateAttr(default="")
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._conn = connect(
-            self.url, autocommit=True, application_name=f"followup-lock-{self.name}"
-        )
+        run = context.run.run_id if context.run else "outside a run"
+        self._conn = connect(self.url, autocommit=True, application_name=f"followup-lock {run}")
         row = self._conn.execute("SELECT pg_try_advisory_lock(%s) AS held", (lock_key(self.name),))
         self._held = bool(row.fetchone()["held"])
+        if not self._held:
+            self._holder = self._who_holds()
+
+    def _who_holds(self) -> str:
+        key = lock_key(self.name)
+        # An advisory lock on a bigint key shows in pg_locks as two 32-bit halves.
+        row = self._conn.execute(
+            "SELECT a.pid, a.application_name, a.backend_start FROM pg_locks l"
+            " JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted"
+            " AND l.classid = %(high)s AND l.objid = %(low)s AND l.objsubid = 1",
+            {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
+        ).fetchone()
+        if row is None:
+            return "another run (gone now)"
+        return (
+            f"{row['application_name'] or 'a session'} "
+            f"(pid {row['pid']}, connected {row['backend_start']:%Y-%m-%d %H:%M:%S %Z})"
+        )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._conn is not None:
@@ -47,3 +66,8 @@ class RunLockResource(dg.ConfigurableResource["RunLockResource"]):
     def held(self) -> bool:
         """Whether this run holds the lock."""
         return self._held
+
+    @property
+    def holder(self) -> str:
+        """Who held the lock when this run could not take it, for the skip reason."""
+        return self._holder

@@ -187,6 +187,8 @@ def test_evaluate_outside_the_queue_second_run_ends_quietly(machine: Machine) ->
     first.join(timeout=60)
     assert machine.outcome(second) == "skipped"
     assert second.output_for_node("evaluate_due")["skipped"] == 1
+    reason = second.output_for_node("evaluate_due")["reason"]
+    assert f"followup-lock {results[0].run_id}" in reason  # who holds the lock, by run id
     assert machine.outcome(results[0]) == "ok"
     assert len(machine.tasks()) == 1
 
