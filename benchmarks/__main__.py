@@ -6,7 +6,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import calendar, evaluate
+from benchmarks import calendar, evaluate, ingress
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -15,6 +15,7 @@ def main() -> None:
     """Run, print and write the table of every benchmark."""
     sections = {
         "evaluate: hourly cost per watch, in CRM round trips": evaluate.run(),
+        "ingress: store then acknowledge, per request over HTTP": ingress.run(),
         "calendar: business-day arithmetic against plain date arithmetic": calendar.run(),
     }
     lines = [

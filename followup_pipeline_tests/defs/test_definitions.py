@@ -87,14 +87,16 @@ def test_definitions_evaluate_schedule_skips_holidays(
         " ('2026-03-03', 'holiday', 'Offsite'), ('2026-05-01', 'workday', 'Trade fair')"
     )
     schedule = defs.resolve_schedule_def("evaluate_business_hours")
-    with dg.instance_for_test() as instance:
-        with dg.build_schedule_context(
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(
             instance=instance,
             scheduled_execution_time=tick,
             repository_def=defs.get_repository_def(),
             resources={"postgres": PostgresResource(url=db_url)},
-        ) as context:
-            result = schedule.evaluate_tick(context)
+        ) as context,
+    ):
+        result = schedule.evaluate_tick(context)
     if expected is None:
         assert not result.run_requests
         assert "not a business day" in (result.skip_message or "")
