@@ -17,7 +17,7 @@ import httpx
 from benchmarks.harness import SANDBOX, database, evaluate_resources, sandbox, timed
 from followup_pipeline.defs.evaluate import evaluate_job
 from followup_pipeline.defs.evaluate.context import Evaluation
-from followup_pipeline.defs.evaluate.fire import close_exhausted, process_due_steps
+from followup_pipeline.defs.evaluate.due import close_exhausted, process_due_steps
 from followup_pipeline.defs.evaluate.reconcile import reconcile, reset_cadences
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 
