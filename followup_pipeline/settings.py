@@ -232,6 +232,11 @@ class Settings(BaseSettings):
             )
         return self
 
+    def crm_deal_url(self, deal_id: str) -> str:
+        """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""
+        base = str(self.espocrm_url).rstrip("/").removesuffix("/api/v1")
+        return f"{base}/#Opportunity/view/{deal_id}"
+
     def sandbox_credentials_missing(self) -> list[str]:
         """Names of the vendor credential variables that are unset."""
         required = {

@@ -66,9 +66,7 @@ class Evaluation:
 
     def crm_url(self, deal_id: str) -> str:
         """The deal's page in the CRM."""
-        base = str(self.settings.espocrm_url).rstrip("/")
-        base = base.removesuffix("/api/v1")
-        return f"{base}/#Opportunity/view/{deal_id}"
+        return self.settings.crm_deal_url(deal_id)
 
     def problem(self, message: str) -> None:
         """A single item failed: skip it, the run ends ``partial``."""

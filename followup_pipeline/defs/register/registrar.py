@@ -69,12 +69,6 @@ class ItemFailed(Exception):
         self.permanent = permanent
 
 
-def crm_url(settings: Settings, deal_id: str) -> str:
-    """The deal's page in EspoCRM's web UI."""
-    base = str(settings.espocrm_url).rstrip("/").removesuffix("/api/v1")
-    return f"{base}/#Opportunity/view/{deal_id}"
-
-
 class Registrar:
     """Processes claimed events on one connection; ``counts`` are the run's business counts."""
 
@@ -213,7 +207,7 @@ class Registrar:
             account_name=known.account_name if known else item.account_name,
             assigned_user_id=known.assigned_user_id if known else item.assigned_user_id,
             assigned_user_name=known.assigned_user_name if known else item.assigned_user_name,
-            crm_url=crm_url(self.settings, item.deal_id),
+            crm_url=self.settings.crm_deal_url(item.deal_id),
         )
         watch_id = open_watch(
             self.conn,
