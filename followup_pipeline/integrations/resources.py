@@ -8,6 +8,7 @@ never shows an ``EnvVar``'s value). Each resource builds its client in ``setup_f
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
 import dagster as dg
 from pydantic import PrivateAttr
@@ -26,16 +27,28 @@ from followup_pipeline.integrations.mistral import MistralClient, SummaryResult
 from followup_pipeline.integrations.outlook import OutlookClient, SendReceipt
 
 
-class EspoCrmResource(dg.ConfigurableResource["EspoCrmResource"]):
-    """Reads deals and their activity from EspoCRM (read only)."""
+class Closeable(Protocol):
+    """A client that holds connections until closed."""
 
-    base_url: str
-    api_key: str
-    hmac_secret: str | None = None
-    _client: EspoCrmClient | None = PrivateAttr(default=None)
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closeable)
+
+
+class ClientOwner(Generic[C]):
+    """The life of a resource's client, shared by the four resources: built by ``_build`` in
+    ``setup_for_execution`` (or on first use outside a run), closed in teardown."""
+
+    # Each resource declares its own ``_client`` PrivateAttr: pydantic collects private
+    # attributes from models only, not from a plain mixin like this one.
+    _client: C | None
+
+    def _build(self) -> C:
+        raise NotImplementedError
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._client = EspoCrmClient(self.base_url, self.api_key, self.hmac_secret)
+        self._client = self._build()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._client is not None:
@@ -43,11 +56,23 @@ class EspoCrmResource(dg.ConfigurableResource["EspoCrmResource"]):
             self._client = None
 
     @property
-    def client(self) -> EspoCrmClient:
+    def client(self) -> C:
         """The client of this run (built on first use outside a run)."""
         if self._client is None:
-            self._client = EspoCrmClient(self.base_url, self.api_key, self.hmac_secret)
+            self._client = self._build()
         return self._client
+
+
+class EspoCrmResource(ClientOwner[EspoCrmClient], dg.ConfigurableResource["EspoCrmResource"]):
+    """Reads deals and their activity from EspoCRM (read only)."""
+
+    _client: EspoCrmClient | None = PrivateAttr(default=None)
+    base_url: str
+    api_key: str
+    hmac_secret: str | None = None
+
+    def _build(self) -> EspoCrmClient:
+        return EspoCrmClient(self.base_url, self.api_key, self.hmac_secret)
 
     def list_deals(self, *, stages: Sequence[str]) -> DealListing:
         """Every deal in one of ``stages``; records that broke schema are in ``invalid``."""
@@ -74,33 +99,18 @@ class EspoCrmResource(dg.ConfigurableResource["EspoCrmResource"]):
         return self.client.stage_options()
 
 
-class ClickUpResource(dg.ConfigurableResource["ClickUpResource"]):
+class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["ClickUpResource"]):
     """Creates, finds and closes follow-up tasks in one ClickUp list."""
 
+    _client: ClickUpClient | None = PrivateAttr(default=None)
     base_url: str
     token: str
     list_id: str
     key_field_id: str | None = None
     closed_status: str = CLOSED_STATUS
-    _client: ClickUpClient | None = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._client = self._build()
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     def _build(self) -> ClickUpClient:
         return ClickUpClient(self.base_url, self.token, self.list_id, self.key_field_id)
-
-    @property
-    def client(self) -> ClickUpClient:
-        """The client of this run (built on first use outside a run)."""
-        if self._client is None:
-            self._client = self._build()
-        return self._client
 
     def create_task(
         self,
@@ -137,24 +147,16 @@ class ClickUpResource(dg.ConfigurableResource["ClickUpResource"]):
         )
 
 
-class OutlookResource(dg.ConfigurableResource["OutlookResource"]):
+class OutlookResource(ClientOwner[OutlookClient], dg.ConfigurableResource["OutlookResource"]):
     """Sends mail from one mailbox through Microsoft Graph."""
 
+    _client: OutlookClient | None = PrivateAttr(default=None)
     login_url: str
     graph_url: str
     tenant_id: str
     client_id: str
     client_secret: str
     sender: str
-    _client: OutlookClient | None = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._client = self._build()
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     def _build(self) -> OutlookClient:
         return OutlookClient(
@@ -166,13 +168,6 @@ class OutlookResource(dg.ConfigurableResource["OutlookResource"]):
             self.sender,
         )
 
-    @property
-    def client(self) -> OutlookClient:
-        """The client of this run (built on first use outside a run)."""
-        if self._client is None:
-            self._client = self._build()
-        return self._client
-
     def send_mail(
         self, *, to: list[str], subject: str, html: str, headers: dict[str, str] | None = None
     ) -> SendReceipt:
@@ -180,28 +175,16 @@ class OutlookResource(dg.ConfigurableResource["OutlookResource"]):
         return self.client.send_mail(to=to, subject=subject, html=html, headers=headers)
 
 
-class MistralResource(dg.ConfigurableResource["MistralResource"]):
+class MistralResource(ClientOwner[MistralClient], dg.ConfigurableResource["MistralResource"]):
     """Two-line deal summaries from a Mistral chat model."""
 
+    _client: MistralClient | None = PrivateAttr(default=None)
     base_url: str
     api_key: str
     model: str
-    _client: MistralClient | None = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._client = MistralClient(self.api_key, self.model, server_url=self.base_url)
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    @property
-    def client(self) -> MistralClient:
-        """The client of this run (built on first use outside a run)."""
-        if self._client is None:
-            self._client = MistralClient(self.api_key, self.model, server_url=self.base_url)
-        return self._client
+    def _build(self) -> MistralClient:
+        return MistralClient(self.api_key, self.model, server_url=self.base_url)
 
     def summarise(self, *, deal_name: str, emails: Sequence[Email]) -> SummaryResult:
         """Summarise a deal's e-mails; ``InvalidModelOutput`` keeps a bad answer's raw text."""

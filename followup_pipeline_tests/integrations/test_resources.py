@@ -53,6 +53,28 @@ def test_resource_builds_client_in_setup_and_closes_it(
     assert live._client is None
 
 
+@pytest.mark.parametrize("key", sorted(RESOURCES))
+def test_resource_builds_its_own_client_outside_a_run(key: str) -> None:
+    _, client_type = RESOURCES[key]
+    plain = {
+        "espocrm": lambda: EspoCrmResource(base_url="http://crm.test", api_key="k"),
+        "clickup": lambda: ClickUpResource(base_url="http://cu.test/api", token="t", list_id="l"),
+        "outlook": lambda: OutlookResource(
+            login_url="http://login.test",
+            graph_url="http://graph.test",
+            tenant_id="t",
+            client_id="c",
+            client_secret="s",
+            sender="s@example.com",
+        ),
+        "mistral": lambda: MistralResource(base_url="http://m.test", api_key="k", model="m"),
+    }[key]
+    first, second = plain(), plain()
+    assert isinstance(first.client, client_type)
+    assert first.client is first.client  # built once
+    assert first.client is not second.client  # never shared between resources
+
+
 def test_resource_reaches_an_op_with_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_SECRET", "pk_123")
 
