@@ -12,6 +12,20 @@ import psycopg
 from followup_pipeline.store.embedded import EmbeddedCluster
 
 
+def _migrate_in(home: Path) -> subprocess.CompletedProcess[str]:
+    """``followup migrate`` in a process of its own, on the embedded cluster under ``home``."""
+    env = {k: v for k, v in os.environ.items() if k != "FOLLOWUP_DATABASE_URL"}
+    env["FOLLOWUP_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "followup_pipeline.cli", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_embedded_keeps_its_data_across_restarts(tmp_path: Path) -> None:
     cluster = EmbeddedCluster(tmp_path / "home")
     assert cluster.acquire() is True
@@ -37,16 +51,7 @@ def test_embedded_found_running_is_left_running(tmp_path: Path) -> None:
     cluster = EmbeddedCluster(home)
     cluster.acquire()
     try:
-        env = {k: v for k, v in os.environ.items() if k != "FOLLOWUP_DATABASE_URL"}
-        env["FOLLOWUP_HOME"] = str(home)
-        done = subprocess.run(
-            [sys.executable, "-m", "followup_pipeline.cli", "migrate"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = _migrate_in(home)
         assert done.returncode == 0, done.stderr
         assert "schema at version" in done.stdout
         assert cluster.is_running()
@@ -57,16 +62,7 @@ def test_embedded_found_running_is_left_running(tmp_path: Path) -> None:
 
 def test_embedded_started_by_a_command_is_stopped_when_it_exits(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k != "FOLLOWUP_DATABASE_URL"}
-    env["FOLLOWUP_HOME"] = str(home)
-    done = subprocess.run(
-        [sys.executable, "-m", "followup_pipeline.cli", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _migrate_in(home)
     assert done.returncode == 0, done.stderr
     assert "applied 0001_schema" in done.stdout
     assert not EmbeddedCluster(home).is_running()
