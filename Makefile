@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test test-fast schema lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,17 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+# The same checks without the tests marked slow (those that start Dagster or other processes).
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest -m "not slow"
+
+# Regenerate followup_pipeline/store/schema.sql after adding a migration; review the diff.
+schema: $(STAMP)
+	$(BIN)/python -m followup_pipeline_tests.store.dump_schema
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

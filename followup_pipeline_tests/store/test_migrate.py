@@ -6,26 +6,34 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
-from followup_pipeline.store.embedded import _bin_path
 from followup_pipeline.store.migrate import available_migrations, current_version, migrate
+from followup_pipeline_tests.store.dump_schema import REGENERATE, SCHEMA_FILE, normalised_dump
 
 
-def _schema_dump(url: str) -> str:
-    """The ``followup`` schema as pg_dump prints it, without the lines that name the database."""
-    dump = subprocess.run(
-        [str(_bin_path() / "pg_dump"), "--schema-only", "--schema=followup", "--no-owner", url],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return "\n".join(
-        line
-        for line in dump.splitlines()
-        if not line.startswith(("--", "\\restrict", "\\unrestrict"))
+def _seeded(url: str) -> list[tuple[Any, ...]]:
+    """The rows migrations seed: the cadences, by name."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT name, offsets FROM followup.cadences ORDER BY name").fetchall()
+
+
+def test_migrate_fresh_matches_checked_in_schema(database_factory: Callable[..., str]) -> None:
+    url = database_factory()
+    migrate(url)
+    expected = SCHEMA_FILE.read_text(encoding="utf-8")
+    assert normalised_dump(url) == expected, (
+        f"the migrated schema differs from {SCHEMA_FILE.name}: if the change is intended, "
+        f"regenerate it with `{REGENERATE}` and review the diff"
     )
+    assert _seeded(url) == [("default", [5, 12, 21])]
+    with psycopg.connect(url) as conn:
+        recorded = conn.execute(
+            "SELECT version, name FROM followup.schema_migrations ORDER BY version"
+        ).fetchall()
+    assert recorded == [(m.version, m.name) for m in available_migrations()]
 
 
 def test_migrate_fresh_and_stepwise_end_in_same_schema(
@@ -36,8 +44,10 @@ def test_migrate_fresh_and_stepwise_end_in_same_schema(
     for migration in available_migrations():
         migrate(stepwise, target=migration.version)
         assert current_version(stepwise) == migration.version
-    assert _schema_dump(fresh) == _schema_dump(stepwise)
-    assert "CREATE TABLE followup.watches" in _schema_dump(fresh)
+    dump = normalised_dump(fresh)
+    assert dump == normalised_dump(stepwise)
+    assert "CREATE TABLE followup.watches" in dump
+    assert _seeded(fresh) == _seeded(stepwise) == [("default", [5, 12, 21])]
 
 
 def test_migrate_second_run_is_a_noop(database_factory: Callable[..., str]) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, get_args
 
 import psycopg
 import pytest
 from psycopg import errors
+
+from followup_pipeline.store.ledger import FinalOutcome
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -78,9 +80,24 @@ def test_schema_refuses_unknown_action_outcome(db: psycopg.Connection[Any], outc
         _action(db, outcome)
 
 
-@pytest.mark.parametrize("outcome", ["attempted", "accepted", "confirmed", "failed", "unknown"])
-def test_schema_accepts_every_known_outcome(db: psycopg.Connection[Any], outcome: str) -> None:
-    _action(db, outcome)
+# Every outcome the ledger writes: attempted first, then a final one; suppressed needs a reason.
+KNOWN_OUTCOMES = [
+    ("attempted", None),
+    *((outcome, None) for outcome in get_args(FinalOutcome)),
+    ("suppressed", "dry_run"),
+]
+
+
+@pytest.mark.parametrize(("outcome", "reason"), KNOWN_OUTCOMES)
+def test_schema_accepts_every_known_outcome(
+    db: psycopg.Connection[Any], outcome: str, reason: str | None
+) -> None:
+    _action(db, outcome, reason)
+    row = db.execute("SELECT outcome, reason FROM actions WHERE outcome = %s", (outcome,))
+    assert row.fetchall() == [{"outcome": outcome, "reason": reason}]
+    # The same spelling in capitals is refused: the check constraint is there and exact.
+    with pytest.raises(errors.CheckViolation, match="actions_outcome_valid"):
+        _action(db, outcome.upper(), reason)
 
 
 def test_schema_requires_a_reason_for_suppressed_actions(db: psycopg.Connection[Any]) -> None:

@@ -1,0 +1,350 @@
+-- The followup schema after every migration: a normalised pg_dump --schema-only.
+-- Generated; do not edit. Regenerate with: python -m followup_pipeline_tests.store.dump_schema (or: make schema)
+
+CREATE SCHEMA followup;
+
+CREATE TABLE followup.action_attempts (
+    id bigint NOT NULL,
+    action_id bigint NOT NULL,
+    attempt_no integer NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    outcome text NOT NULL,
+    provider_ref text,
+    error text,
+    run_id text,
+    CONSTRAINT action_attempts_attempt_no_check CHECK ((attempt_no >= 1)),
+    CONSTRAINT action_attempts_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text])))
+);
+
+ALTER TABLE followup.action_attempts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.action_attempts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.actions (
+    id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    kind text NOT NULL,
+    watch_id bigint,
+    step_no integer,
+    due_at timestamp with time zone NOT NULL,
+    time_zone text NOT NULL,
+    outcome text NOT NULL,
+    reason text,
+    provider_ref text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    replayed_attempts integer DEFAULT 0 NOT NULL,
+    CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'report'::text, 'alert'::text]))),
+    CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
+    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text]))),
+    CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
+    CONSTRAINT actions_suppressed_has_reason CHECK (((outcome = 'suppressed'::text) = (reason IS NOT NULL)))
+);
+
+ALTER TABLE followup.actions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.actions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.alerts (
+    id bigint NOT NULL,
+    fingerprint text NOT NULL,
+    job_name text NOT NULL,
+    run_id text NOT NULL,
+    message text NOT NULL,
+    occurred_at timestamp with time zone NOT NULL,
+    sent boolean DEFAULT false NOT NULL,
+    action_key text
+);
+
+ALTER TABLE followup.alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.alerts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.cadences (
+    name text NOT NULL,
+    offsets integer[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT cadences_offsets_valid CHECK (((cardinality(offsets) > 0) AND (array_position(offsets, NULL::integer) IS NULL) AND (offsets[1] >= 1)))
+);
+
+CREATE TABLE followup.deal_marks (
+    subject_type text DEFAULT 'Opportunity'::text NOT NULL,
+    subject_id text NOT NULL,
+    last_event_id bigint NOT NULL,
+    last_received_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE followup.enrichments (
+    id bigint NOT NULL,
+    subject_type text DEFAULT 'Opportunity'::text NOT NULL,
+    subject_id text NOT NULL,
+    input_hash text NOT NULL,
+    line1 text NOT NULL,
+    line2 text NOT NULL,
+    model text NOT NULL,
+    prompt_tokens integer,
+    completion_tokens integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE followup.enrichments ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.enrichments_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.events (
+    id bigint NOT NULL,
+    source text NOT NULL,
+    event_type text,
+    dedup_key text NOT NULL,
+    body bytea NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    dead_step text,
+    duplicate_count integer DEFAULT 0 NOT NULL,
+    last_duplicate_at timestamp with time zone,
+    processed_at timestamp with time zone,
+    claimed_until timestamp with time zone,
+    claimed_by text,
+    CONSTRAINT events_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT events_duplicate_count_check CHECK ((duplicate_count >= 0)),
+    CONSTRAINT events_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text, 'unhandled'::text])))
+);
+
+ALTER TABLE followup.events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.holidays (
+    day date NOT NULL,
+    kind text NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT holidays_kind_valid CHECK ((kind = ANY (ARRAY['holiday'::text, 'workday'::text])))
+);
+
+CREATE TABLE followup.review_items (
+    id bigint NOT NULL,
+    subject_type text DEFAULT 'Opportunity'::text NOT NULL,
+    subject_id text NOT NULL,
+    input_hash text NOT NULL,
+    model text NOT NULL,
+    raw_output text NOT NULL,
+    error text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    resolved_at timestamp with time zone
+);
+
+ALTER TABLE followup.review_items ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.review_items_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE followup.step_completions (
+    key text NOT NULL,
+    event_id bigint,
+    completed_at timestamp with time zone DEFAULT now() NOT NULL,
+    result jsonb
+);
+
+CREATE TABLE followup.watch_steps (
+    id bigint NOT NULL,
+    watch_id bigint NOT NULL,
+    step_no integer NOT NULL,
+    offset_days integer NOT NULL,
+    due_on date NOT NULL,
+    fired_at timestamp with time zone,
+    task_ref text,
+    skipped_at timestamp with time zone,
+    skip_reason text,
+    CONSTRAINT watch_steps_fired_has_task CHECK (((fired_at IS NULL) = (task_ref IS NULL))),
+    CONSTRAINT watch_steps_fired_or_skipped CHECK (((fired_at IS NULL) OR (skipped_at IS NULL))),
+    CONSTRAINT watch_steps_offset_days_check CHECK ((offset_days >= 1)),
+    CONSTRAINT watch_steps_skip_reason_valid CHECK ((skip_reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text]))),
+    CONSTRAINT watch_steps_skipped_has_reason CHECK (((skipped_at IS NULL) = (skip_reason IS NULL))),
+    CONSTRAINT watch_steps_step_no_check CHECK ((step_no >= 1))
+);
+
+ALTER TABLE followup.watch_steps ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.watch_steps_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.watches (
+    id bigint NOT NULL,
+    subject_type text DEFAULT 'Opportunity'::text NOT NULL,
+    subject_id text NOT NULL,
+    subject_name text NOT NULL,
+    account_name text,
+    assigned_user_id text,
+    stage text NOT NULL,
+    cadence_name text NOT NULL,
+    offsets integer[] NOT NULL,
+    time_zone text NOT NULL,
+    base_on date NOT NULL,
+    registered_at timestamp with time zone NOT NULL,
+    registered_by text NOT NULL,
+    source_event_id bigint,
+    last_reset_at timestamp with time zone,
+    paused_at timestamp with time zone,
+    closed_at timestamp with time zone,
+    closed_reason text,
+    assigned_user_name text,
+    crm_url text,
+    last_error text,
+    last_error_at timestamp with time zone,
+    CONSTRAINT watches_closed_has_reason CHECK (((closed_at IS NULL) = (closed_reason IS NULL))),
+    CONSTRAINT watches_closed_reason_valid CHECK ((closed_reason = ANY (ARRAY['won'::text, 'lost'::text, 'exhausted'::text, 'subject_gone'::text, 'out_of_scope'::text]))),
+    CONSTRAINT watches_registered_by_valid CHECK ((registered_by = ANY (ARRAY['webhook'::text, 'reconcile'::text, 'operator'::text])))
+);
+
+ALTER TABLE followup.watches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.watches_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY followup.action_attempts
+    ADD CONSTRAINT action_attempts_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.action_attempts
+    ADD CONSTRAINT action_attempts_unique UNIQUE (action_id, attempt_no);
+
+ALTER TABLE ONLY followup.actions
+    ADD CONSTRAINT actions_key_unique UNIQUE (idempotency_key);
+
+ALTER TABLE ONLY followup.actions
+    ADD CONSTRAINT actions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.alerts
+    ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.alerts
+    ADD CONSTRAINT alerts_unique_run UNIQUE (run_id);
+
+ALTER TABLE ONLY followup.cadences
+    ADD CONSTRAINT cadences_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY followup.deal_marks
+    ADD CONSTRAINT deal_marks_pkey PRIMARY KEY (subject_type, subject_id);
+
+ALTER TABLE ONLY followup.enrichments
+    ADD CONSTRAINT enrichments_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.enrichments
+    ADD CONSTRAINT enrichments_unique_input UNIQUE (subject_type, subject_id, input_hash);
+
+ALTER TABLE ONLY followup.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.holidays
+    ADD CONSTRAINT holidays_pkey PRIMARY KEY (day);
+
+ALTER TABLE ONLY followup.review_items
+    ADD CONSTRAINT review_items_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY followup.step_completions
+    ADD CONSTRAINT step_completions_pkey PRIMARY KEY (key);
+
+ALTER TABLE ONLY followup.watch_steps
+    ADD CONSTRAINT watch_steps_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.watch_steps
+    ADD CONSTRAINT watch_steps_unique_step UNIQUE (watch_id, step_no);
+
+ALTER TABLE ONLY followup.watches
+    ADD CONSTRAINT watches_pkey PRIMARY KEY (id);
+
+CREATE INDEX actions_open ON followup.actions USING btree (outcome) WHERE (outcome = ANY (ARRAY['attempted'::text, 'unknown'::text, 'failed'::text]));
+
+CREATE INDEX alerts_fingerprint ON followup.alerts USING btree (fingerprint, occurred_at DESC);
+
+CREATE INDEX events_dead ON followup.events USING btree (id) WHERE (status = 'dead'::text);
+
+CREATE INDEX events_dedup ON followup.events USING btree (dedup_key, received_at DESC);
+
+CREATE INDEX events_pending ON followup.events USING btree (next_attempt_at) WHERE (status = 'pending'::text);
+
+CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
+
+CREATE INDEX step_completions_event ON followup.step_completions USING btree (event_id);
+
+CREATE INDEX watch_steps_due ON followup.watch_steps USING btree (due_on) WHERE ((fired_at IS NULL) AND (skipped_at IS NULL));
+
+CREATE UNIQUE INDEX watches_one_open ON followup.watches USING btree (subject_type, subject_id) WHERE (closed_at IS NULL);
+
+CREATE INDEX watches_subject ON followup.watches USING btree (subject_type, subject_id, registered_at DESC);
+
+ALTER TABLE ONLY followup.action_attempts
+    ADD CONSTRAINT action_attempts_action_id_fkey FOREIGN KEY (action_id) REFERENCES followup.actions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY followup.actions
+    ADD CONSTRAINT actions_watch_id_fkey FOREIGN KEY (watch_id) REFERENCES followup.watches(id);
+
+ALTER TABLE ONLY followup.deal_marks
+    ADD CONSTRAINT deal_marks_last_event_id_fkey FOREIGN KEY (last_event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.step_completions
+    ADD CONSTRAINT step_completions_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.watch_steps
+    ADD CONSTRAINT watch_steps_watch_id_fkey FOREIGN KEY (watch_id) REFERENCES followup.watches(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY followup.watches
+    ADD CONSTRAINT watches_cadence_name_fkey FOREIGN KEY (cadence_name) REFERENCES followup.cadences(name);
+
+ALTER TABLE ONLY followup.watches
+    ADD CONSTRAINT watches_source_event_id_fkey FOREIGN KEY (source_event_id) REFERENCES followup.events(id);
