@@ -14,12 +14,20 @@ from typing import Any
 import dagster as dg
 import httpx
 
-from benchmarks.harness import SANDBOX, database, evaluate_resources, sandbox, timed
-from followup_pipeline.defs.evaluate import evaluate_job
+from benchmarks.harness import (
+    SANDBOX,
+    database,
+    evaluate_resources,
+    sandbox,
+    sandbox_settings,
+    timed,
+)
+from followup_pipeline.defs import evaluate
 from followup_pipeline.defs.evaluate.context import Evaluation
 from followup_pipeline.defs.evaluate.due import close_exhausted, process_due_steps
 from followup_pipeline.defs.evaluate.reconcile import reconcile, reset_cadences
 from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.settings import Settings
 
 DEALS = 100
 REPEAT = 5
@@ -28,19 +36,19 @@ QUIET = "2026-03-03T08:00:00+00:00"
 DUE = "2026-03-09T08:00:00+00:00"
 
 
-def _evaluation(resources: dict[str, Any], now: str) -> Evaluation:
+def _evaluation(resources: dict[str, Any], settings: Settings, now: str) -> Evaluation:
     return Evaluation(
         resources["postgres"],
-        resources["espocrm"],
-        resources["clickup"],
-        resources["settings"].get(),
+        resources["espocrm"].get_client(),
+        resources["clickup"].get_client(),
+        settings,
         datetime.fromisoformat(now),
         logging.getLogger("benchmark"),
     )
 
 
-def _work(resources: dict[str, Any], now: str) -> None:
-    ev = _evaluation(resources, now)
+def _work(resources: dict[str, Any], settings: Settings, now: str) -> None:
+    ev = _evaluation(resources, settings, now)
     reconcile(ev)
     reset_cadences(ev)
     process_due_steps(ev)
@@ -52,6 +60,8 @@ def run() -> list[dict[str, Any]]:
     """Rows of the benchmark table."""
     logging.getLogger("followup_pipeline.clock").setLevel(logging.ERROR)
     with database() as db_url, sandbox() as base:
+        settings = sandbox_settings(base)
+        evaluate_job = evaluate.build_defs(settings).resolve_job_def("evaluate")
         with httpx.Client(base_url=f"{base}/_sandbox", timeout=10) as control:
             control.post("/reset", json={"demo": False}).raise_for_status()
             empty = evaluate_resources(db_url, base, QUIET)
@@ -67,9 +77,9 @@ def run() -> list[dict[str, Any]]:
         baseline = timed(lambda: crm.get_deal(deal_id=deal_id), REPEAT * 20)
         crm.close()
         resources = evaluate_resources(db_url, base, REGISTERED)
-        registering = timed(lambda: _work(resources, REGISTERED), 1)
-        quiet = timed(lambda: _work(resources, QUIET), REPEAT)
-        firing = timed(lambda: _work(resources, DUE), 1)
+        registering = timed(lambda: _work(resources, settings, REGISTERED), 1)
+        quiet = timed(lambda: _work(resources, settings, QUIET), REPEAT)
+        firing = timed(lambda: _work(resources, settings, DUE), 1)
         resources["postgres"].teardown_after_execution(None)
     rows = [
         ("CRM round trip (baseline): GET /Opportunity/{id} on the sandbox", baseline),

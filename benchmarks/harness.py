@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import statistics
 import tempfile
@@ -15,11 +14,11 @@ from typing import Any
 
 import uvicorn
 
-from followup_pipeline.defs.evaluate.lock import RunLockResource
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
-from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
+from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.sandbox.app import create_app
 from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
@@ -70,14 +69,18 @@ def sandbox() -> Iterator[str]:
         sock.close()
 
 
+def sandbox_settings(base: str) -> Settings:
+    """The machine's settings pointed at the sandbox served at ``base``."""
+    return load_settings(espocrm_url=f"{base}/espocrm", clickup_url=f"{base}/clickup/api")
+
+
 def evaluate_resources(db_url: str, base: str, now: str) -> dict[str, Any]:
     """The resources of an ``evaluate`` run against the sandbox, its clock set to ``now``."""
-    overrides = {"espocrm_url": f"{base}/espocrm", "clickup_url": f"{base}/clickup/api"}
+    postgres = PostgresResource(url=db_url)
     return {
-        "postgres": PostgresResource(url=db_url),
+        "postgres": postgres,
         "clock": ClockResource(start=now, ticking=False),
-        "settings": SettingsResource(overrides_json=json.dumps(overrides)),
-        "evaluate_lock": RunLockResource(url=db_url),
+        "evaluate_lock": RunLockResource(postgres=postgres),
         "espocrm": EspoCrmResource(
             base_url=f"{base}/espocrm", api_key=SANDBOX.espocrm_api_key.get_secret_value()
         ),

@@ -1,9 +1,13 @@
 """The one ``Definitions`` of the machine: every capability's jobs, schedules and sensors,
-with the real resources. Secrets reach resources only through ``dg.EnvVar``."""
+with the real resources, all built from one ``Settings`` read here, once.
+
+Secrets reach resources only through ``dg.EnvVar``; importing this module writes nothing into
+``os.environ`` (the launcher puts secrets from ``.env`` or the secrets folder into the
+environment of the processes it starts, see ``settings.secret_environment``).
+"""
 
 import dagster as dg
 
-# Modules, not their ``definitions``: Dagster refuses a module with two Definitions at top level.
 from followup_pipeline.defs import (
     alerts,
     enrich,
@@ -13,27 +17,27 @@ from followup_pipeline.defs import (
     report,
     watch_control,
 )
-from followup_pipeline.defs.evaluate.lock import RunLockResource
 from followup_pipeline.integrations.resources import (
     ClickUpResource,
     EspoCrmResource,
     MistralResource,
     OutlookResource,
 )
-from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
-from followup_pipeline.settings import export_secrets, get_settings
+from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
+from followup_pipeline.settings import Settings, load_settings
+
+#: Every capability folder; each builds its own Definitions from the one Settings.
+CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control)
 
 
-def build_resources() -> dict[str, object]:
+def build_resources(settings: Settings) -> dict[str, object]:
     """The production resources: plain settings as values, secrets through ``dg.EnvVar``."""
-    settings = get_settings()
-    export_secrets(settings)
+    postgres = PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"))
     hmac = dg.EnvVar("FOLLOWUP_ESPOCRM_HMAC_SECRET") if settings.espocrm_hmac_secret else None
     return {
-        "postgres": PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL")),
+        "postgres": postgres,
         "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
-        "settings": SettingsResource(),
-        "evaluate_lock": RunLockResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"), name="evaluate"),
+        "evaluate_lock": RunLockResource(postgres=postgres, name="evaluate"),
         "espocrm": EspoCrmResource(
             base_url=str(settings.espocrm_url),
             api_key=dg.EnvVar("FOLLOWUP_ESPOCRM_API_KEY"),
@@ -62,13 +66,13 @@ def build_resources() -> dict[str, object]:
     }
 
 
-defs = dg.Definitions.merge(
-    register.definitions,
-    evaluate.definitions,
-    enrich.definitions,
-    report.definitions,
-    alerts.definitions,
-    replay.definitions,
-    watch_control.definitions,
-    dg.Definitions(resources=build_resources()),
-)
+def build_definitions(settings: Settings) -> dg.Definitions:
+    """Every capability's Definitions and the resources, from ``settings``."""
+    return dg.Definitions.merge(
+        *(capability.build_defs(settings) for capability in CAPABILITIES),
+        dg.Definitions(resources=build_resources(settings)),
+    )
+
+
+settings = load_settings()
+defs = build_definitions(settings)

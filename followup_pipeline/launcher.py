@@ -21,7 +21,7 @@ from types import FrameType
 
 import httpx
 
-from followup_pipeline.settings import ConfigError, Settings
+from followup_pipeline.settings import ConfigError, Settings, secret_environment
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
@@ -90,7 +90,9 @@ class Launcher:
         self.port = port
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.cluster: EmbeddedCluster | None = None
-        self.env = dict(os.environ)
+        # Secrets from ``.env`` or the secrets folder reach the children's ``dg.EnvVar``s here,
+        # in the children's environment only: nothing writes them into this process's.
+        self.env = {**os.environ, **secret_environment(settings)}
 
     def _spawn(self, what: str, argv: list[str]) -> subprocess.Popen[bytes]:
         process = subprocess.Popen(argv, env=self.env)

@@ -1,10 +1,10 @@
-"""Dagster resources for the machine's own parts: Postgres, the clock, the settings.
+"""Dagster resources for the machine's own parts: Postgres, its run lock, the clock.
 
-The vendors' resources live in ``integrations/resources.py``.
+The vendors' resources live in ``integrations/resources.py``. Settings are no resource: each
+capability's ``build_defs(settings)`` receives the one ``Settings`` that ``definitions.py`` reads.
 """
 
 import contextlib
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -14,20 +14,18 @@ import psycopg
 from pydantic import PrivateAttr
 
 from followup_pipeline.clock import Clock, build_clock
-from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.db import open_pool, translated_errors
+from followup_pipeline.store.run_lock import RunLock
 
 
 class PostgresResource(dg.ConfigurableResource["PostgresResource"]):
-    """The machine's flow state: a pool opened for the run, closed after it."""
+    """The machine's flow state: a pool opened on first use in a run, closed after it (so a
+    resource that only needs the URL, such as the run lock, opens no pool)."""
 
     url: str
     max_connections: int = 4
 
     _pool: Any = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._pool = open_pool(self.url, max_size=self.max_connections)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._pool is not None:
@@ -66,12 +64,29 @@ class ClockResource(dg.ConfigurableResource["ClockResource"]):
         return result
 
 
-class SettingsResource(dg.ConfigurableResource["SettingsResource"]):
-    """The machine's settings (from the environment), with optional overrides as JSON."""
+class RunLockResource(dg.ConfigurableResource["RunLockResource"]):
+    """Tries to take the run lock ``name`` for the whole run, on a connection of its own to the
+    database of ``postgres`` (outside its pool); ``held`` says whether it did."""
 
-    overrides_json: str = ""
+    postgres: PostgresResource
+    name: str = "evaluate"
 
-    def get(self) -> Settings:
-        """The settings, with the overrides applied."""
-        overrides = json.loads(self.overrides_json) if self.overrides_json else {}
-        return load_settings(**overrides)
+    _lock: RunLock | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        owner = context.run.run_id if context.run else "outside a run"
+        self._lock = RunLock.try_take(self.postgres.url, self.name, owner=owner)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    @property
+    def held(self) -> bool:
+        """Whether this run holds the lock."""
+        return self._lock is not None and self._lock.held
+
+    @property
+    def holder(self) -> str:
+        """Who held the lock when this run could not take it, for the skip reason."""
+        return self._lock.holder if self._lock is not None else ""

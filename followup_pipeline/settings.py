@@ -11,7 +11,6 @@ import json
 import os
 import zoneinfo
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -92,6 +91,9 @@ class Settings(BaseSettings):
     now: datetime | None = None
     business_hours_start: int = Field(default=7, ge=0, le=23)
     business_hours_end: int = Field(default=19, ge=1, le=24)
+    #: The row of the table ``cadences`` that plans new watches (seeded: ``default`` = 5, 12, 21).
+    cadence_name: str = Field(default="default", min_length=1)
+    #: When set, defines the offsets of the cadence ``cadence_name`` (written to its row).
     cadence: Annotated[list[int], NoDecode] = [5, 12, 21]
     exhaust_after: int = Field(default=5, ge=0)
 
@@ -232,6 +234,10 @@ class Settings(BaseSettings):
             )
         return self
 
+    def configured_cadence(self) -> tuple[int, ...] | None:
+        """The offsets of ``FOLLOWUP_CADENCE`` when it was set, else None (the table decides)."""
+        return tuple(self.cadence) if "cadence" in self.model_fields_set else None
+
     def crm_deal_url(self, deal_id: str) -> str:
         """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""
         base = str(self.espocrm_url).rstrip("/").removesuffix("/api/v1")
@@ -258,15 +264,19 @@ SECRET_VARIABLES = {
 }
 
 
-def export_secrets(settings: Settings) -> None:
-    """Put secrets read from ``.env`` or the secrets folder into this process's environment.
+def secret_environment(settings: Settings) -> dict[str, str]:
+    """The secrets, as the variables that ``dg.EnvVar`` reads, for a child process's environment.
 
-    ``dg.EnvVar`` reads only the environment; this lets the other two sources reach it too.
+    ``dg.EnvVar`` reads only the environment of the process that runs the op; a secret read from
+    ``.env`` or the secrets folder reaches it because the launcher puts this mapping into the
+    environment of the processes it starts. Nothing writes it into this process's ``os.environ``.
     """
+    values = {}
     for field, variable in SECRET_VARIABLES.items():
         value = getattr(settings, field)
-        if value is not None and variable not in os.environ:
-            os.environ[variable] = value.get_secret_value()
+        if value is not None:
+            values[variable] = value.get_secret_value()
+    return values
 
 
 def _describe(error: ValidationError) -> str:
@@ -290,9 +300,3 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process's settings, read once."""
-    return load_settings()

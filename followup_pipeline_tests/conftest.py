@@ -20,6 +20,23 @@ from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 from followup_pipeline_tests.support import served
 
+#: Variables a developer sets on purpose to run the tests on another Postgres; the rest of
+#: ``FOLLOWUP_*`` never reaches a test.
+KEPT_VARIABLES = ("FOLLOWUP_DATABASE_URL", "FOLLOWUP_DAGSTER_PG_URL")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test reads the developer's ``FOLLOWUP_*`` variables or ``./.env``: they are cleared,
+    the working folder is the test's own, and ``FOLLOWUP_HOME`` is a temporary folder."""
+    for name in list(os.environ):
+        if name.startswith("FOLLOWUP_") and name not in KEPT_VARIABLES:
+            monkeypatch.delenv(name)
+    home = tmp_path / "followup-home"
+    home.mkdir()
+    monkeypatch.setenv("FOLLOWUP_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+
 
 def with_database(url: str, name: str, *, driver: str = "postgresql") -> str:
     """``url`` pointing at database ``name``, as a URL with the given SQLAlchemy-style driver."""

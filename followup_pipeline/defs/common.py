@@ -20,3 +20,12 @@ def outcome_output(
     context.instance.add_run_tags(context.run_id, {OUTCOME_TAG: outcome})
     context.log.info("outcome %s: %s", outcome, dict(counts))
     return dg.Output(dict(counts), metadata={"outcome": outcome, **counts})
+
+
+NOT_BUILT = "not built"
+
+
+def not_built(context: dg.OpExecutionContext, what: str, **details: Any) -> dg.Output[RunCounts]:
+    """The run of a capability that does not exist yet: ``skipped``, reason ``not built``."""
+    context.log.warning("%s: %s yet, nothing was done", what, NOT_BUILT)
+    return outcome_output(context, "skipped", {"reason": NOT_BUILT, "what": what, **details})

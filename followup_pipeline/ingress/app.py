@@ -28,7 +28,7 @@ from followup_pipeline.ingress.payloads import parse_delivery
 from followup_pipeline.ingress.signatures import Rejected, Verified, verify_espocrm, verify_standard
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
-from followup_pipeline.store.db import StoreError, StoreUnavailable, connection_kwargs
+from followup_pipeline.store.db import StoreError, StoreUnavailable, build_pool
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -176,16 +176,7 @@ def create_app(
     now: Callable[[], float] = time.time,
 ) -> Starlette:
     """The ingress app; its pool opens with the app (without waiting for the database)."""
-    pool: ConnectionPool[Any] = ConnectionPool(
-        database_url,
-        min_size=1,
-        max_size=8,
-        open=False,
-        check=ConnectionPool.check_connection,
-        kwargs=connection_kwargs(),
-        name="ingress",
-        timeout=db_timeout_s,
-    )
+    pool = build_pool(database_url, max_size=8, name="ingress", timeout=db_timeout_s)
     ingress = Ingress(settings, pool, now)
 
     @contextlib.asynccontextmanager

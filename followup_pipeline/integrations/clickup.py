@@ -119,6 +119,7 @@ class ClickUpClient:
         token: str,
         list_id: str,
         key_field_id: str | None = None,
+        closed_status: str = CLOSED_STATUS,
         transport: httpx.BaseTransport | None = None,
         sleep: Sleep = time.sleep,
         clock: Clock = time.time,
@@ -130,6 +131,7 @@ class ClickUpClient:
         )
         self.list_id = list_id
         self.key_field_id = key_field_id
+        self.closed_status = closed_status
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -185,13 +187,16 @@ class ClickUpClient:
         """One task; ``NotFoundError`` if it does not exist."""
         return parse_task(self._http.request("GET", f"v2/task/{task_id}").json())
 
-    def close_task(self, *, task_id: str, comment: str, closed_status: str = CLOSED_STATUS) -> Task:
-        """Set the task's status to ``closed_status``, then add ``comment`` saying why.
+    def close_task(self, *, task_id: str, comment: str, closed_status: str | None = None) -> Task:
+        """Set the task's status to ``closed_status`` (else the list's, given at construction),
+        then add ``comment`` saying why.
 
         The status change (PUT, idempotent) goes first and may be retried; the comment is a
         POST and is sent once.
         """
-        response = self._http.request("PUT", f"v2/task/{task_id}", json={"status": closed_status})
+        response = self._http.request(
+            "PUT", f"v2/task/{task_id}", json={"status": closed_status or self.closed_status}
+        )
         task = parse_task(response.json())
         self._http.request("POST", f"v2/task/{task_id}/comment", json={"comment_text": comment})
         return task

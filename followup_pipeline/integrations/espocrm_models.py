@@ -27,11 +27,6 @@ def parse_espo_datetime(value: Any) -> Any:
     return value
 
 
-def format_espo_datetime(value: datetime) -> str:
-    """EspoCRM's datetime text (UTC) for an aware datetime."""
-    return value.astimezone(UTC).strftime(ESPO_DATETIME_FORMAT)
-
-
 EspoDateTime = Annotated[datetime, BeforeValidator(parse_espo_datetime)]
 EspoOptionalDateTime = Annotated[datetime | None, BeforeValidator(parse_espo_datetime)]
 

@@ -3,28 +3,20 @@
 Secrets come in through ``dg.EnvVar("FOLLOWUP_…")`` (Dagster rejects ``SecretStr`` fields and
 never shows an ``EnvVar``'s value). Each resource builds its client in ``setup_for_execution``
 (or on first use outside a run), keeps it in a ``PrivateAttr`` and closes it in
-``teardown_after_execution``. Methods are keyword-only and return the clients' pydantic models.
+``teardown_after_execution``. One way in: ``get_client()`` hands out the typed client, whose
+methods are keyword-only and return pydantic models (as dagster-openai does); the resources
+copy none of its methods.
 """
 
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 import dagster as dg
 from pydantic import PrivateAttr
 
-from followup_pipeline.integrations.clickup import CLOSED_STATUS, ClickUpClient, Task
+from followup_pipeline.integrations.clickup import CLOSED_STATUS, ClickUpClient
 from followup_pipeline.integrations.espocrm import EspoCrmClient
-from followup_pipeline.integrations.espocrm_models import (
-    Call,
-    Deal,
-    DealListing,
-    Email,
-    Listing,
-    Meeting,
-)
-from followup_pipeline.integrations.mistral import MistralClient, SummaryResult
-from followup_pipeline.integrations.outlook import OutlookClient, SendReceipt
+from followup_pipeline.integrations.mistral import MistralClient
+from followup_pipeline.integrations.outlook import OutlookClient
 
 
 class Closeable(Protocol):
@@ -55,8 +47,7 @@ class ClientOwner(Generic[C]):
             self._client.close()
             self._client = None
 
-    @property
-    def client(self) -> C:
+    def get_client(self) -> C:
         """The client of this run (built on first use outside a run)."""
         if self._client is None:
             self._client = self._build()
@@ -74,30 +65,6 @@ class EspoCrmResource(ClientOwner[EspoCrmClient], dg.ConfigurableResource["EspoC
     def _build(self) -> EspoCrmClient:
         return EspoCrmClient(self.base_url, self.api_key, self.hmac_secret)
 
-    def list_deals(self, *, stages: Sequence[str]) -> DealListing:
-        """Every deal in one of ``stages``; records that broke schema are in ``invalid``."""
-        return self.client.list_deals(stages=stages)
-
-    def get_deal(self, *, deal_id: str) -> Deal:
-        """One deal; ``NotFoundError`` if it is gone."""
-        return self.client.get_deal(deal_id=deal_id)
-
-    def list_emails(self, *, deal_id: str, since: datetime | None = None) -> Listing[Email]:
-        """A deal's e-mails, sent after ``since`` if given."""
-        return self.client.list_emails(deal_id=deal_id, since=since)
-
-    def list_calls(self, *, deal_id: str) -> Listing[Call]:
-        """A deal's calls."""
-        return self.client.list_calls(deal_id=deal_id)
-
-    def list_meetings(self, *, deal_id: str) -> Listing[Meeting]:
-        """A deal's meetings."""
-        return self.client.list_meetings(deal_id=deal_id)
-
-    def stage_options(self) -> list[str]:
-        """The stage names this installation allows."""
-        return self.client.stage_options()
-
 
 class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["ClickUpResource"]):
     """Creates, finds and closes follow-up tasks in one ClickUp list."""
@@ -110,40 +77,12 @@ class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["Click
     closed_status: str = CLOSED_STATUS
 
     def _build(self) -> ClickUpClient:
-        return ClickUpClient(self.base_url, self.token, self.list_id, self.key_field_id)
-
-    def create_task(
-        self,
-        *,
-        name: str,
-        markdown: str,
-        due_date: datetime | None,
-        assignees: Sequence[int],
-        idempotency_key: str,
-        tags: Sequence[str] = (),
-    ) -> Task:
-        """Create a task carrying ``idempotency_key``; never retried (see the action ledger)."""
-        return self.client.create_task(
-            name=name,
-            markdown=markdown,
-            due_date=due_date,
-            assignees=assignees,
-            idempotency_key=idempotency_key,
-            tags=tags,
-        )
-
-    def find_tasks_by_key(self, *, idempotency_key: str) -> list[Task]:
-        """The tasks, closed included, that carry ``idempotency_key``."""
-        return self.client.find_tasks_by_key(idempotency_key=idempotency_key)
-
-    def get_task(self, *, task_id: str) -> Task:
-        """One task; ``NotFoundError`` if it is gone."""
-        return self.client.get_task(task_id=task_id)
-
-    def close_task(self, *, task_id: str, comment: str) -> Task:
-        """Close a task with the configured closed status and a comment saying why."""
-        return self.client.close_task(
-            task_id=task_id, comment=comment, closed_status=self.closed_status
+        return ClickUpClient(
+            self.base_url,
+            self.token,
+            self.list_id,
+            self.key_field_id,
+            closed_status=self.closed_status,
         )
 
 
@@ -168,12 +107,6 @@ class OutlookResource(ClientOwner[OutlookClient], dg.ConfigurableResource["Outlo
             self.sender,
         )
 
-    def send_mail(
-        self, *, to: list[str], subject: str, html: str, headers: dict[str, str] | None = None
-    ) -> SendReceipt:
-        """Send one HTML message; 202 means accepted, not delivered."""
-        return self.client.send_mail(to=to, subject=subject, html=html, headers=headers)
-
 
 class MistralResource(ClientOwner[MistralClient], dg.ConfigurableResource["MistralResource"]):
     """Two-line deal summaries from a Mistral chat model."""
@@ -185,7 +118,3 @@ class MistralResource(ClientOwner[MistralClient], dg.ConfigurableResource["Mistr
 
     def _build(self) -> MistralClient:
         return MistralClient(self.api_key, self.model, server_url=self.base_url)
-
-    def summarise(self, *, deal_name: str, emails: Sequence[Email]) -> SummaryResult:
-        """Summarise a deal's e-mails; ``InvalidModelOutput`` keeps a bad answer's raw text."""
-        return self.client.summarise(deal_name=deal_name, emails=emails)

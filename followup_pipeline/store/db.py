@@ -41,9 +41,17 @@ def connection_kwargs() -> dict[str, Any]:
     }
 
 
-def open_pool(url: str, *, min_size: int = 1, max_size: int = 4, name: str = "followup") -> Any:
-    """Open a checked pool of connections to ``url``; the caller closes it."""
-    pool: ConnectionPool[Any] = ConnectionPool(
+def build_pool(
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 4,
+    name: str = "followup",
+    timeout: float = POOL_TIMEOUT_S,
+) -> ConnectionPool[Any]:
+    """A checked pool of connections to ``url`` with the machine's connection options, not yet
+    open: the caller chooses how to open it (and closes it)."""
+    return ConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
@@ -51,8 +59,13 @@ def open_pool(url: str, *, min_size: int = 1, max_size: int = 4, name: str = "fo
         check=ConnectionPool.check_connection,
         kwargs=connection_kwargs(),
         name=name,
-        timeout=POOL_TIMEOUT_S,
+        timeout=timeout,
     )
+
+
+def open_pool(url: str, *, min_size: int = 1, max_size: int = 4, name: str = "followup") -> Any:
+    """Open a checked pool of connections to ``url``, waiting for it; the caller closes it."""
+    pool = build_pool(url, min_size=min_size, max_size=max_size, name=name)
     try:
         pool.open(wait=True, timeout=POOL_TIMEOUT_S)
     except Exception as error:

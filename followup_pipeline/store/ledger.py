@@ -19,7 +19,6 @@ from followup_pipeline.store.queries import query
 Kind = Literal["task", "close_task", "report", "alert"]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
 SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run"]
-DONE = ("accepted", "confirmed")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from followup_pipeline.domain.cadence import plan_steps
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.settings import ConfigError
 from followup_pipeline.store.queries import query
 
 SUBJECT_TYPE = "Opportunity"
@@ -49,6 +50,37 @@ def load_calendar(
     return BusinessCalendar.with_overrides(
         country, subdivision, [(r["day"], r["kind"]) for r in rows]
     )
+
+
+class UnknownCadence(ConfigError):
+    """The configured cadence name has no row in ``cadences``."""
+
+
+def load_plan(
+    conn: psycopg.Connection[Any],
+    *,
+    cadence_name: str,
+    configured_offsets: tuple[int, ...] | None,
+    time_zone: str,
+    calendar: BusinessCalendar,
+) -> Plan:
+    """How new watches are planned now: the offsets of the cadence row ``cadence_name``.
+
+    ``configured_offsets`` (``FOLLOWUP_CADENCE``, when it is set) define that row first, so the
+    table holds what every plan was made from. A plan is fixed when made: a changed row applies
+    to plans made after the change.
+    """
+    if configured_offsets is not None:
+        conn.execute(
+            query("upsert_cadence"), {"name": cadence_name, "offsets": list(configured_offsets)}
+        )
+    row = conn.execute(query("cadence_offsets"), {"name": cadence_name}).fetchone()
+    if row is None:
+        raise UnknownCadence(
+            f"FOLLOWUP_CADENCE_NAME: no cadence named {cadence_name!r} in the table cadences; "
+            "add the row, or set FOLLOWUP_CADENCE to define it"
+        )
+    return Plan(cadence_name, tuple(row["offsets"]), time_zone, calendar)
 
 
 def open_watch(

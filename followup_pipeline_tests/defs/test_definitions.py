@@ -12,13 +12,13 @@ from typing import Any
 import dagster as dg
 import psycopg
 import pytest
-from dagster._core.storage.dagster_run import DagsterRunStatus
 from psycopg.conninfo import conninfo_to_dict
 
-from followup_pipeline.definitions import defs
+from followup_pipeline.definitions import build_definitions
 from followup_pipeline.defs.common import OUTCOME_TAG, SINGLETON_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
+from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.settings import load_settings
 
 from ..conftest import with_database
 
@@ -40,6 +40,12 @@ SCHEDULES = [
 SENSORS = ["crm_events", "alerts"]
 
 
+@pytest.fixture
+def defs() -> dg.Definitions:
+    """The machine's definitions on default settings."""
+    return build_definitions(load_settings())
+
+
 def test_definitions_load_as_a_code_location_would() -> None:
     # What the code server does: one Definitions at module scope, names unique across graphs.
     module = importlib.import_module("followup_pipeline.definitions")
@@ -48,7 +54,7 @@ def test_definitions_load_as_a_code_location_would() -> None:
     assert found == ["defs"]
 
 
-def test_definitions_resolve_every_job_schedule_and_sensor() -> None:
+def test_definitions_resolve_every_job_schedule_and_sensor(defs: dg.Definitions) -> None:
     repository = defs.get_repository_def()
     assert sorted(job.name for job in repository.get_all_jobs()) == sorted(JOBS)
     for name in JOBS:
@@ -57,12 +63,14 @@ def test_definitions_resolve_every_job_schedule_and_sensor() -> None:
         assert defs.resolve_schedule_def(name).name == name
     for name in SENSORS:
         assert defs.resolve_sensor_def(name).name == name
-    assert {"postgres", "clock", "settings", "espocrm", "clickup", "outlook", "mistral"} <= set(
+    assert {"postgres", "clock", "espocrm", "clickup", "outlook", "mistral"} <= set(
         repository.get_top_level_resources()
     )
 
 
-def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime() -> None:
+def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime(
+    defs: dg.Definitions,
+) -> None:
     job = defs.resolve_job_def("evaluate")
     assert job.tags[SINGLETON_TAG] == "evaluate"
     assert int(job.tags["dagster/max_runtime"]) > 0
@@ -80,7 +88,11 @@ def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime() -> None
     ],
 )
 def test_definitions_evaluate_schedule_skips_holidays(
-    tick: datetime, expected: str | None, db: psycopg.Connection[Any], db_url: str
+    tick: datetime,
+    expected: str | None,
+    defs: dg.Definitions,
+    db: psycopg.Connection[Any],
+    db_url: str,
 ) -> None:
     db.execute(
         "INSERT INTO holidays (day, kind, name) VALUES"
@@ -123,7 +135,7 @@ def dagster_home(
 
 
 def test_definitions_instance_template_stores_runs_in_postgres(
-    dagster_home: Path, db_url: str
+    defs: dg.Definitions, dagster_home: Path, db_url: str
 ) -> None:
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
@@ -138,13 +150,12 @@ def test_definitions_instance_template_stores_runs_in_postgres(
         resources = {
             "postgres": PostgresResource(url=db_url),
             "clock": ClockResource(),
-            "settings": SettingsResource(),
             "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="unused"),
         }
         result = job.execute_in_process(instance=instance, resources=resources)
         assert result.success
         run = instance.get_run_by_id(result.run_id)
         assert run is not None
-        assert run.status == DagsterRunStatus.SUCCESS
+        assert run.status == dg.DagsterRunStatus.SUCCESS
         assert run.tags[OUTCOME_TAG] == "ok"
         assert result.output_for_node("register_events") == {}

@@ -70,9 +70,9 @@ def test_resource_builds_its_own_client_outside_a_run(key: str) -> None:
         "mistral": lambda: MistralResource(base_url="http://m.test", api_key="k", model="m"),
     }[key]
     first, second = plain(), plain()
-    assert isinstance(first.client, client_type)
-    assert first.client is first.client  # built once
-    assert first.client is not second.client  # never shared between resources
+    assert isinstance(first.get_client(), client_type)
+    assert first.get_client() is first.get_client()  # built once
+    assert first.get_client() is not second.get_client()  # never shared between resources
 
 
 def test_resource_reaches_an_op_with_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +80,7 @@ def test_resource_reaches_an_op_with_its_client(monkeypatch: pytest.MonkeyPatch)
 
     @dg.op
     def list_of(clickup: ClickUpResource) -> str:
-        return clickup.client.list_id
+        return clickup.get_client().list_id
 
     @dg.job
     def probe() -> None:

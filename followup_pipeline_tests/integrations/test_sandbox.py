@@ -244,9 +244,9 @@ def test_resources_work_inside_a_dagster_run(sandbox: str, monkeypatch: pytest.M
 
     @dg.op
     def task_per_deal(espocrm: EspoCrmResource, clickup: ClickUpResource) -> int:
-        deals = espocrm.list_deals(stages=["Proposal"]).records
+        deals = espocrm.get_client().list_deals(stages=["Proposal"]).records
         for deal in deals:
-            clickup.create_task(
+            clickup.get_client().create_task(
                 name=deal.name,
                 markdown="",
                 due_date=None,

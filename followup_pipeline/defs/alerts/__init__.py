@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import Settings
 
 RECORD_FAILURE = """
 INSERT INTO alerts (fingerprint, job_name, run_id, message, occurred_at)
@@ -32,4 +33,6 @@ def alerts(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> N
         )
 
 
-definitions = dg.Definitions(sensors=[alerts])
+def build_defs(settings: Settings) -> dg.Definitions:
+    """The ``alerts`` sensor (it needs no settings yet)."""
+    return dg.Definitions(sensors=[alerts])

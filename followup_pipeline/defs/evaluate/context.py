@@ -10,10 +10,11 @@ import dagster as dg
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import StagePolicy
 from followup_pipeline.domain.localtime import local_date
-from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.integrations.clickup import ClickUpClient
+from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.watches import Plan, load_calendar
+from followup_pipeline.store.watches import Plan, load_calendar, load_plan
 
 
 @dataclass
@@ -21,8 +22,8 @@ class Evaluation:
     """What the steps of ``evaluate`` share within one run."""
 
     postgres: PostgresResource
-    crm: EspoCrmResource
-    clickup: ClickUpResource
+    crm: EspoCrmClient
+    clickup: ClickUpClient
     settings: Settings
     now: datetime
     log: Any
@@ -34,6 +35,7 @@ class Evaluation:
     #: ClickUp answered 429 to a write: no more writes this run.
     clickup_rate_limited: bool = False
     _calendar: BusinessCalendar | None = None
+    _plan: Plan | None = None
 
     @property
     def zone(self) -> str:
@@ -61,8 +63,17 @@ class Evaluation:
 
     @property
     def plan(self) -> Plan:
-        """How new watches are planned now (a plan is fixed when made)."""
-        return Plan("default", tuple(self.settings.cadence), self.zone, self.calendar)
+        """How new watches are planned now, from the named cadence (a plan is fixed when made)."""
+        if self._plan is None:
+            with self.postgres.connection() as conn:
+                self._plan = load_plan(
+                    conn,
+                    cadence_name=self.settings.cadence_name,
+                    configured_offsets=self.settings.configured_cadence(),
+                    time_zone=self.zone,
+                    calendar=self.calendar,
+                )
+        return self._plan
 
     def crm_url(self, deal_id: str) -> str:
         """The deal's page in the CRM."""
@@ -73,10 +84,6 @@ class Evaluation:
         self.problems.append(message)
         self.counts["problems"] += 1
         self.log.warning(message)
-
-    @property
-    def outcome(self) -> str:
-        return "partial" if self.problems else "ok"
 
     def metadata(self) -> dict[str, Any]:
         """Counts and the first problems, as run metadata."""

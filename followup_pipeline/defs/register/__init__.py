@@ -9,22 +9,24 @@ so a key made only from the events would block their retry. The key counts the s
 import hashlib
 
 import dagster as dg
-from dagster._core.storage.dagster_run import DagsterRunStatus
 
 from followup_pipeline.defs.common import Outcome, RunCounts, outcome_output
 from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import PostgresResource, SettingsResource
-from followup_pipeline.settings import get_settings
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import Settings
 from followup_pipeline.store.events import due_events
 
 EVENTS_TAG = "followup/events"
 IN_FLIGHT = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
 ]
+#: A register run that outlives this is failed by run monitoring, so a run whose worker died can
+#: never hold back the sensor (which waits while a run is in flight) for longer.
+MAX_RUNTIME_S = 30 * 60
 
 
 def outcome_of(counts: RunCounts) -> Outcome:
@@ -32,57 +34,49 @@ def outcome_of(counts: RunCounts) -> Outcome:
     return "partial" if counts.get("events_retried") or counts.get("events_dead") else "ok"
 
 
-@dg.op
-def register_events(
-    context: dg.OpExecutionContext,
-    postgres: PostgresResource,
-    espocrm: EspoCrmResource,
-    settings: SettingsResource,
-) -> dg.Output[RunCounts]:
-    """Claim due events in batches and open or close watches; counts as run metadata."""
-    with postgres.connection() as conn:
-        counts = dict(Registrar(conn, espocrm, settings.get()).run())
-    return outcome_output(context, outcome_of(counts), counts)
+def build_defs(settings: Settings) -> dg.Definitions:
+    """The ``register`` job and the ``crm_events`` sensor that launches it."""
 
+    @dg.op
+    def register_events(
+        context: dg.OpExecutionContext, postgres: PostgresResource, espocrm: EspoCrmResource
+    ) -> dg.Output[RunCounts]:
+        """Claim due events in batches and open or close watches; counts as run metadata."""
+        with postgres.connection() as conn:
+            counts = dict(Registrar(conn, espocrm.get_client(), settings).run())
+        return outcome_output(context, outcome_of(counts), counts)
 
-#: A register run that outlives this is failed by run monitoring, so a run whose worker died can
-#: never hold back the sensor (which waits while a run is in flight) for longer.
-MAX_RUNTIME_S = 30 * 60
-
-
-@dg.job(
-    description="Open and close watches from the CRM's webhook events.",
-    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
-)
-def register() -> None:
-    register_events()
-
-
-@dg.sensor(
-    job=register,
-    minimum_interval_seconds=get_settings().events_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-)
-def crm_events(
-    context: dg.SensorEvaluationContext, postgres: PostgresResource
-) -> dg.SensorResult | dg.SkipReason:
-    """Launch ``register`` when events are due and no ``register`` run is in flight."""
-    in_flight = context.instance.get_runs(
-        filters=dg.RunsFilter(job_name=register.name, statuses=IN_FLIGHT), limit=1
+    @dg.job(
+        description="Open and close watches from the CRM's webhook events.",
+        tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
     )
-    if in_flight:
-        return dg.SkipReason(f"register run {in_flight[0].run_id} is still in flight")
-    with postgres.connection() as conn:
-        due = due_events(conn, limit=get_settings().event_batch_size)
-    if not due:
-        return dg.SkipReason("no events due")
-    launches = int(context.cursor or 0) + 1
-    names = ",".join(f"{row['id']}:{row['attempts']}" for row in due)
-    digest = hashlib.sha256(names.encode()).hexdigest()[:12]
-    request = dg.RunRequest(
-        run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}
+    def register() -> None:
+        register_events()
+
+    @dg.sensor(
+        job=register,
+        minimum_interval_seconds=settings.events_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
     )
-    return dg.SensorResult(run_requests=[request], cursor=str(launches))
+    def crm_events(
+        context: dg.SensorEvaluationContext, postgres: PostgresResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        """Launch ``register`` when events are due and no ``register`` run is in flight."""
+        in_flight = context.instance.get_runs(
+            filters=dg.RunsFilter(job_name=register.name, statuses=IN_FLIGHT), limit=1
+        )
+        if in_flight:
+            return dg.SkipReason(f"register run {in_flight[0].run_id} is still in flight")
+        with postgres.connection() as conn:
+            due = due_events(conn, limit=settings.event_batch_size)
+        if not due:
+            return dg.SkipReason("no events due")
+        launches = int(context.cursor or 0) + 1
+        names = ",".join(f"{row['id']}:{row['attempts']}" for row in due)
+        digest = hashlib.sha256(names.encode()).hexdigest()[:12]
+        request = dg.RunRequest(
+            run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}
+        )
+        return dg.SensorResult(run_requests=[request], cursor=str(launches))
 
-
-definitions = dg.Definitions(jobs=[register], sensors=[crm_events])
+    return dg.Definitions(jobs=[register], sensors=[crm_events])

@@ -40,13 +40,13 @@ from followup_pipeline.store.watches import (
     close_watch,
     latest_watch_of,
     load_calendar,
+    load_plan,
     open_watch,
     open_watch_of,
 )
 
 #: Batches one run claims at most, so a flood cannot keep a run going for ever.
 MAX_BATCHES = 20
-CADENCE_NAME = "default"
 #: How long a claim holds an event; a run that dies frees it after this.
 LEASE = timedelta(minutes=15)
 
@@ -87,7 +87,13 @@ class Registrar:
         self.counts: Counter[str] = Counter()
         with conn.transaction():
             calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
-        self.plan = Plan(CADENCE_NAME, tuple(settings.cadence), settings.timezone, calendar)
+            self.plan: Plan = load_plan(
+                conn,
+                cadence_name=settings.cadence_name,
+                configured_offsets=settings.configured_cadence(),
+                time_zone=settings.timezone,
+                calendar=calendar,
+            )
 
     def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
         """Claim and process due events (or the named pending ones), batch by batch."""

@@ -12,7 +12,8 @@ from followup_pipeline.defs.common import RunCounts, outcome_output
 from followup_pipeline.defs.register import outcome_of
 from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import PostgresResource, SettingsResource
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import Settings
 from followup_pipeline.store.dead_letters import parse_name, replay_actions, requeue_events
 
 
@@ -22,47 +23,49 @@ class ReplayConfig(dg.Config):
     names: list[str]
 
 
-@dg.op
-def replay_dead_letters(
-    context: dg.OpExecutionContext,
-    config: ReplayConfig,
-    postgres: PostgresResource,
-    espocrm: EspoCrmResource,
-    settings: SettingsResource,
-) -> dg.Output[RunCounts]:
-    """Requeue the named events under their original ids and register them now."""
-    try:
-        names = [parse_name(text) for text in config.names]
-    except ValueError as error:
-        raise dg.Failure(description=str(error)) from None
-    ids = [n.event_id for n in names if n.kind == "event"]
-    keys = [n.value for n in names if n.kind == "action"]
-    with postgres.connection() as conn:
-        requeued, refused = requeue_events(conn, ids)
-        for event_id, why in refused.items():
-            context.log.warning("event:%s not replayed: %s", event_id, why)
-        counts: RunCounts = dict(Registrar(conn, espocrm, settings.get()).run(ids=requeued))
-    with postgres.connection() as conn:
-        replayed, refused_actions = replay_actions(conn, keys)
-    for key, why in refused_actions.items():
-        context.log.warning("action:%s not replayed: %s", key, why)
-    refused_count = len(refused) + len(refused_actions)
-    counts.update(
-        requested=len(names),
-        requeued=len(requeued),
-        actions_replayed=len(replayed),
-        refused=refused_count,
+def build_defs(settings: Settings) -> dg.Definitions:
+    """The ``replay`` job, launched by an operator."""
+
+    @dg.op
+    def replay_dead_letters(
+        context: dg.OpExecutionContext,
+        config: ReplayConfig,
+        postgres: PostgresResource,
+        espocrm: EspoCrmResource,
+    ) -> dg.Output[RunCounts]:
+        """Requeue the named events under their original ids and register them now."""
+        try:
+            names = [parse_name(text) for text in config.names]
+        except ValueError as error:
+            raise dg.Failure(description=str(error)) from None
+        ids = [n.event_id for n in names if n.kind == "event"]
+        keys = [n.value for n in names if n.kind == "action"]
+        with postgres.connection() as conn:
+            requeued, refused = requeue_events(conn, ids)
+            for event_id, why in refused.items():
+                context.log.warning("event:%s not replayed: %s", event_id, why)
+            counts: RunCounts = dict(
+                Registrar(conn, espocrm.get_client(), settings).run(ids=requeued)
+            )
+        with postgres.connection() as conn:
+            replayed, refused_actions = replay_actions(conn, keys)
+        for key, why in refused_actions.items():
+            context.log.warning("action:%s not replayed: %s", key, why)
+        refused_count = len(refused) + len(refused_actions)
+        counts.update(
+            requested=len(names),
+            requeued=len(requeued),
+            actions_replayed=len(replayed),
+            refused=refused_count,
+        )
+        outcome = "partial" if refused_count else outcome_of(counts)
+        return outcome_output(context, outcome, counts)
+
+    @dg.job(
+        description="Re-process dead-lettered events or actions by their original id.",
+        tags={"dagster/max_runtime": str(30 * 60)},
     )
-    outcome = "partial" if refused_count else outcome_of(counts)
-    return outcome_output(context, outcome, counts)
+    def replay() -> None:
+        replay_dead_letters()
 
-
-@dg.job(
-    description="Re-process dead-lettered events or actions by their original id.",
-    tags={"dagster/max_runtime": str(30 * 60)},
-)
-def replay() -> None:
-    replay_dead_letters()
-
-
-definitions = dg.Definitions(jobs=[replay])
+    return dg.Definitions(jobs=[replay])

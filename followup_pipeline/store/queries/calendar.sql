@@ -5,3 +5,9 @@ SELECT day, kind FROM holidays ORDER BY day;
 -- name: cadence_offsets
 -- The offsets of a named cadence.
 SELECT offsets FROM cadences WHERE name = %(name)s;
+
+-- name: upsert_cadence
+-- Define a named cadence as configured (FOLLOWUP_CADENCE); plans made before keep their offsets.
+INSERT INTO cadences (name, offsets) VALUES (%(name)s, %(offsets)s)
+ON CONFLICT (name) DO UPDATE SET offsets = EXCLUDED.offsets
+WHERE cadences.offsets IS DISTINCT FROM EXCLUDED.offsets;

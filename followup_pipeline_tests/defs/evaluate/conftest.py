@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,12 +12,12 @@ import httpx
 import psycopg
 import pytest
 
+from followup_pipeline.defs import evaluate
 from followup_pipeline.defs.common import OUTCOME_TAG
-from followup_pipeline.defs.evaluate import evaluate_job
-from followup_pipeline.defs.evaluate.lock import RunLockResource
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
-from followup_pipeline.resources import ClockResource, PostgresResource, SettingsResource
+from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.settings import Settings, load_settings
 
 SANDBOX = SandboxConfig()
 #: Monday 2 March 2026, 09:00 in Berlin.
@@ -35,17 +34,20 @@ class Machine:
     settings: dict[str, Any] = field(default_factory=dict)
     instance: dg.DagsterInstance = field(default_factory=dg.DagsterInstance.ephemeral)
 
-    def resources(self, now: datetime) -> dict[str, Any]:
-        overrides = {
-            "espocrm_url": f"{self.sandbox}/espocrm",
-            "clickup_url": f"{self.sandbox}/clickup/api",
+    def loaded_settings(self) -> Settings:
+        """The machine's settings: the sandbox's URLs and this test's overrides."""
+        return load_settings(
+            espocrm_url=f"{self.sandbox}/espocrm",
+            clickup_url=f"{self.sandbox}/clickup/api",
             **self.settings,
-        }
+        )
+
+    def resources(self, now: datetime) -> dict[str, Any]:
+        postgres = PostgresResource(url=self.db_url)
         return {
-            "postgres": PostgresResource(url=self.db_url),
+            "postgres": postgres,
             "clock": ClockResource(start=now.isoformat(), ticking=False),
-            "settings": SettingsResource(overrides_json=json.dumps(overrides)),
-            "evaluate_lock": RunLockResource(url=self.db_url),
+            "evaluate_lock": RunLockResource(postgres=postgres),
             "espocrm": EspoCrmResource(
                 base_url=f"{self.sandbox}/espocrm",
                 api_key=SANDBOX.espocrm_api_key.get_secret_value(),
@@ -57,15 +59,27 @@ class Machine:
             ),
         }
 
+    def job(
+        self,
+        capability: Any,
+        name: str,
+        resources: dict[str, Any],
+        settings: Settings | None = None,
+    ) -> dg.JobDefinition:
+        """The job ``name`` of a capability folder, built from ``settings`` (this machine's by
+        default) and bound to ``resources``, as ``definitions.py`` builds it."""
+        built = capability.build_defs(settings or self.loaded_settings())
+        return dg.Definitions.merge(built, dg.Definitions(resources=resources)).resolve_job_def(
+            name
+        )
+
     def evaluate(
         self, now: datetime, *, raise_on_error: bool = True, **kwargs: Any
     ) -> dg.ExecuteInProcessResult:
         """One ``evaluate`` run whose clock says ``now``."""
-        return evaluate_job.execute_in_process(
-            resources=self.resources(now),
-            raise_on_error=raise_on_error,
-            instance=self.instance,
-            **kwargs,
+        job = self.job(evaluate, "evaluate", self.resources(now))
+        return job.execute_in_process(
+            raise_on_error=raise_on_error, instance=self.instance, **kwargs
         )
 
     def outcome(self, result: dg.ExecuteInProcessResult) -> str:

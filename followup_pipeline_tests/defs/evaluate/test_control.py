@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.defs.watch_control import watch_control
+from followup_pipeline.defs import watch_control
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
 
@@ -18,9 +18,9 @@ ZONE = "Europe/Berlin"
 
 def _control(machine: Machine, watch_id: int, action: str, now_offset: timedelta) -> None:
     resources = machine.resources(MONDAY + now_offset)
-    result = watch_control.execute_in_process(
+    job = machine.job(watch_control, "watch_control", resources)
+    result = job.execute_in_process(
         run_config={"ops": {"control_watch": {"config": {"watch_id": watch_id, "action": action}}}},
-        resources={k: resources[k] for k in ("postgres", "clock", "settings")},
         instance=machine.instance,
     )
     assert result.success

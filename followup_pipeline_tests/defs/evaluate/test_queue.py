@@ -18,7 +18,6 @@ import dagster as dg
 import httpx
 import psycopg
 import pytest
-from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -85,11 +84,15 @@ class Stack:
         return dg.DagsterInstance.from_config(str(self.home))
 
     def wait_runs(self, run_ids: list[str], timeout: float = 120) -> list[Any]:
-        finished = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+        finished = {
+            dg.DagsterRunStatus.SUCCESS,
+            dg.DagsterRunStatus.FAILURE,
+            dg.DagsterRunStatus.CANCELED,
+        }
         with self.instance() as instance:
 
             def done() -> list[Any] | None:
-                records = instance.get_run_records(RunsFilter(run_ids=run_ids))
+                records = instance.get_run_records(dg.RunsFilter(run_ids=run_ids))
                 if len(records) == len(run_ids) and all(
                     r.dagster_run.status in finished for r in records
                 ):
@@ -219,7 +222,7 @@ def test_queue_runs_one_evaluate_at_a_time(stack: Stack, registered: Machine) ->
     registered.fault(vendor="espocrm", kind="latency", latency_s=3, path="Metadata")
     first, second = (_launch(stack, key) for key in _partition_keys(2))
     records = stack.wait_runs([first, second])
-    assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in records)
+    assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
     a, b = sorted(records, key=lambda r: r.start_time)
     assert b.start_time >= a.end_time, "the second evaluate started before the first ended"
     assert {r.dagster_run.tags.get(OUTCOME_TAG) for r in records} == {"ok"}
@@ -242,7 +245,7 @@ def test_queue_backfill_of_failed_partitions_creates_nothing_twice(
         failed = stack.wait_runs(
             [_launch(stack, key, **{"dagster/max_retries": "0"}) for key in keys]
         )
-        assert all(r.dagster_run.status == DagsterRunStatus.FAILURE for r in failed)
+        assert all(r.dagster_run.status == dg.DagsterRunStatus.FAILURE for r in failed)
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(
@@ -264,12 +267,12 @@ def test_queue_backfill_of_failed_partitions_creates_nothing_twice(
     with stack.instance() as instance:
 
         def backfill_runs() -> list[str] | None:
-            runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill}))
+            runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill}))
             return [r.run_id for r in runs] if len(runs) == 2 else None
 
         run_ids: list[str] = wait_until(backfill_runs, 120, "backfill runs")
     records = stack.wait_runs(run_ids)
-    assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in records)
+    assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
     assert sorted(r.dagster_run.tags["dagster/partition"] for r in records) == sorted(keys)
     tasks = registered.tasks()
     assert len(tasks) == 2  # the backfilled hours found their steps fired: nothing twice

@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import dagster as dg
 import psycopg
-from dagster._core.storage.dagster_run import DagsterRunStatus
-from dagster._core.test_utils import create_run_for_test
+import pytest
 
-from followup_pipeline.definitions import defs
+from followup_pipeline.definitions import build_definitions
 from followup_pipeline.defs.common import OUTCOME_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import PostgresResource, SettingsResource
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import load_settings
 
 from .conftest import EventFactory
 
 
+@pytest.fixture
+def defs() -> dg.Definitions:
+    """The definitions of a machine whose failed events wait no time, dead after two attempts."""
+    return build_definitions(load_settings(event_backoff_base_s=0, event_max_attempts=2))
+
+
+def _add_run(
+    instance: dg.DagsterInstance, status: dg.DagsterRunStatus, tags: dict[str, str]
+) -> str:
+    """A ``register`` run in ``status`` with ``tags``, as the daemon would have stored it."""
+    run = dg.DagsterRun(job_name="register", run_id=str(uuid.uuid4()), status=status, tags=tags)
+    return instance.add_run(run).run_id
+
+
 def _tick(
-    instance: dg.DagsterInstance, db_url: str, cursor: str | None = None
+    defs: dg.Definitions, instance: dg.DagsterInstance, db_url: str, cursor: str | None = None
 ) -> dg.SensorExecutionData:
     sensor = defs.resolve_sensor_def("crm_events")
     with dg.build_sensor_context(
@@ -30,52 +45,46 @@ def _tick(
         return sensor.evaluate_tick(context)
 
 
-def test_crm_events_skips_when_nothing_is_due(db_url: str) -> None:
+def test_crm_events_skips_when_nothing_is_due(defs: dg.Definitions, db_url: str) -> None:
     with dg.instance_for_test() as instance:
-        result = _tick(instance, db_url)
+        result = _tick(defs, instance, db_url)
     assert not result.run_requests
     assert result.skip_message == "no events due"
 
 
 def test_crm_events_keys_never_block_a_retry_and_wait_for_runs_in_flight(
-    db_url: str, add_event: EventFactory
+    defs: dg.Definitions, db_url: str, add_event: EventFactory
 ) -> None:
     add_event([{"id": "d1", "stage": "Proposal"}])
     with dg.instance_for_test() as instance:
-        first = _tick(instance, db_url)
+        first = _tick(defs, instance, db_url)
         assert first.run_requests is not None
         [request] = first.run_requests
         assert request.run_key is not None
         tags = {"dagster/run_key": request.run_key}
-        started = create_run_for_test(
-            instance, job_name="register", status=DagsterRunStatus.STARTED, tags=tags
-        )
-        blocked = _tick(instance, db_url, first.cursor)
+        started = _add_run(instance, dg.DagsterRunStatus.STARTED, tags)
+        blocked = _tick(defs, instance, db_url, first.cursor)
         assert not blocked.run_requests
         assert "in flight" in (blocked.skip_message or "")
-        instance.delete_run(started.run_id)
+        instance.delete_run(started)
         # The run failed and still holds its key (DAGSTER.md): the retry needs another.
-        create_run_for_test(
-            instance, job_name="register", status=DagsterRunStatus.FAILURE, tags=tags
-        )
-        again = _tick(instance, db_url, first.cursor)
+        _add_run(instance, dg.DagsterRunStatus.FAILURE, tags)
+        again = _tick(defs, instance, db_url, first.cursor)
     assert again.run_requests is not None
     assert again.run_requests[0].run_key != request.run_key
     assert int(again.cursor or 0) == int(first.cursor or 0) + 1
 
 
 def _resources(db_url: str) -> dict[str, Any]:
-    overrides = '{"event_backoff_base_s": 0, "event_max_attempts": 2}'
     return {
         "postgres": PostgresResource(url=db_url),
-        "settings": SettingsResource(overrides_json=overrides),
         # Nothing listens on port 9: every CRM read fails fast, as in an outage.
         "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
     }
 
 
 def test_register_job_reports_counts_and_outcome(
-    db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
 ) -> None:
     add_event([{"id": "d1", "name": "Offer", "stage": "Proposal"}], event="Opportunity.create")
     with dg.instance_for_test() as instance:
@@ -93,7 +102,7 @@ def test_register_job_reports_counts_and_outcome(
 
 
 def test_replay_job_takes_names_from_the_launchpad(
-    db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
 ) -> None:
     event_id = add_event([{"id": "d1", "stage": "Proposal"}])
     job = defs.resolve_job_def("register")
@@ -115,7 +124,7 @@ def test_replay_job_takes_names_from_the_launchpad(
     assert db.execute("SELECT count(*) AS n FROM watches").fetchone() == {"n": 1}
 
 
-def test_replay_job_refuses_an_unknown_action(db_url: str) -> None:
+def test_replay_job_refuses_an_unknown_action(defs: dg.Definitions, db_url: str) -> None:
     config = {"ops": {"replay_dead_letters": {"config": {"names": ["action:task:1:1"]}}}}
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("replay").execute_in_process(

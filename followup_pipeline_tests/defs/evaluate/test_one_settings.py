@@ -1,0 +1,78 @@
+"""One Settings reaches schedules and ops alike; shells say they are not built; the named
+cadence row plans new watches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from followup_pipeline.definitions import build_definitions
+from followup_pipeline.defs import enrich, evaluate, report
+from followup_pipeline.defs.common import OUTCOME_TAG
+
+from .conftest import MONDAY, Machine
+
+
+def test_build_dotenv_zone_reaches_schedules_and_ops_alike(machine: Machine) -> None:
+    # The working folder of every test is its own (conftest): this .env is the one read.
+    Path(".env").write_text("FOLLOWUP_TIMEZONE=America/New_York\n")
+    settings = machine.loaded_settings()
+    defs = build_definitions(settings)
+    schedule = defs.get_repository_def().get_schedule_def("evaluate_business_hours")
+    assert schedule.execution_timezone == "America/New_York"
+    deal = machine.deal()
+    job = machine.job(evaluate, "evaluate", machine.resources(MONDAY), settings)
+    job.execute_in_process(instance=machine.instance)
+    assert machine.watch(deal)["time_zone"] == "America/New_York"
+
+
+@pytest.mark.parametrize(
+    ("capability", "job_name", "partition"),
+    [(enrich, "enrich", None), (report, "morning_report", "2026-03-02")],
+)
+def test_build_shell_jobs_say_they_are_not_built(
+    machine: Machine, capability: Any, job_name: str, partition: str | None
+) -> None:
+    job = machine.job(capability, job_name, {})
+    result = job.execute_in_process(instance=machine.instance, partition_key=partition)
+    run = machine.instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert run.tags[OUTCOME_TAG] == "skipped"
+    [output] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    metadata = output.event_specific_data.metadata  # type: ignore[union-attr]
+    assert metadata["reason"].value == "not built"
+
+
+def test_build_new_watches_follow_the_named_cadence_row(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    db.execute("INSERT INTO cadences (name, offsets) VALUES ('brisk', '{2,4}')")
+    machine.settings["cadence_name"] = "brisk"
+    deal = machine.deal()
+    machine.evaluate(MONDAY)
+    assert machine.watch(deal)["cadence_name"] == "brisk"
+    assert [s["offset_days"] for s in machine.steps(deal)] == [2, 4]
+
+
+def test_build_configured_cadence_defines_its_row(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.settings.update(cadence_name="brisk", cadence=[3, 6])
+    deal = machine.deal()
+    machine.evaluate(MONDAY)
+    assert [s["offset_days"] for s in machine.steps(deal)] == [3, 6]
+    assert db.execute("SELECT offsets FROM cadences WHERE name = 'brisk'").fetchone() == {
+        "offsets": [3, 6]
+    }
+
+
+def test_build_unknown_cadence_fails_the_run_naming_the_setting(machine: Machine) -> None:
+    machine.settings["cadence_name"] = "nowhere"
+    machine.deal()
+    result = machine.evaluate(MONDAY, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "FOLLOWUP_CADENCE_NAME" in str(failure.event_specific_data)
