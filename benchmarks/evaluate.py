@@ -23,11 +23,14 @@ from benchmarks.harness import (
     timed,
 )
 from followup_pipeline.defs import evaluate
-from followup_pipeline.defs.evaluate.context import Evaluation
-from followup_pipeline.defs.evaluate.due import close_exhausted, process_due_steps
-from followup_pipeline.defs.evaluate.reconcile import reconcile, reset_cadences
+from followup_pipeline.defs.evaluate.activity import CadenceResetter
+from followup_pipeline.defs.evaluate.due import DueSteps
+from followup_pipeline.defs.evaluate.reconcile import Reconciler
+from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.cadences import load_plan
+from followup_pipeline.store.holidays import load_calendar
 
 DEALS = 100
 REPEAT = 5
@@ -36,24 +39,30 @@ QUIET = "2026-03-03T08:00:00+00:00"
 DUE = "2026-03-09T08:00:00+00:00"
 
 
-def _evaluation(resources: dict[str, Any], settings: Settings, now: str) -> Evaluation:
-    return Evaluation(
-        resources["postgres"],
-        resources["espocrm"].get_client(),
-        resources["clickup"].get_client(),
-        settings,
-        datetime.fromisoformat(now),
-        logging.getLogger("benchmark"),
-    )
-
-
 def _work(resources: dict[str, Any], settings: Settings, now: str) -> None:
-    ev = _evaluation(resources, settings, now)
-    reconcile(ev)
-    reset_cadences(ev)
-    process_due_steps(ev)
-    close_exhausted(ev)
-    assert not ev.problems, ev.problems
+    """What one evaluate run does, without Dagster: reconcile, reset, due steps, exhausted."""
+    at = datetime.fromisoformat(now)
+    log = logging.getLogger("benchmark")
+    db = resources["postgres"]
+    crm = resources["espocrm"].get_client()
+    with db.connection() as conn, conn.transaction():
+        calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+        plan = load_plan(
+            conn,
+            cadence_name=settings.cadence_name,
+            time_zone=settings.timezone,
+            calendar=calendar,
+        )
+    tasks = TaskLedger(
+        db, resources["clickup"].get_client(), settings, now=at, run_id=None, log=log
+    )
+    tally = Reconciler(db, crm, tasks, settings, plan=plan, now=at, log=log).run()
+    resets = CadenceResetter(db, crm, calendar, now=at, log=log).run()
+    due = DueSteps(db, crm, tasks, settings, calendar=calendar, now=at, log=log)
+    tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
+    due.close_exhausted()
+    tally.add(tasks.tally)
+    assert not tally.problems, tally.problems
 
 
 def run() -> list[dict[str, Any]]:

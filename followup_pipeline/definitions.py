@@ -1,78 +1,13 @@
-"""The one ``Definitions`` of the machine: every capability's jobs, schedules and sensors,
-with the real resources, all built from one ``Settings`` read here, once.
+"""The one ``Definitions`` of the machine, built from one ``Settings`` read here, once.
 
-Secrets reach resources only through ``dg.EnvVar``; importing this module writes nothing into
-``os.environ`` (the launcher puts secrets from ``.env`` or the secrets folder into the
-environment of the processes it starts, see ``settings.secret_environment``).
+Importing this module writes nothing into ``os.environ``: Dagster resources read secrets through
+``dg.EnvVar`` from the environment of the process that runs the op, and ``followup dev`` puts the
+secrets read from ``.env`` or the secrets folder into the environment of the Dagster process it
+starts (``settings.secret_environment``).
 """
 
-import dagster as dg
-
-from followup_pipeline.defs import (
-    alerts,
-    enrich,
-    evaluate,
-    register,
-    replay,
-    report,
-    watch_control,
-)
-from followup_pipeline.integrations.resources import (
-    ClickUpResource,
-    EspoCrmResource,
-    MistralResource,
-    OutlookResource,
-)
-from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
-from followup_pipeline.settings import Settings, load_settings
-
-#: Every capability folder; each builds its own Definitions from the one Settings.
-CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control)
-
-
-def build_resources(settings: Settings) -> dict[str, object]:
-    """The production resources: plain settings as values, secrets through ``dg.EnvVar``."""
-    postgres = PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"))
-    hmac = dg.EnvVar("FOLLOWUP_ESPOCRM_HMAC_SECRET") if settings.espocrm_hmac_secret else None
-    return {
-        "postgres": postgres,
-        "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
-        "evaluate_lock": RunLockResource(postgres=postgres, name="evaluate"),
-        "espocrm": EspoCrmResource(
-            base_url=str(settings.espocrm_url),
-            api_key=dg.EnvVar("FOLLOWUP_ESPOCRM_API_KEY"),
-            hmac_secret=hmac,
-        ),
-        "clickup": ClickUpResource(
-            base_url=str(settings.clickup_url),
-            token=dg.EnvVar("FOLLOWUP_CLICKUP_TOKEN"),
-            list_id=settings.clickup_list_id,
-            key_field_id=settings.clickup_key_field_id,
-            closed_status=settings.clickup_closed_status,
-        ),
-        "outlook": OutlookResource(
-            login_url=str(settings.graph_login_url),
-            graph_url=str(settings.graph_url),
-            tenant_id=settings.graph_tenant_id,
-            client_id=settings.graph_client_id,
-            client_secret=dg.EnvVar("FOLLOWUP_GRAPH_CLIENT_SECRET"),
-            sender=settings.graph_sender,
-        ),
-        "mistral": MistralResource(
-            base_url=str(settings.mistral_url),
-            api_key=dg.EnvVar("FOLLOWUP_MISTRAL_API_KEY"),
-            model=settings.mistral_model,
-        ),
-    }
-
-
-def build_definitions(settings: Settings) -> dg.Definitions:
-    """Every capability's Definitions and the resources, from ``settings``."""
-    return dg.Definitions.merge(
-        *(capability.build_defs(settings) for capability in CAPABILITIES),
-        dg.Definitions(resources=build_resources(settings)),
-    )
-
+from followup_pipeline.defs import build_definitions
+from followup_pipeline.settings import load_settings
 
 settings = load_settings()
 defs = build_definitions(settings)

@@ -21,6 +21,7 @@ from types import FrameType
 
 import httpx
 
+from followup_pipeline.commands.core import prepare_cadence
 from followup_pipeline.settings import ConfigError, Settings, secret_environment
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
@@ -90,19 +91,20 @@ class Launcher:
         self.port = port
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.cluster: EmbeddedCluster | None = None
-        # Secrets from ``.env`` or the secrets folder reach the children's ``dg.EnvVar``s here,
-        # in the children's environment only: nothing writes them into this process's.
-        self.env = {**os.environ, **secret_environment(settings)}
+        self.env = dict(os.environ)
 
-    def _spawn(self, what: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(argv, env=self.env)
+    def _spawn(
+        self, what: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(argv, env=self.env if env is None else env)
         self.children.append((what, process))
         return process
 
     def start_database(self) -> None:
         if self.settings.database_url is not None:
             url = self.settings.database_url.get_secret_value()
-            if not self.env.get("FOLLOWUP_DAGSTER_PG_URL"):
+            self.env["FOLLOWUP_DATABASE_URL"] = url
+            if self.settings.dagster_pg_url is None:
                 raise ConfigError(
                     "FOLLOWUP_DAGSTER_PG_URL: with FOLLOWUP_DATABASE_URL set, give Dagster's "
                     "storage its own postgresql+psycopg2:// URL"
@@ -119,6 +121,8 @@ class Launcher:
             )
         applied = migrate(url)
         log.info("migrations applied: %s", [m.version for m in applied] or "none pending")
+        offsets = prepare_cadence(url, self.settings)
+        log.info("cadence %r: business days %s", self.settings.cadence_name, offsets)
 
     def start_sandbox(self) -> None:
         env_file = self.settings.home / "sandbox.env"
@@ -155,9 +159,13 @@ class Launcher:
             if WORKSPACE.exists()
             else ["-m", "followup_pipeline.definitions"]
         )
+        # Only Dagster's processes need the vendor secrets (its resources read them through
+        # dg.EnvVar): those from .env or the secrets folder go into its environment alone.
+        env = {**secret_environment(self.settings), **self.env}
         return self._spawn(
             "dagster",
             [_bin("dagster"), "dev", "-h", self.host, "-p", str(self.port), *target],
+            env=env,
         )
 
     def stop(self) -> None:

@@ -5,6 +5,7 @@ capability's ``build_defs(settings)`` receives the one ``Settings`` that ``defin
 """
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,12 @@ from pydantic import PrivateAttr
 from followup_pipeline.clock import Clock, build_clock
 from followup_pipeline.store.db import open_pool, translated_errors
 from followup_pipeline.store.run_lock import RunLock
+
+# Dagster 1.13 itself reads its deprecated ``InitResourceContext.dagster_run`` when it sets up a
+# nested resource (``RunLockResource`` holds ``PostgresResource``); nothing of ours calls it.
+warnings.filterwarnings(
+    "ignore", message="InitResourceContext.dagster_run is deprecated", category=DeprecationWarning
+)
 
 
 class PostgresResource(dg.ConfigurableResource["PostgresResource"]):

@@ -254,8 +254,11 @@ class Settings(BaseSettings):
         return [name for name, value in required.items() if value is None]
 
 
-#: Secret settings that Dagster resources read through ``dg.EnvVar``.
+#: Secret settings that Dagster reads from its process's environment: the resources through
+#: ``dg.EnvVar``, the instance's storage through ``dagster.yaml``'s ``env:``.
 SECRET_VARIABLES = {
+    "database_url": "FOLLOWUP_DATABASE_URL",
+    "dagster_pg_url": "FOLLOWUP_DAGSTER_PG_URL",
     "espocrm_api_key": "FOLLOWUP_ESPOCRM_API_KEY",
     "espocrm_hmac_secret": "FOLLOWUP_ESPOCRM_HMAC_SECRET",
     "clickup_token": "FOLLOWUP_CLICKUP_TOKEN",

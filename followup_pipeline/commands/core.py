@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.db import resolve_database_url
+from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets, define_cadence
+from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.migrate import available_migrations, current_version, migrate
 
 
@@ -22,7 +23,18 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     for migration in applied:
         print(f"applied {migration.version:04d}_{migration.name}")
     print(f"schema at version {current_version(url)}")
+    if args.target is None:
+        offsets = prepare_cadence(url, settings)
+        print(f"cadence {settings.cadence_name!r}: business days {', '.join(map(str, offsets))}")
     return 0
+
+
+def prepare_cadence(url: str, settings: Settings) -> tuple[int, ...]:
+    """Write ``FOLLOWUP_CADENCE`` (when set) into its named row and check the row exists."""
+    with connect(url, autocommit=True) as conn, conn.transaction():
+        return define_cadence(
+            conn, name=settings.cadence_name, configured=settings.configured_cadence()
+        )
 
 
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
@@ -33,7 +45,15 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     url = resolve_database_url(settings)
     version, latest = current_version(url), available_migrations()[-1].version
     print(f"database: reachable, schema version {version} of {latest}")
-    return 0 if version == latest and len(missing) in (0, 4) else 1
+    cadence_ok = True
+    try:
+        with connect(url, autocommit=True) as conn:
+            offsets = cadence_offsets(conn, settings.cadence_name)
+        print(f"cadence {settings.cadence_name!r}: business days {', '.join(map(str, offsets))}")
+    except UnknownCadence as error:
+        print(f"cadence: FAILED: {error}")
+        cadence_ok = False
+    return 0 if version == latest and len(missing) in (0, 4) and cadence_ok else 1
 
 
 def register(commands: Any) -> None:

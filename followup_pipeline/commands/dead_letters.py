@@ -7,6 +7,7 @@ next ``register`` run takes them (within 30 s), skipping the steps they finished
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url, translated_errors
 from followup_pipeline.store.dead_letters import (
+    DeadEventRecord,
     dead_letter,
     dead_letters,
     parse_name,
@@ -37,10 +39,10 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         print("no dead letters")
         return 0
     for item in found:
-        at = item["at"].isoformat(timespec="seconds")
-        step = item["step"] or "-"
-        print(f"{item['name']}\t{at}\t{item['what']}\tattempts={item['attempts']}\tstep={step}")
-        print(f"\t{_short(item['error'])}")
+        at = item.at.isoformat(timespec="seconds")
+        step = item.step or "-"
+        print(f"{item.name}\t{at}\t{item.what}\tattempts={item.attempts}\tstep={step}")
+        print(f"\t{_short(item.error)}")
     return 0
 
 
@@ -55,9 +57,13 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     if record is None:
         print(f"followup: no {name}", file=sys.stderr)
         return 1
-    if "body" in record:
-        record["body"] = record["body"].decode("utf-8", "replace")
-    print(json.dumps(record, indent=2, default=str, ensure_ascii=False))
+    if isinstance(record, DeadEventRecord):
+        shown = dataclasses.asdict(record.event)
+        shown["body"] = bytes(record.event.body).decode("utf-8", "replace")
+        shown["steps"] = [dataclasses.asdict(step) for step in record.steps]
+    else:
+        shown = dataclasses.asdict(record)
+    print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
     return 0
 
 
@@ -70,8 +76,10 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     events = [n.event_id for n in names if n.kind == "event"]
     keys = [n.value for n in names if n.kind == "action"]
     with translated_errors(), connect(resolve_database_url(settings), autocommit=True) as conn:
-        requeued, refused = requeue_events(conn, events)
-        replayed, refused_actions = replay_actions(conn, keys)
+        with conn.transaction():
+            requeued, refused = requeue_events(conn, events)
+        with conn.transaction():
+            replayed, refused_actions = replay_actions(conn, keys)
     for event_id in requeued:
         print(f"event:{event_id}: queued for the next register run (original id kept)")
     for event_id, why in refused.items():

@@ -10,9 +10,11 @@ from followup_pipeline.domain.explain import explain
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
-from followup_pipeline.store.steps import actions_of_watch, list_watches, watch_by_id
+from followup_pipeline.store.holidays import load_calendar
+from followup_pipeline.store.ledger import actions_of_watch
+from followup_pipeline.store.steps import steps_of
 from followup_pipeline.store.watch_control import WatchControlError, pause_watch, resume_watch
-from followup_pipeline.store.watches import latest_watch_of, load_calendar, steps_of
+from followup_pipeline.store.watches import latest_watch_of, list_watches, watch_by_id
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
@@ -20,11 +22,11 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         rows = list_watches(conn, include_closed=args.all)
     print(f"{'id':>6}  {'deal':<18} {'stage':<12} {'state':<14} {'next due':<10}  name")
     for row in rows:
-        state = row["closed_reason"] or ("paused" if row["paused_at"] else "open")
-        due = str(row["next_due_on"] or "—")
+        state = row.closed_reason or ("paused" if row.paused_at else "open")
+        due = str(row.next_due_on or "—")
         print(
-            f"{row['id']:>6}  {row['subject_id']:<18} {row['stage']:<12} {state:<14} "
-            f"{due:<10}  {row['subject_name']}"
+            f"{row.id:>6}  {row.subject_id:<18} {row.stage:<12} {state:<14} "
+            f"{due:<10}  {row.subject_name}"
         )
     print(f"{len(rows)} watch(es)")
     return 0
@@ -55,24 +57,24 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
         "last_error",
         "crm_url",
     ):
-        print(f"{key:>14}: {watch[key]}")
+        print(f"{key:>14}: {getattr(watch, key)}")
     for step in steps:
-        action = actions.get(step["step_no"])
-        ledger = f"{action['outcome']} {action['provider_ref'] or ''}".strip() if action else "—"
+        action = actions.get(step.step_no)
+        ledger = f"{action.outcome} {action.provider_ref or ''}".strip() if action else "—"
         state = (
-            f"fired {step['fired_at']:%Y-%m-%d %H:%M} task {step['task_ref']}"
-            if step["fired_at"]
-            else f"skipped ({step['skip_reason']})"
-            if step["skipped_at"]
+            f"fired {step.fired_at:%Y-%m-%d %H:%M} task {step.task_ref}"
+            if step.fired_at
+            else f"skipped ({step.skip_reason})"
+            if step.skipped_at
             else "open"
         )
-        print(f"  step {step['step_no']}: due {step['due_on']}  {state}  ledger: {ledger}")
+        print(f"  step {step.step_no}: due {step.due_on}  {state}  ledger: {ledger}")
     return 0
 
 
 def _control(args: argparse.Namespace, settings: Settings) -> int:
     now = build_clock(settings.now).now()
-    with connect(resolve_database_url(settings), autocommit=True) as conn:
+    with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
         try:
             if args.command_name == "pause":
                 pause_watch(conn, watch_id=args.watch_id, now=now)
@@ -103,8 +105,8 @@ def _explain(args: argparse.Namespace, settings: Settings) -> int:
 def explain_deal(conn: Any, deal_id: str, *, settings: Settings, today: Any) -> list[str]:
     """The explanation of one deal from the store."""
     watch = latest_watch_of(conn, deal_id)
-    steps = steps_of(conn, watch["id"]) if watch else []
-    actions = actions_of_watch(conn, watch["id"]) if watch else {}
+    steps = steps_of(conn, watch.id) if watch else []
+    actions = actions_of_watch(conn, watch.id) if watch else {}
     return explain(
         deal_id=deal_id,
         watch=watch,

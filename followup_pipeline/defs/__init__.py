@@ -1,1 +1,73 @@
-"""One folder per capability; each module ``definitions`` says what it contributes."""
+"""One folder per capability (register, evaluate, enrich, report, alerts, replay, watch_control);
+each has a ``build_defs(settings)`` that says what it contributes. ``build_definitions`` merges
+them with the real resources; it reads nothing itself (``definitions.py`` reads the settings).
+
+Secrets reach resources only through ``dg.EnvVar``.
+"""
+
+import dagster as dg
+
+from followup_pipeline.defs import (
+    alerts,
+    enrich,
+    evaluate,
+    register,
+    replay,
+    report,
+    watch_control,
+)
+from followup_pipeline.integrations.resources import (
+    ClickUpResource,
+    EspoCrmResource,
+    MistralResource,
+    OutlookResource,
+)
+from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
+from followup_pipeline.settings import Settings
+
+#: Every capability folder; each builds its own Definitions from the one Settings.
+CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control)
+
+
+def build_resources(settings: Settings) -> dict[str, object]:
+    """The production resources: plain settings as values, secrets through ``dg.EnvVar``."""
+    postgres = PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"))
+    hmac = dg.EnvVar("FOLLOWUP_ESPOCRM_HMAC_SECRET") if settings.espocrm_hmac_secret else None
+    return {
+        "postgres": postgres,
+        "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
+        "evaluate_lock": RunLockResource(postgres=postgres, name="evaluate"),
+        "espocrm": EspoCrmResource(
+            base_url=str(settings.espocrm_url),
+            api_key=dg.EnvVar("FOLLOWUP_ESPOCRM_API_KEY"),
+            hmac_secret=hmac,
+        ),
+        "clickup": ClickUpResource(
+            base_url=str(settings.clickup_url),
+            token=dg.EnvVar("FOLLOWUP_CLICKUP_TOKEN"),
+            list_id=settings.clickup_list_id,
+            key_field_id=settings.clickup_key_field_id,
+            closed_status=settings.clickup_closed_status,
+        ),
+        "outlook": OutlookResource(
+            login_url=str(settings.graph_login_url),
+            graph_url=str(settings.graph_url),
+            tenant_id=settings.graph_tenant_id,
+            client_id=settings.graph_client_id,
+            client_secret=dg.EnvVar("FOLLOWUP_GRAPH_CLIENT_SECRET"),
+            sender=settings.graph_sender,
+        ),
+        "mistral": MistralResource(
+            base_url=str(settings.mistral_url),
+            api_key=dg.EnvVar("FOLLOWUP_MISTRAL_API_KEY"),
+            model=settings.mistral_model,
+        ),
+    }
+
+
+def build_definitions(settings: Settings) -> dg.Definitions:
+    """Every capability's Definitions and the resources, from ``settings``."""
+    return dg.Definitions.merge(
+        *(capability.build_defs(settings) for capability in CAPABILITIES),
+        dg.Definitions(resources=build_resources(settings)),
+    )

@@ -1,6 +1,5 @@
 """What every job shares: the outcome tag, and business counts reported as run metadata."""
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import dagster as dg
@@ -14,7 +13,7 @@ RunCounts = dict[str, Any]
 
 
 def outcome_output(
-    context: dg.OpExecutionContext, outcome: Outcome, counts: Mapping[str, Any]
+    context: dg.OpExecutionContext, outcome: Outcome, counts: RunCounts
 ) -> dg.Output[RunCounts]:
     """Tag the run with its outcome and return the counts as the op's output, with metadata."""
     context.instance.add_run_tags(context.run_id, {OUTCOME_TAG: outcome})

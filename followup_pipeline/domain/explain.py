@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.tasks import CLOSE_WORDS
+
+if TYPE_CHECKING:  # the store's row types, as data only: no I/O reaches the domain
+    from followup_pipeline.store.ledger import Action
+    from followup_pipeline.store.steps import Step
+    from followup_pipeline.store.watches import Watch
 
 SKIP_WORDS = {
     "deal_closed": "the deal was no longer open in a watched stage",
@@ -19,9 +24,9 @@ SKIP_WORDS = {
 def explain(
     *,
     deal_id: str,
-    watch: Mapping[str, Any] | None,
-    steps: Sequence[Mapping[str, Any]],
-    actions: Mapping[int, Mapping[str, Any]],
+    watch: Watch | None,
+    steps: Sequence[Step],
+    actions: Mapping[int, Action],
     today: date,
     watched_stages: Sequence[str],
 ) -> list[str]:
@@ -34,78 +39,74 @@ def explain(
             f"deal {deal_id}: no task — Followup has never seen it in a watched stage "
             f"({', '.join(watched_stages)})."
         ]
-    name = f"deal {deal_id} ({watch['subject_name']}), watch {watch['id']}"
+    name = f"deal {deal_id} ({watch.subject_name}), watch {watch.id}"
     lines = [f"{name}: {_headline(watch, steps, actions, today)}"]
     total = len(steps)
     for step in steps:
-        line = _step_line(step, actions, today, watch["time_zone"])
-        lines.append(f"  step {step['step_no']} of {total}: {line}")
+        line = _step_line(step, actions, today, watch.time_zone)
+        lines.append(f"  step {step.step_no} of {total}: {line}")
     return lines
 
 
 def _headline(
-    watch: Mapping[str, Any],
-    steps: Sequence[Mapping[str, Any]],
-    actions: Mapping[int, Mapping[str, Any]],
+    watch: Watch,
+    steps: Sequence[Step],
+    actions: Mapping[int, Action],
     today: date,
 ) -> str:
-    if watch["closed_at"] is not None:
-        reason = watch["closed_reason"]
+    if watch.closed_at is not None:
+        reason = str(watch.closed_reason)
         note = (
             " It is not reopened by reconciliation; a return into a watched stage reopens it."
             if reason == "exhausted"
             else ""
         )
         return (
-            f"no task — the watch closed on {_day(watch['closed_at'], watch['time_zone'])} because "
+            f"no task — the watch closed on {_day(watch.closed_at, watch.time_zone)} because "
             f"{CLOSE_WORDS.get(reason, reason)}.{note}"
         )
-    if watch["paused_at"] is not None:
+    if watch.paused_at is not None:
         return (
-            f"no task — paused since {_day(watch['paused_at'], watch['time_zone'])}; due steps are "
+            f"no task — paused since {_day(watch.paused_at, watch.time_zone)}; due steps are "
             "skipped "
             "until an operator resumes it."
         )
-    zone = watch["time_zone"]
-    fired_today = [
-        s for s in steps if s["fired_at"] is not None and _day(s["fired_at"], zone) == today
-    ]
+    zone = watch.time_zone
+    fired_today = [s for s in steps if s.fired_at is not None and _day(s.fired_at, zone) == today]
     if fired_today:
         step = fired_today[-1]
-        return f"task {step['task_ref']} — step {step['step_no']} fired today."
-    if watch.get("last_error"):
-        return f"no task yet — waiting on a CRM error: {watch['last_error']}"
-    open_steps = [s for s in steps if s["fired_at"] is None and s["skipped_at"] is None]
-    due = [s for s in open_steps if s["due_on"] <= today]
+        return f"task {step.task_ref} — step {step.step_no} fired today."
+    if watch.last_error:
+        return f"no task yet — waiting on a CRM error: {watch.last_error}"
+    open_steps = [s for s in steps if s.fired_at is None and s.skipped_at is None]
+    due = [s for s in open_steps if s.due_on <= today]
     if due:
         step = due[-1]
-        action = actions.get(step["step_no"])
-        if action is not None and action["outcome"] in ("failed", "unknown"):
+        action = actions.get(step.step_no)
+        if action is not None and action.outcome in ("failed", "unknown"):
             return (
-                f"no task yet — step {step['step_no']} is due, its last attempt ended "
-                f"{action['outcome']}: {action['last_error']}. The next evaluate run retries."
+                f"no task yet — step {step.step_no} is due, its last attempt ended "
+                f"{action.outcome}: {action.last_error}. The next evaluate run retries."
             )
-        return f"no task yet — step {step['step_no']} is due; the next evaluate run fires it."
+        return f"no task yet — step {step.step_no} is due; the next evaluate run fires it."
     if open_steps:
         step = open_steps[0]
-        return f"no task today — step {step['step_no']} is not due until {step['due_on']}."
+        return f"no task today — step {step.step_no} is not due until {step.due_on}."
     return "no task today — every step is done; the watch closes as exhausted when it goes quiet."
 
 
-def _step_line(
-    step: Mapping[str, Any], actions: Mapping[int, Mapping[str, Any]], today: date, zone: str
-) -> str:
-    if step["fired_at"] is not None:
-        return f"fired on {_day(step['fired_at'], zone)} as task {step['task_ref']}."
-    if step["skipped_at"] is not None:
-        reason = step["skip_reason"]
-        day = _day(step["skipped_at"], zone)
+def _step_line(step: Step, actions: Mapping[int, Action], today: date, zone: str) -> str:
+    if step.fired_at is not None:
+        return f"fired on {_day(step.fired_at, zone)} as task {step.task_ref}."
+    if step.skipped_at is not None:
+        reason = str(step.skip_reason)
+        day = _day(step.skipped_at, zone)
         return f"skipped on {day} because {SKIP_WORDS.get(reason, reason)}."
-    action = actions.get(step["step_no"])
-    if action is not None and action["outcome"] in ("failed", "unknown"):
-        return f"due {step['due_on']}; last attempt {action['outcome']}: {action['last_error']}"
-    when = "due since" if step["due_on"] <= today else "due on"
-    return f"{when} {step['due_on']}."
+    action = actions.get(step.step_no)
+    if action is not None and action.outcome in ("failed", "unknown"):
+        return f"due {step.due_on}; last attempt {action.outcome}: {action.last_error}"
+    when = "due since" if step.due_on <= today else "due on"
+    return f"{when} {step.due_on}."
 
 
 def _day(instant: datetime, zone: str = "UTC") -> date:

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.metrics import Metrics
-from followup_pipeline.ingress.payloads import parse_delivery
 from followup_pipeline.ingress.signatures import Rejected, Verified, verify_espocrm, verify_standard
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
@@ -77,7 +77,8 @@ class Ingress:
         self.metrics = Metrics()
 
     def _store(self, **delivery: Any) -> events.Stored:
-        with self.pool.connection() as conn:
+        # The answer goes out only after this transaction committed (store, then acknowledge).
+        with self.pool.connection() as conn, conn.transaction():
             return events.store_delivery(conn, **delivery)
 
     def _gauges(self) -> dict[str, float]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg import pq
+from psycopg.rows import RowFactory, dict_row
 from psycopg_pool import ConnectionPool
 
 from followup_pipeline.settings import Settings
@@ -32,8 +33,17 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached."""
 
 
-def connection_kwargs() -> dict[str, Any]:
-    """Options for every connection: dict rows, our schema first, a bounded connect."""
+class ConnectionOptions(TypedDict):
+    """Options for every connection (psycopg's keyword arguments)."""
+
+    row_factory: RowFactory[Any]
+    options: str
+    connect_timeout: int
+
+
+def connection_kwargs() -> ConnectionOptions:
+    """Options for every connection: our schema first, a bounded connect; dict rows for the
+    statements that return no typed row (counts, ids)."""
     return {
         "row_factory": dict_row,
         "options": f"-c search_path={SCHEMA},public",
@@ -57,7 +67,7 @@ def build_pool(
         max_size=max_size,
         open=False,
         check=ConnectionPool.check_connection,
-        kwargs=connection_kwargs(),
+        kwargs=dict(connection_kwargs()),
         name=name,
         timeout=timeout,
     )
@@ -80,6 +90,12 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(url, **{**connection_kwargs(), **kwargs})
     except psycopg.OperationalError as error:
         raise StoreUnavailable(f"cannot reach the database: {error}") from error
+
+
+def require_transaction(conn: psycopg.Connection[Any], what: str) -> None:
+    """Refuse to run ``what`` outside a transaction the caller opened (the store's rule)."""
+    if conn.info.transaction_status != pq.TransactionStatus.INTRANS:
+        raise StoreError(f"{what} must be called inside a transaction (with conn.transaction())")
 
 
 @contextlib.contextmanager

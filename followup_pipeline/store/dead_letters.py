@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
 
-from followup_pipeline.store.events import HANDLED_SOURCES
-from followup_pipeline.store.ledger import action_by_key
-from followup_pipeline.store.queries import query
+from followup_pipeline.store import events, ledger
+from followup_pipeline.store.events import HANDLED_SOURCES, Event, StepCompletion
+from followup_pipeline.store.ledger import Action
 
 Kind = Literal["event", "action"]
 
@@ -36,6 +37,26 @@ class Name:
         return f"{self.kind}:{self.value}"
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """One line of the dead-letter list: its name, when, what, attempts, step and last error."""
+
+    name: str
+    at: datetime
+    what: str
+    attempts: int
+    step: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class DeadEventRecord:
+    """A dead-lettered event, whole, with the steps of its items that finished."""
+
+    event: Event
+    steps: list[StepCompletion]
+
+
 def parse_name(text: str) -> Name:
     """``event:<id>`` or ``action:<key>``; ``ValueError`` with the expected forms otherwise."""
     kind, sep, value = text.strip().partition(":")
@@ -46,45 +67,44 @@ def parse_name(text: str) -> Name:
     raise ValueError(f"not a dead-letter name: {text!r} (expected event:<id> or action:<key>)")
 
 
-def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[dict[str, Any]]:
+def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[DeadLetter]:
     """Every dead letter, events first: name, when, attempts, step and last error.
 
     An action is dead once it failed ``max_attempts`` times since its last replay.
     """
     found = [
-        {
-            "name": f"event:{row['id']}",
-            "at": row["received_at"],
-            "what": f"{row['source']} {row['event_type'] or ''}".strip(),
-            "attempts": row["attempts"],
-            "step": row["dead_step"],
-            "error": row["last_error"],
-        }
-        for row in conn.execute(query("events_dead_letters")).fetchall()
+        DeadLetter(
+            name=f"event:{row.id}",
+            at=row.received_at,
+            what=f"{row.source} {row.event_type or ''}".strip(),
+            attempts=row.attempts,
+            step=row.dead_step,
+            error=row.last_error,
+        )
+        for row in events.dead_events(conn)
     ]
     found += [
-        {
-            "name": f"action:{row['idempotency_key']}",
-            "at": row["updated_at"],
-            "what": row["kind"],
-            "attempts": row["attempts"],
-            "step": None,
-            "error": row["last_error"],
-        }
-        for row in conn.execute(query("actions_failed"), {"max_attempts": max_attempts}).fetchall()
+        DeadLetter(
+            name=f"action:{row.idempotency_key}",
+            at=row.updated_at,
+            what=row.kind,
+            attempts=row.attempts,
+            step=None,
+            error=row.last_error,
+        )
+        for row in ledger.dead_actions(conn, max_attempts=max_attempts)
     ]
     return found
 
 
-def dead_letter(conn: psycopg.Connection[Any], name: Name) -> dict[str, Any] | None:
-    """The whole record of a name (an event with its finished steps), or None."""
+def dead_letter(conn: psycopg.Connection[Any], name: Name) -> Action | DeadEventRecord | None:
+    """The whole record of a name (an event with its finished steps, or an action), or None."""
     if name.kind == "action":
-        return action_by_key(conn, name.value)
-    row = conn.execute(query("event_by_id"), {"id": name.event_id}).fetchone()
-    if row is None:
+        return ledger.action_by_key(conn, name.value)
+    event = events.event_by_id(conn, name.event_id)
+    if event is None:
         return None
-    steps = conn.execute(query("step_completions_of_event"), {"event_id": name.event_id})
-    return {**row, "body": bytes(row["body"]), "steps": list(steps.fetchall())}
+    return DeadEventRecord(event, events.completions_of(conn, name.event_id))
 
 
 def requeue_events(
@@ -93,19 +113,18 @@ def requeue_events(
     """Put dead (or now handled, unhandled) events back to pending; the refused with why."""
     done: list[int] = []
     refused: dict[int, str] = {}
-    with conn.transaction():
-        for event_id in ids:
-            row = conn.execute(query("event_by_id"), {"id": event_id}).fetchone()
-            if row is None:
-                refused[event_id] = "no such event"
-            elif row["status"] not in ("dead", "unhandled"):
-                refused[event_id] = f"not a dead letter (status {row['status']})"
-            elif row["source"] not in HANDLED_SOURCES:
-                refused[event_id] = f"source {row['source']!r} has no handler yet"
-            elif conn.execute(query("events_requeue"), {"id": event_id}).fetchone():
-                done.append(event_id)
-            else:
-                refused[event_id] = "changed while replaying; try again"
+    for event_id in ids:
+        event = events.event_by_id(conn, event_id)
+        if event is None:
+            refused[event_id] = "no such event"
+        elif event.status not in ("dead", "unhandled"):
+            refused[event_id] = f"not a dead letter (status {event.status})"
+        elif event.source not in HANDLED_SOURCES:
+            refused[event_id] = f"source {event.source!r} has no handler yet"
+        elif events.requeue(conn, event_id):
+            done.append(event_id)
+        else:
+            refused[event_id] = "changed while replaying; try again"
     return done, refused
 
 
@@ -116,12 +135,12 @@ def replay_actions(
     done: list[str] = []
     refused: dict[str, str] = {}
     for key in keys:
-        row = action_by_key(conn, key)
-        if row is None:
+        action = ledger.action_by_key(conn, key)
+        if action is None:
             refused[key] = "no such action"
-        elif row["outcome"] != "failed":
-            refused[key] = f"not a dead letter (outcome {row['outcome']})"
-        elif conn.execute(query("action_replay"), {"key": key}).fetchone():
+        elif action.outcome != "failed":
+            refused[key] = f"not a dead letter (outcome {action.outcome})"
+        elif ledger.replay_action(conn, key):
             done.append(key)
         else:
             refused[key] = "changed while replaying; try again"

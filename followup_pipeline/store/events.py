@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from followup_pipeline.store.db import require_transaction
 from followup_pipeline.store.queries import query
 
 #: EspoCRM retries for about 40 minutes; a redelivery within this window is a duplicate.
@@ -28,6 +30,59 @@ DEDUP_LOCK_NAMESPACE = 0x46550001
 HANDLED_SOURCES = ("espocrm",)
 
 StoredStatus = Literal["pending", "unhandled", "dead"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A row of ``events``: one delivery with its raw bytes, and where its processing stands."""
+
+    id: int
+    source: str
+    event_type: str | None
+    dedup_key: str
+    body: bytes
+    headers: dict[str, str]
+    received_at: datetime
+    status: str
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    dead_step: str | None
+    duplicate_count: int
+    last_duplicate_at: datetime | None
+    processed_at: datetime | None
+    claimed_until: datetime | None
+    claimed_by: str | None
+
+
+@dataclass(frozen=True)
+class DueEvent:
+    """An event the sensor sees as due: its id and the attempts made so far."""
+
+    id: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class DeadEvent:
+    """A dead-lettered event, without its body."""
+
+    id: int
+    source: str
+    event_type: str | None
+    received_at: datetime
+    attempts: int
+    dead_step: str | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class StepCompletion:
+    """A finished step of an event's item (``{event_id}:{item}:{step}``) and what it did."""
+
+    key: str
+    completed_at: datetime
+    result: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -58,32 +113,33 @@ def store_delivery(
     status: StoredStatus = "pending",
     error: str | None = None,
 ) -> Stored:
-    """Store one delivery (or count it as a duplicate) and commit before returning."""
+    """Store one delivery, or count it as a duplicate of the one stored within the window.
+
+    Call inside a transaction, and answer the sender only after it committed.
+    """
+    require_transaction(conn, "store_delivery")
     key = dedup_key(source, event_type, body)
-    with conn.transaction():
-        conn.execute(query("events_store_timeouts"))
-        conn.execute(query("events_store_statement_timeout"))
-        conn.execute(
-            query("events_dedup_lock"), {"namespace": DEDUP_LOCK_NAMESPACE, "dedup_key": key}
-        )
-        row = conn.execute(
-            query("events_count_duplicate"), {"dedup_key": key, "window": DEDUP_WINDOW}
-        ).fetchone()
-        if row is not None:
-            return Stored(int(row["id"]), str(row["status"]), duplicate=True)
-        row = conn.execute(
-            query("events_insert"),
-            {
-                "source": source,
-                "event_type": event_type,
-                "dedup_key": key,
-                "body": body,
-                "headers": Jsonb(dict(headers)),
-                "status": status,
-                "last_error": error,
-                "dead_step": "ingress" if status == "dead" else None,
-            },
-        ).fetchone()
+    conn.execute(query("events_store_timeouts"))
+    conn.execute(query("events_store_statement_timeout"))
+    conn.execute(query("events_dedup_lock"), {"namespace": DEDUP_LOCK_NAMESPACE, "dedup_key": key})
+    row = conn.execute(
+        query("events_count_duplicate"), {"dedup_key": key, "window": DEDUP_WINDOW}
+    ).fetchone()
+    if row is not None:
+        return Stored(int(row["id"]), str(row["status"]), duplicate=True)
+    row = conn.execute(
+        query("events_insert"),
+        {
+            "source": source,
+            "event_type": event_type,
+            "dedup_key": key,
+            "body": body,
+            "headers": Jsonb(dict(headers)),
+            "status": status,
+            "last_error": error,
+            "dead_step": "ingress" if status == "dead" else None,
+        },
+    ).fetchone()
     assert row is not None
     return Stored(int(row["id"]), str(row["status"]), duplicate=False)
 
@@ -104,9 +160,10 @@ def claim(
     lease: timedelta,
     run: str,
     exclude: Sequence[int] = (),
-) -> list[dict[str, Any]]:
+) -> list[Event]:
     """Lease up to ``limit`` due events of the handled sources (not those in ``exclude``, seen
-    by this run already); each claim counts an attempt."""
+    by this run already), in id order; each claim counts an attempt. Commit the claim at once:
+    it is a lease, not a lock held while the CRM is asked."""
     params = {
         "sources": list(HANDLED_SOURCES),
         "limit": limit,
@@ -114,25 +171,26 @@ def claim(
         "run": run,
         "exclude": list(exclude),
     }
-    with conn.transaction():
-        rows = conn.execute(query("events_claim"), params).fetchall()
-    return sorted(rows, key=lambda row: int(row["id"]))
+    with conn.cursor(row_factory=class_row(Event)) as cur:
+        rows = cur.execute(query("events_claim"), params).fetchall()
+    return sorted(rows, key=lambda event: event.id)
 
 
 def claim_ids(
     conn: psycopg.Connection[Any], ids: Sequence[int], *, lease: timedelta, run: str
-) -> list[dict[str, Any]]:
-    """Lease the named pending events, due or not (a replay)."""
+) -> list[Event]:
+    """Lease the named pending events, due or not (a replay); commit it as ``claim``'s."""
     params = {"ids": list(ids), "lease": lease, "run": run}
-    with conn.transaction():
-        rows = conn.execute(query("events_claim_ids"), params).fetchall()
-    return sorted(rows, key=lambda row: int(row["id"]))
+    with conn.cursor(row_factory=class_row(Event)) as cur:
+        rows = cur.execute(query("events_claim_ids"), params).fetchall()
+    return sorted(rows, key=lambda event: event.id)
 
 
-def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[dict[str, Any]]:
+def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[DueEvent]:
     """Ids and attempts of the due events, oldest first."""
     params = {"sources": list(HANDLED_SOURCES), "limit": limit}
-    return list(conn.execute(query("events_due"), params).fetchall())
+    with conn.cursor(row_factory=class_row(DueEvent)) as cur:
+        return cur.execute(query("events_due"), params).fetchall()
 
 
 def mark_done(conn: psycopg.Connection[Any], event_id: int) -> None:
@@ -143,29 +201,51 @@ def mark_done(conn: psycopg.Connection[Any], event_id: int) -> None:
 def mark_failed(
     conn: psycopg.Connection[Any],
     *,
-    event: Mapping[str, Any],
+    event: Event,
     step: str,
     error: str,
     max_attempts: int,
     delay: timedelta,
 ) -> bool:
     """A failed attempt (counted by its claim): wait ``delay``, or dead-letter it. True if dead."""
-    params = {"id": event["id"], "step": step, "error": error[:2000]}
-    if int(event["attempts"]) >= max_attempts:
+    params = {"id": event.id, "step": step, "error": error[:2000]}
+    if event.attempts >= max_attempts:
         conn.execute(query("events_mark_dead"), params)
         return True
     conn.execute(query("events_mark_retry"), {**params, "delay": delay})
     return False
 
 
-def completion(conn: psycopg.Connection[Any], key: str) -> dict[str, Any] | None:
-    """The record of a finished step ``{event_id}:{item}:{step}``, if it is finished."""
-    row: dict[str, Any] | None = conn.execute(query("step_completion"), {"key": key}).fetchone()
-    return row
+def is_complete(conn: psycopg.Connection[Any], key: str) -> bool:
+    """Whether the step ``{event_id}:{item}:{step}`` is finished."""
+    return conn.execute(query("step_completion"), {"key": key}).fetchone() is not None
+
+
+def completions_of(conn: psycopg.Connection[Any], event_id: int) -> list[StepCompletion]:
+    """The finished steps of one event, in order."""
+    with conn.cursor(row_factory=class_row(StepCompletion)) as cur:
+        return cur.execute(query("step_completions_of_event"), {"event_id": event_id}).fetchall()
+
+
+def event_by_id(conn: psycopg.Connection[Any], event_id: int) -> Event | None:
+    """One event, whole."""
+    with conn.cursor(row_factory=class_row(Event)) as cur:
+        return cur.execute(query("event_by_id"), {"id": event_id}).fetchone()
+
+
+def dead_events(conn: psycopg.Connection[Any]) -> list[DeadEvent]:
+    """Dead-lettered events, oldest first."""
+    with conn.cursor(row_factory=class_row(DeadEvent)) as cur:
+        return cur.execute(query("events_dead_letters")).fetchall()
+
+
+def requeue(conn: psycopg.Connection[Any], event_id: int) -> bool:
+    """Put a dead or unhandled event back to pending with fresh attempts; False if it changed."""
+    return conn.execute(query("events_requeue"), {"id": event_id}).fetchone() is not None
 
 
 def complete(
-    conn: psycopg.Connection[Any], *, key: str, event_id: int, result: Mapping[str, Any]
+    conn: psycopg.Connection[Any], *, key: str, event_id: int, result: Mapping[str, object]
 ) -> None:
     """Record a finished step (a second record of the same key changes nothing)."""
     params = {"key": key, "event_id": event_id, "result": Jsonb(dict(result))}

@@ -1,4 +1,5 @@
-"""The action ledger: every outbound effect as one row keyed by its idempotency key.
+"""The action ledger (``actions``, ``action_attempts``): every outbound effect as one row keyed by
+its idempotency key.
 
 The row says ``attempted`` (committed) before the provider is called and ``accepted`` with the
 provider's id after; ``confirmed`` once the object was read back. A row left ``attempted`` or
@@ -12,13 +13,43 @@ from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from followup_pipeline.store.db import require_transaction
 from followup_pipeline.store.queries import query
 
 Kind = Literal["task", "close_task", "report", "alert"]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
 SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run"]
+#: Outcomes of an action that may have reached the provider: ask it before anything else.
+MAYBE_DONE = ("attempted", "unknown", "accepted")
+
+
+@dataclass(frozen=True)
+class Action:
+    """A row of ``actions``."""
+
+    id: int
+    idempotency_key: str
+    kind: str
+    watch_id: int | None
+    step_no: int | None
+    due_at: datetime
+    time_zone: str
+    outcome: str
+    reason: str | None
+    provider_ref: str | None
+    payload: dict[str, object]
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    replayed_attempts: int
+
+    def is_dead(self, *, max_attempts: int) -> bool:
+        """Failed with no attempt left since its last replay: it waits for an operator."""
+        return self.outcome == "failed" and self.attempts - self.replayed_attempts >= max_attempts
 
 
 @dataclass(frozen=True)
@@ -31,9 +62,9 @@ class ActionSpec:
     time_zone: str
     watch_id: int | None = None
     step_no: int | None = None
-    payload: dict[str, Any] | None = None
+    payload: dict[str, object] | None = None
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, object]:
         """Query parameters of the spec."""
         return {
             "key": self.key,
@@ -54,17 +85,23 @@ class Attempt:
     attempt_no: int
 
 
-def action_by_key(conn: psycopg.Connection[Any], key: str) -> dict[str, Any] | None:
+def action_by_key(conn: psycopg.Connection[Any], key: str) -> Action | None:
     """The ledger row of ``key``, if any."""
-    row: dict[str, Any] | None = conn.execute(query("action_by_key"), {"key": key}).fetchone()
-    return row
+    with conn.cursor(row_factory=class_row(Action)) as cur:
+        return cur.execute(query("action_by_key"), {"key": key}).fetchone()
 
 
-def is_dead(action: dict[str, Any] | None, *, max_attempts: int) -> bool:
-    """A failed action with no attempt left since its last replay: it waits for an operator."""
-    if action is None or action["outcome"] != "failed":
-        return False
-    return int(action["attempts"]) - int(action["replayed_attempts"]) >= max_attempts
+def actions_of_watch(conn: psycopg.Connection[Any], watch_id: int) -> dict[int, Action]:
+    """The task actions of a watch, keyed by step number."""
+    with conn.cursor(row_factory=class_row(Action)) as cur:
+        rows = cur.execute(query("actions_of_watch"), {"watch_id": watch_id}).fetchall()
+    return {row.step_no: row for row in rows if row.step_no is not None}
+
+
+def dead_actions(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[Action]:
+    """Actions that failed ``max_attempts`` times since their last replay, oldest change first."""
+    with conn.cursor(row_factory=class_row(Action)) as cur:
+        return cur.execute(query("actions_failed"), {"max_attempts": max_attempts}).fetchall()
 
 
 def begin_attempt(
@@ -72,22 +109,22 @@ def begin_attempt(
 ) -> Attempt | None:
     """Mark the action attempted and keep the attempt; None if it already reached the provider.
 
-    The caller commits before calling the provider.
+    Call inside a transaction, and commit it before calling the provider.
     """
-    with conn.transaction():
-        row = conn.execute(query("begin_action_attempt"), spec.params()).fetchone()
-        if row is None:
-            return None
-        attempt = Attempt(action_id=int(row["id"]), attempt_no=int(row["attempts"]))
-        conn.execute(
-            query("insert_attempt"),
-            {
-                "action_id": attempt.action_id,
-                "attempt_no": attempt.attempt_no,
-                "started_at": started_at,
-                "run_id": run_id,
-            },
-        )
+    require_transaction(conn, "begin_attempt")
+    row = conn.execute(query("begin_action_attempt"), spec.params()).fetchone()
+    if row is None:
+        return None
+    attempt = Attempt(action_id=int(row["id"]), attempt_no=int(row["attempts"]))
+    conn.execute(
+        query("insert_attempt"),
+        {
+            "action_id": attempt.action_id,
+            "attempt_no": attempt.attempt_no,
+            "started_at": started_at,
+            "run_id": run_id,
+        },
+    )
     return attempt
 
 
@@ -100,7 +137,11 @@ def finish_attempt(
     provider_ref: str | None = None,
     error: str | None = None,
 ) -> None:
-    """Record how an attempt ended, on the attempt and on the action."""
+    """Record how an attempt ended, on the attempt and on the action.
+
+    Call inside a transaction: the two rows change together.
+    """
+    require_transaction(conn, "finish_attempt")
     params = {
         "action_id": attempt.action_id,
         "attempt_no": attempt.attempt_no,
@@ -109,12 +150,16 @@ def finish_attempt(
         "error": error,
         "finished_at": finished_at,
     }
-    with conn.transaction():
-        conn.execute(query("finish_action"), params)
-        conn.execute(query("finish_attempt"), params)
+    conn.execute(query("finish_action"), params)
+    conn.execute(query("finish_attempt"), params)
 
 
 def suppress(conn: psycopg.Connection[Any], spec: ActionSpec, *, reason: SuppressReason) -> bool:
     """Record the action as suppressed for ``reason``; False if it had reached the provider."""
     row = conn.execute(query("suppress_action"), {**spec.params(), "reason": reason}).fetchone()
     return row is not None
+
+
+def replay_action(conn: psycopg.Connection[Any], key: str) -> bool:
+    """Give a failed action a fresh budget of attempts; False if it changed meanwhile."""
+    return conn.execute(query("action_replay"), {"key": key}).fetchone() is not None

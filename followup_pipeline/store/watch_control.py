@@ -1,4 +1,7 @@
-"""Operator control of a watch: pause and resume."""
+"""Operator control of a watch: pause and resume.
+
+Call each inside a transaction: the checks and the writes land together.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import psycopg
 from followup_pipeline.domain.cadence import PlannedStep, replan_steps
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
-from followup_pipeline.store.steps import replan_step, set_paused, watch_by_id
-from followup_pipeline.store.watches import steps_of
+from followup_pipeline.store.db import require_transaction
+from followup_pipeline.store.steps import replan_step, steps_of
+from followup_pipeline.store.watches import Watch, set_paused, watch_by_id
 
 
 class WatchControlError(ValueError):
@@ -20,8 +24,9 @@ class WatchControlError(ValueError):
 
 def pause_watch(conn: psycopg.Connection[Any], *, watch_id: int, now: datetime) -> None:
     """Pause an open watch: its due steps are skipped as ``paused`` until it resumes."""
+    require_transaction(conn, "pause_watch")
     watch = _open(conn, watch_id)
-    if watch["paused_at"] is not None:
+    if watch.paused_at is not None:
         raise WatchControlError(f"watch {watch_id} is paused already")
     set_paused(conn, watch_id=watch_id, at=now)
 
@@ -30,27 +35,27 @@ def resume_watch(
     conn: psycopg.Connection[Any], *, watch_id: int, now: datetime, calendar: BusinessCalendar
 ) -> list[PlannedStep]:
     """Resume a paused watch: every step not fired (paused ones included) planned from today."""
+    require_transaction(conn, "resume_watch")
     watch = _open(conn, watch_id)
-    if watch["paused_at"] is None:
+    if watch.paused_at is None:
         raise WatchControlError(f"watch {watch_id} is not paused")
-    today = local_date(now, watch["time_zone"])
+    today = local_date(now, watch.time_zone)
     pending = [
-        PlannedStep(s["step_no"], s["offset_days"], s["due_on"])
-        for s in steps_of(conn, watch_id)
-        if s["fired_at"] is None and s["skip_reason"] in (None, "paused")
+        step.planned()
+        for step in steps_of(conn, watch_id)
+        if step.fired_at is None and step.skip_reason in (None, "paused")
     ]
     planned = replan_steps(today, pending, calendar)
-    with conn.transaction():
-        for step in planned:
-            replan_step(conn, watch_id=watch_id, step_no=step.step_no, due_on=step.due_on)
-        set_paused(conn, watch_id=watch_id, at=None)
+    for step in planned:
+        replan_step(conn, watch_id=watch_id, step_no=step.step_no, due_on=step.due_on)
+    set_paused(conn, watch_id=watch_id, at=None)
     return planned
 
 
-def _open(conn: psycopg.Connection[Any], watch_id: int) -> dict[str, Any]:
+def _open(conn: psycopg.Connection[Any], watch_id: int) -> Watch:
     watch = watch_by_id(conn, watch_id)
     if watch is None:
         raise WatchControlError(f"no watch {watch_id}")
-    if watch["closed_at"] is not None:
-        raise WatchControlError(f"watch {watch_id} is closed ({watch['closed_reason']})")
+    if watch.closed_at is not None:
+        raise WatchControlError(f"watch {watch_id} is closed ({watch.closed_reason})")
     return watch

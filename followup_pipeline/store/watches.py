@@ -1,22 +1,67 @@
-"""Opening and closing watches: the one place that writes them and plans their steps."""
+"""Watches: one per deal and stay in the watched stages; the one place that opens and closes them.
+
+Call inside a transaction where it says so (the store's rule, ``store/__init__.py``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import class_row
 
 from followup_pipeline.domain.cadence import plan_steps
-from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
-from followup_pipeline.settings import ConfigError
+from followup_pipeline.store.cadences import Plan
+from followup_pipeline.store.db import require_transaction
 from followup_pipeline.store.queries import query
+from followup_pipeline.store.steps import insert_step
 
 SUBJECT_TYPE = "Opportunity"
 RegisteredBy = Literal["webhook", "reconcile", "operator"]
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A row of ``watches``: a deal followed up from its registration until it closes."""
+
+    id: int
+    subject_type: str
+    subject_id: str
+    subject_name: str
+    account_name: str | None
+    assigned_user_id: str | None
+    stage: str
+    cadence_name: str
+    offsets: list[int]
+    time_zone: str
+    base_on: date
+    registered_at: datetime
+    registered_by: str
+    source_event_id: int | None
+    last_reset_at: datetime | None
+    paused_at: datetime | None
+    closed_at: datetime | None
+    closed_reason: str | None
+    assigned_user_name: str | None
+    crm_url: str | None
+    last_error: str | None
+    last_error_at: datetime | None
+
+    @property
+    def active_since(self) -> datetime:
+        """Since when activity counts for this watch: its last reset, else its registration."""
+        return self.last_reset_at or self.registered_at
+
+
+@dataclass(frozen=True)
+class WatchListing(Watch):
+    """A watch as the operator's list shows it, with the date of its next open step."""
+
+    next_due_on: date | None
 
 
 @dataclass(frozen=True)
@@ -32,55 +77,14 @@ class Subject:
     crm_url: str | None = None
 
 
-@dataclass(frozen=True)
-class Plan:
-    """How a new watch is planned: its cadence, the zone of its dates, the calendar."""
-
-    cadence_name: str
-    offsets: tuple[int, ...]
-    time_zone: str
-    calendar: BusinessCalendar
+def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, object]) -> Watch | None:
+    with conn.cursor(row_factory=class_row(Watch)) as cur:
+        return cur.execute(query(name), params).fetchone()
 
 
-def load_calendar(
-    conn: psycopg.Connection[Any], country: str, subdivision: str | None
-) -> BusinessCalendar:
-    """The business calendar with the ``holidays`` table's overrides."""
-    rows = conn.execute(query("holiday_overrides")).fetchall()
-    return BusinessCalendar.with_overrides(
-        country, subdivision, [(r["day"], r["kind"]) for r in rows]
-    )
-
-
-class UnknownCadence(ConfigError):
-    """The configured cadence name has no row in ``cadences``."""
-
-
-def load_plan(
-    conn: psycopg.Connection[Any],
-    *,
-    cadence_name: str,
-    configured_offsets: tuple[int, ...] | None,
-    time_zone: str,
-    calendar: BusinessCalendar,
-) -> Plan:
-    """How new watches are planned now: the offsets of the cadence row ``cadence_name``.
-
-    ``configured_offsets`` (``FOLLOWUP_CADENCE``, when it is set) define that row first, so the
-    table holds what every plan was made from. A plan is fixed when made: a changed row applies
-    to plans made after the change.
-    """
-    if configured_offsets is not None:
-        conn.execute(
-            query("upsert_cadence"), {"name": cadence_name, "offsets": list(configured_offsets)}
-        )
-    row = conn.execute(query("cadence_offsets"), {"name": cadence_name}).fetchone()
-    if row is None:
-        raise UnknownCadence(
-            f"FOLLOWUP_CADENCE_NAME: no cadence named {cadence_name!r} in the table cadences; "
-            "add the row, or set FOLLOWUP_CADENCE to define it"
-        )
-    return Plan(cadence_name, tuple(row["offsets"]), time_zone, calendar)
+def _all(conn: psycopg.Connection[Any], name: str, params: dict[str, object]) -> list[Watch]:
+    with conn.cursor(row_factory=class_row(Watch)) as cur:
+        return cur.execute(query(name), params).fetchall()
 
 
 def open_watch(
@@ -92,42 +96,37 @@ def open_watch(
     registered_by: RegisteredBy,
     source_event_id: int | None = None,
 ) -> int | None:
-    """Open a watch with its steps planned; None when the deal already has an open one."""
+    """Open a watch with its steps planned; None when the deal already has an open one.
+
+    Call inside a transaction: the watch and its steps land together.
+    """
+    require_transaction(conn, "open_watch")
     base_on = local_date(registered_at, plan.time_zone)
-    with conn.transaction():
-        row = conn.execute(
-            query("insert_watch"),
-            {
-                "subject_type": SUBJECT_TYPE,
-                "subject_id": subject.subject_id,
-                "subject_name": subject.name,
-                "account_name": subject.account_name,
-                "assigned_user_id": subject.assigned_user_id,
-                "assigned_user_name": subject.assigned_user_name,
-                "stage": subject.stage,
-                "cadence_name": plan.cadence_name,
-                "offsets": list(plan.offsets),
-                "time_zone": plan.time_zone,
-                "base_on": base_on,
-                "registered_at": registered_at,
-                "registered_by": registered_by,
-                "source_event_id": source_event_id,
-                "crm_url": subject.crm_url,
-            },
-        ).fetchone()
-        if row is None:
-            return None
-        watch_id = int(row["id"])
-        for step in plan_steps(base_on, plan.offsets, plan.calendar):
-            conn.execute(
-                query("insert_step"),
-                {
-                    "watch_id": watch_id,
-                    "step_no": step.step_no,
-                    "offset_days": step.offset_days,
-                    "due_on": step.due_on,
-                },
-            )
+    row = conn.execute(
+        query("insert_watch"),
+        {
+            "subject_type": SUBJECT_TYPE,
+            "subject_id": subject.subject_id,
+            "subject_name": subject.name,
+            "account_name": subject.account_name,
+            "assigned_user_id": subject.assigned_user_id,
+            "assigned_user_name": subject.assigned_user_name,
+            "stage": subject.stage,
+            "cadence_name": plan.cadence_name,
+            "offsets": list(plan.offsets),
+            "time_zone": plan.time_zone,
+            "base_on": base_on,
+            "registered_at": registered_at,
+            "registered_by": registered_by,
+            "source_event_id": source_event_id,
+            "crm_url": subject.crm_url,
+        },
+    ).fetchone()
+    if row is None:
+        return None
+    watch_id = int(row["id"])
+    for step in plan_steps(base_on, plan.offsets, plan.calendar):
+        insert_step(conn, watch_id=watch_id, step=step)
     return watch_id
 
 
@@ -141,22 +140,84 @@ def close_watch(
     return row is not None
 
 
-def open_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> dict[str, Any] | None:
+def watch_by_id(conn: psycopg.Connection[Any], watch_id: int) -> Watch | None:
+    """One watch."""
+    return _one(conn, "watch_by_id", {"watch_id": watch_id})
+
+
+def open_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> Watch | None:
     """The open watch of a deal."""
-    row: dict[str, Any] | None = conn.execute(
-        query("open_watch_of_subject"), {"subject_type": SUBJECT_TYPE, "subject_id": subject_id}
-    ).fetchone()
-    return row
+    return _one(
+        conn, "open_watch_of_subject", {"subject_type": SUBJECT_TYPE, "subject_id": subject_id}
+    )
 
 
-def latest_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> dict[str, Any] | None:
+def latest_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> Watch | None:
     """The most recent watch of a deal, open or closed."""
-    row: dict[str, Any] | None = conn.execute(
-        query("latest_watch_of_subject"), {"subject_type": SUBJECT_TYPE, "subject_id": subject_id}
-    ).fetchone()
-    return row
+    return _one(
+        conn, "latest_watch_of_subject", {"subject_type": SUBJECT_TYPE, "subject_id": subject_id}
+    )
 
 
-def steps_of(conn: psycopg.Connection[Any], watch_id: int) -> list[dict[str, Any]]:
-    """Every step of a watch, in order."""
-    return list(conn.execute(query("steps_of_watch"), {"watch_id": watch_id}).fetchall())
+def open_watches(conn: psycopg.Connection[Any]) -> list[Watch]:
+    """Every open watch, oldest first."""
+    return _all(conn, "open_watches", {})
+
+
+def due_watches(conn: psycopg.Connection[Any], *, now: datetime) -> list[Watch]:
+    """Open watches with an open step due by ``now``'s local date in their own zone."""
+    return _all(conn, "due_watches", {"now": now})
+
+
+def quiet_watches(conn: psycopg.Connection[Any], *, now: datetime, min_days: int) -> list[Watch]:
+    """Open watches whose steps are all done, the last fired ``min_days`` calendar days ago or
+    more (and as long since the last reset): the candidates for ``exhausted``."""
+    return _all(conn, "quiet_watches", {"now": now, "min_days": min_days})
+
+
+def count_open_watches(conn: psycopg.Connection[Any]) -> int:
+    """How many watches are open."""
+    row = conn.execute(query("count_open_watches")).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def mark_reset(conn: psycopg.Connection[Any], *, watch_id: int, at: datetime) -> None:
+    """Remember that activity reset the watch's cadence at ``at``."""
+    conn.execute(query("mark_reset"), {"watch_id": watch_id, "reset_at": at})
+
+
+def set_paused(conn: psycopg.Connection[Any], *, watch_id: int, at: datetime | None) -> bool:
+    """Pause (``at``) or resume (None) an open watch; False if it is not open."""
+    row = conn.execute(query("set_paused"), {"watch_id": watch_id, "paused_at": at}).fetchone()
+    return row is not None
+
+
+def set_watch_error(
+    conn: psycopg.Connection[Any], *, watch_id: int, error: str | None, at: datetime | None
+) -> None:
+    """Remember the CRM error that holds the watch back; None clears it."""
+    conn.execute(query("set_watch_error"), {"watch_id": watch_id, "error": error, "at": at})
+
+
+def refresh_subject(conn: psycopg.Connection[Any], *, watch_id: int, subject: Subject) -> None:
+    """Copy a CRM deal's current names and stage onto its watch; clear its CRM error."""
+    conn.execute(
+        query("refresh_subject"),
+        {
+            "watch_id": watch_id,
+            "name": subject.name,
+            "account_name": subject.account_name,
+            "assigned_user_id": subject.assigned_user_id,
+            "assigned_user_name": subject.assigned_user_name,
+            "stage": subject.stage,
+        },
+    )
+
+
+def list_watches(
+    conn: psycopg.Connection[Any], *, include_closed: bool = False, limit: int = 200
+) -> list[WatchListing]:
+    """Watches for the operator, newest first, with their next due date."""
+    with conn.cursor(row_factory=class_row(WatchListing)) as cur:
+        params = {"all": include_closed, "limit": limit}
+        return cur.execute(query("list_watches"), params).fetchall()

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 DOTENV_SECRETS = {
     "FOLLOWUP_ESPOCRM_API_KEY": "espo-from-dotenv",
     "FOLLOWUP_CLICKUP_TOKEN": "pk_from_dotenv",
@@ -20,11 +18,19 @@ DOTENV_SECRETS = {
 
 IMPORT_DEFINITIONS = """
 import json, os
+import followup_pipeline.settings as settings_module
+reads = []
+original = settings_module.Settings.__init__
+def counted(self, *args, **kwargs):
+    reads.append(1)
+    original(self, *args, **kwargs)
+settings_module.Settings.__init__ = counted
 before = dict(os.environ)
 import followup_pipeline.definitions as module
 repository = module.defs.get_repository_def()
 print(json.dumps({
     "environ_unchanged": before == dict(os.environ),
+    "settings_reads": len(reads),
     "settings_zone": module.settings.timezone,
     "schedule_zones": sorted({s.execution_timezone for s in repository.schedule_defs}),
     "evaluate_partitions_zone": repository.get_job("evaluate").partitions_def.timezone,
@@ -60,7 +66,6 @@ def _python(script: str, cwd: Path) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 def test_build_importing_definitions_reads_dotenv_once_and_leaves_environ_alone(
     tmp_path: Path,
 ) -> None:
@@ -68,12 +73,12 @@ def test_build_importing_definitions_reads_dotenv_once_and_leaves_environ_alone(
     (tmp_path / ".env").write_text("\n".join(lines) + "\n")
     seen = _python(IMPORT_DEFINITIONS, tmp_path)
     assert seen["environ_unchanged"] is True
+    assert seen["settings_reads"] == 1
     assert seen["settings_zone"] == "America/New_York"
     assert seen["schedule_zones"] == ["America/New_York"]
     assert seen["evaluate_partitions_zone"] == "America/New_York"
 
 
-@pytest.mark.slow
 def test_build_no_defs_module_reads_settings_at_import(tmp_path: Path) -> None:
     # A .env that no settings can be read from: any import-time read would fail the import.
     (tmp_path / ".env").write_text("FOLLOWUP_TIMEZONE=Not/A_Zone\n")

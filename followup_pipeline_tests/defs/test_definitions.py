@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from followup_pipeline.definitions import build_definitions
+from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.common import OUTCOME_TAG, SINGLETON_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource

@@ -6,12 +6,7 @@ import dagster as dg
 
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
-
-RECORD_FAILURE = """
-INSERT INTO alerts (fingerprint, job_name, run_id, message, occurred_at)
-VALUES (%(fingerprint)s, %(job_name)s, %(run_id)s, %(message)s, %(occurred_at)s)
-ON CONFLICT (run_id) DO NOTHING
-"""
+from followup_pipeline.store.alerts import record_run_failure
 
 
 @dg.run_failure_sensor(monitor_all_code_locations=True, name="alerts")
@@ -21,15 +16,13 @@ def alerts(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> N
     message = context.failure_event.message or "run failed"
     fingerprint = f"{run.job_name}:{message.splitlines()[0][:200]}"
     with postgres.connection() as conn:
-        conn.execute(
-            RECORD_FAILURE,
-            {
-                "fingerprint": fingerprint,
-                "job_name": run.job_name,
-                "run_id": run.run_id,
-                "message": message,
-                "occurred_at": datetime.now(UTC),
-            },
+        record_run_failure(
+            conn,
+            fingerprint=fingerprint,
+            job_name=run.job_name,
+            run_id=run.run_id,
+            message=message,
+            occurred_at=datetime.now(UTC),
         )
 
 

@@ -13,17 +13,19 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 
 from followup_pipeline.defs.common import SINGLETON_TAG, RunCounts, outcome_output
-from followup_pipeline.defs.evaluate.context import Evaluation
-from followup_pipeline.defs.evaluate.due import close_exhausted, process_due_steps
-from followup_pipeline.defs.evaluate.fire import close_tasks_of_closed_watches
-from followup_pipeline.defs.evaluate.reconcile import check_stage_names, reconcile, reset_cadences
+from followup_pipeline.defs.evaluate.activity import CadenceResetter
+from followup_pipeline.defs.evaluate.due import DueSteps
+from followup_pipeline.defs.evaluate.reconcile import Reconciler
+from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.cadences import load_plan
 from followup_pipeline.store.db import StoreError
-from followup_pipeline.store.watches import load_calendar
+from followup_pipeline.store.holidays import load_calendar
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 45 * 60
@@ -48,6 +50,10 @@ def build_defs(settings: Settings) -> dg.Definitions:
     zone = settings.timezone
     partitions = hourly_partitions(zone)
 
+    def calendar_of(postgres: PostgresResource) -> BusinessCalendar:
+        with postgres.connection() as conn:
+            return load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+
     @dg.op
     def sync(
         context: dg.OpExecutionContext,
@@ -60,23 +66,43 @@ def build_defs(settings: Settings) -> dg.Definitions:
         """Check the stage names, then reconcile watches with the CRM."""
         if not evaluate_lock.held:
             return _skipped(context, evaluate_lock.holder)
-        ev = Evaluation(
+        now = clock.now()
+        with postgres.connection() as conn, conn.transaction():
+            plan = load_plan(
+                conn,
+                cadence_name=settings.cadence_name,
+                time_zone=settings.timezone,
+                calendar=load_calendar(
+                    conn, settings.holiday_country, settings.holiday_subdivision
+                ),
+            )
+        tasks = TaskLedger(
             postgres,
-            espocrm.get_client(),
             clickup.get_client(),
             settings,
-            clock.now(),
-            context.log,
-            context.run_id,
+            now=now,
+            run_id=context.run_id,
+            log=context.log,
         )
+        reconciler = Reconciler(
+            postgres,
+            espocrm.get_client(),
+            tasks,
+            settings,
+            plan=plan,
+            now=now,
+            log=context.log,
+        )
+        tally = Tally(context.log)
         try:
-            check_stage_names(ev)
+            reconciler.check_stage_names()
         except IntegrationError as error:
-            ev.problem(f"CRM unreachable, no reconciliation this run: {error}")
+            tally.problem(f"CRM unreachable, no reconciliation this run: {error}")
         else:
-            reconcile(ev)
-        state = {"now": ev.now.isoformat(), "counts": dict(ev.counts), "problems": ev.problems}
-        return dg.Output(state, metadata=ev.metadata())
+            tally.add(reconciler.run())
+        tally.add(tasks.tally)
+        state = {"now": now.isoformat(), "counts": dict(tally.counts), "problems": tally.problems}
+        return dg.Output(state, metadata=tally.metadata())
 
     @dg.op(name="evaluate_due")
     def evaluate_due(
@@ -88,29 +114,33 @@ def build_defs(settings: Settings) -> dg.Definitions:
         clock: ClockResource,
         evaluate_lock: RunLockResource,
     ) -> dg.Output[RunCounts]:
-        """Reset cadences, fire due steps, close exhausted watches and the tasks of closed ones.
+        """Reset cadences, create due steps' tasks, close exhausted watches and the tasks of
+        closed ones.
 
         The clock is read again: a retried or re-executed op works at its own now, not at the
         failed run's (the clock decides, ARCHITECTURE.md §2).
         """
         if synced.get("skipped") or not evaluate_lock.held:
             return _skipped(context, evaluate_lock.holder)
-        ev = Evaluation(
+        now = max(clock.now(), datetime.fromisoformat(str(synced["now"])))
+        crm = espocrm.get_client()
+        calendar = calendar_of(postgres)
+        tasks = TaskLedger(
             postgres,
-            espocrm.get_client(),
             clickup.get_client(),
             settings,
-            max(clock.now(), datetime.fromisoformat(synced["now"])),
-            context.log,
-            context.run_id,
-            counts=Counter(synced["counts"]),
-            problems=list(synced["problems"]),
+            now=now,
+            run_id=context.run_id,
+            log=context.log,
         )
-        reset_cadences(ev)
-        process_due_steps(ev)
-        close_exhausted(ev)
-        close_tasks_of_closed_watches(ev)
-        return outcome_output(context, "partial" if ev.problems else "ok", ev.metadata())
+        tally = Tally(context.log, Counter(synced["counts"]), list(synced["problems"]))
+        resets = CadenceResetter(postgres, crm, calendar, now=now, log=context.log).run()
+        due = DueSteps(postgres, crm, tasks, settings, calendar=calendar, now=now, log=context.log)
+        tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
+        due.close_exhausted()
+        tasks.close_tasks_of_closed_watches()
+        tally.add(tasks.tally)
+        return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())
 
     @dg.job(
         name="evaluate",
@@ -128,8 +158,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
         """The calendar with the database's local overrides; the package's alone if unreachable
         (a run on a day off does no harm: there is simply nothing due)."""
         try:
-            with postgres.connection() as conn:
-                return load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+            return calendar_of(postgres)
         except StoreError as error:
             context.log.warning("holiday overrides unreadable, public holidays only: %s", error)
             return BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)

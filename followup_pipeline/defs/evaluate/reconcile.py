@@ -1,35 +1,26 @@
-"""Step 1 and 2 of ``evaluate``: reconcile watches with the CRM, reset cadences on activity.
+"""Step 1 of ``evaluate``: reconcile watches with the CRM.
 
 A lost webhook costs at most one hour: every CRM deal in a watched stage gets a watch, and every
 open watch whose deal left is closed with the reason the CRM gives.
 """
 
 from datetime import datetime
-from typing import Any
 
 import dagster as dg
 
-from followup_pipeline.defs.evaluate.context import Evaluation
-from followup_pipeline.defs.evaluate.due import close_with_steps
-from followup_pipeline.domain.cadence import PlannedStep, replan_steps
-from followup_pipeline.domain.decisions import Close, decide_for_stage
-from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
+from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.defs.evaluate.tasks import TaskLedger
+from followup_pipeline.domain.decisions import Close, StagePolicy, decide_for_stage
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
-from followup_pipeline.store.steps import (
-    count_open_watches,
-    mark_reset,
-    open_watches,
-    replan_step,
-    set_watch_error,
-)
-from followup_pipeline.store.watches import Subject, latest_watch_of, open_watch, steps_of
-
-#: Calls and meetings count as activity once held; planned ones are not activity yet.
-HELD = "Held"
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import watches
+from followup_pipeline.store.cadences import Plan
+from followup_pipeline.store.watches import Subject, Watch
 
 
-def subject_of(deal: Deal, ev: Evaluation) -> Subject:
+def subject_of(deal: Deal, settings: Settings) -> Subject:
     """What a watch copies from a CRM deal."""
     return Subject(
         subject_id=deal.id,
@@ -38,125 +29,123 @@ def subject_of(deal: Deal, ev: Evaluation) -> Subject:
         account_name=deal.account_name,
         assigned_user_id=deal.assigned_user_id,
         assigned_user_name=deal.assigned_user_name,
-        crm_url=ev.crm_url(deal.id),
+        crm_url=settings.crm_deal_url(deal.id),
     )
 
 
-def check_stage_names(ev: Evaluation) -> None:
-    """Fail loudly when a configured stage is not one of the CRM's stages."""
-    valid = ev.crm.stage_options()
-    configured = [*ev.settings.watched_stages, ev.settings.won_stage, ev.settings.lost_stage]
-    bad = [stage for stage in configured if stage not in valid]
-    if bad:
-        raise dg.Failure(
-            description=(
-                f"configured stage(s) {', '.join(repr(s) for s in bad)} do not exist in the CRM; "
-                f"valid stages: {', '.join(repr(s) for s in valid)}. "
-                "Check FOLLOWUP_WATCHED_STAGES, FOLLOWUP_WON_STAGE and FOLLOWUP_LOST_STAGE."
-            ),
-            metadata={"bad_stages": bad, "valid_stages": valid},
-        )
+def stage_policy(settings: Settings) -> StagePolicy:
+    """The configured watched, won and lost stages."""
+    return StagePolicy(settings.watched_stages, settings.won_stage, settings.lost_stage)
 
 
-def reconcile(ev: Evaluation) -> None:
-    """Open the missing watches and close those whose deal left the watched stages."""
-    try:
-        listing = ev.crm.list_deals(stages=ev.settings.watched_stages)
-    except IntegrationError as error:
-        ev.problem(f"CRM listing failed, no registrations or closes this run: {error}")
-        return
-    for broken in listing.invalid:
-        ev.problem(f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}")
-    listed = {deal.id: deal for deal in listing.records}
-    ev.counts["crm_deals_watched_stages"] = len(listed)
-    with ev.postgres.connection() as conn:
-        watches = {w["subject_id"]: w for w in open_watches(conn)}
-    quiet = 0
-    for deal in listed.values():
-        if deal.id in watches:
-            continue
-        with ev.postgres.connection() as conn:
-            latest = latest_watch_of(conn, deal.id)
-            if latest is not None and latest["closed_reason"] == "exhausted":
-                quiet += 1
-                ev.counts["not_reopened_exhausted"] += 1
+class Reconciler:
+    """Opens the watches the CRM says are missing and closes those whose deal left."""
+
+    def __init__(
+        self,
+        db: Database,
+        crm: DealSource,
+        tasks: TaskLedger,
+        settings: Settings,
+        *,
+        plan: Plan,
+        now: datetime,
+        log: Log,
+    ) -> None:
+        self.db = db
+        self.crm = crm
+        self.tasks = tasks
+        self.settings = settings
+        self.plan = plan
+        self.now = now
+        self.policy = stage_policy(settings)
+        self.tally = Tally(log)
+
+    def check_stage_names(self) -> None:
+        """Fail loudly when a configured stage is not one of the CRM's stages."""
+        valid = self.crm.stage_options()
+        s = self.settings
+        bad = [
+            stage for stage in [*s.watched_stages, s.won_stage, s.lost_stage] if stage not in valid
+        ]
+        if bad:
+            raise dg.Failure(
+                description=(
+                    f"configured stage(s) {', '.join(repr(b) for b in bad)} do not exist in the "
+                    f"CRM; valid stages: {', '.join(repr(v) for v in valid)}. "
+                    "Check FOLLOWUP_WATCHED_STAGES, FOLLOWUP_WON_STAGE and FOLLOWUP_LOST_STAGE."
+                ),
+                metadata={"bad_stages": bad, "valid_stages": valid},
+            )
+
+    def run(self) -> Tally:
+        """Open the missing watches and close those whose deal left the watched stages."""
+        tally = self.tally = Tally(self.tally.log)
+        try:
+            listing = self.crm.list_deals(stages=self.settings.watched_stages)
+        except IntegrationError as error:
+            tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
+            return tally
+        for broken in listing.invalid:
+            tally.problem(
+                f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}"
+            )
+        listed = {deal.id: deal for deal in listing.records}
+        tally.count("crm_deals_watched_stages", len(listed))
+        with self.db.connection() as conn:
+            open_now = {w.subject_id: w for w in watches.open_watches(conn)}
+        quiet = 0
+        for deal in listed.values():
+            if deal.id in open_now:
                 continue
-            opened = open_watch(
+            opened = self._open(deal)
+            if opened is None:
+                quiet += 1
+                tally.count("not_reopened_exhausted")
+            elif opened:
+                tally.count("registered")
+        for subject_id, watch in open_now.items():
+            if subject_id not in listed:
+                self._close_departed(watch)
+        with self.db.connection() as conn:
+            still_open = watches.count_open_watches(conn)
+        if len(listed) - quiet > 0 and still_open == 0:
+            raise dg.Failure(
+                description=(
+                    f"the CRM has {len(listed) - quiet} deal(s) in the watched stages but no watch "
+                    "is open after reconciliation: the machine would follow up nothing"
+                )
+            )
+        return tally
+
+    def _open(self, deal: Deal) -> bool | None:
+        """Open the deal's watch: True if opened, False if one was open, None if its latest
+        watch closed ``exhausted`` (final for that stay)."""
+        with self.db.connection() as conn, conn.transaction():
+            latest = watches.latest_watch_of(conn, deal.id)
+            if latest is not None and latest.closed_reason == "exhausted":
+                return None
+            opened = watches.open_watch(
                 conn,
-                subject=subject_of(deal, ev),
-                plan=ev.plan,
-                registered_at=ev.now,
+                subject=subject_of(deal, self.settings),
+                plan=self.plan,
+                registered_at=self.now,
                 registered_by="reconcile",
             )
-        if opened is not None:
-            ev.counts["registered"] += 1
-    for subject_id, watch in watches.items():
-        if subject_id not in listed:
-            close_departed(ev, watch)
-    with ev.postgres.connection() as conn:
-        still_open = count_open_watches(conn)
-    if len(listed) - quiet > 0 and still_open == 0:
-        raise dg.Failure(
-            description=(
-                f"the CRM has {len(listed) - quiet} deal(s) in the watched stages but no watch is "
-                "open after reconciliation: the machine would follow up nothing"
-            )
-        )
+        return opened is not None
 
-
-def close_departed(ev: Evaluation, watch: dict[str, Any]) -> None:
-    """Read a deal that is no longer listed and close its watch with the CRM's reason."""
-    subject_id = watch["subject_id"]
-    try:
-        decision = decide_for_stage(ev.crm.get_deal(deal_id=subject_id).stage, ev.policy)
-    except NotFoundError:
-        decision = Close("subject_gone")
-    except IntegrationError as error:
-        ev.problem(f"deal {subject_id}: CRM unreadable, its watch stays open: {error}")
-        return
-    if isinstance(decision, Close):  # else it entered a watched stage after the listing
-        close_with_steps(ev, watch, decision.reason)
-
-
-def latest_activity(ev: Evaluation, subject_id: str, since: datetime) -> datetime | None:
-    """The newest e-mail, held call or held meeting of a deal after ``since``."""
-    moments = [e.date_sent for e in ev.crm.list_emails(deal_id=subject_id, since=since).records]
-    for listing in (
-        ev.crm.list_calls(deal_id=subject_id),
-        ev.crm.list_meetings(deal_id=subject_id),
-    ):
-        moments += [r.date_start for r in listing.records if r.status == HELD]
-    fresh = [m for m in moments if m is not None and since < m <= ev.now]
-    return max(fresh) if fresh else None
-
-
-def reset_cadences(ev: Evaluation) -> None:
-    """Plan the open steps of every deal with new activity again from the activity's day."""
-    with ev.postgres.connection() as conn:
-        watches = open_watches(conn)
-    for watch in watches:
-        since = watch["last_reset_at"] or watch["registered_at"]
+    def _close_departed(self, watch: Watch) -> None:
+        """Read a deal that is no longer listed and close its watch with the CRM's reason."""
         try:
-            moment = latest_activity(ev, watch["subject_id"], since)
+            decision = decide_for_stage(
+                self.crm.get_deal(deal_id=watch.subject_id).stage, self.policy
+            )
+        except NotFoundError:
+            decision = Close("subject_gone")
         except IntegrationError as error:
-            ev.unreadable.add(watch["id"])
-            ev.problem(f"deal {watch['subject_id']}: activity unreadable, no reset: {error}")
-            with ev.postgres.connection() as conn:
-                set_watch_error(conn, watch_id=watch["id"], error=str(error), at=ev.now)
-            continue
-        if watch["last_error"]:
-            with ev.postgres.connection() as conn:
-                set_watch_error(conn, watch_id=watch["id"], error=None, at=None)
-        if moment is None:
-            continue
-        reset_on = local_date(moment, watch["time_zone"])
-        with ev.postgres.connection() as conn, conn.transaction():
-            steps = [
-                PlannedStep(s["step_no"], s["offset_days"], s["due_on"])
-                for s in steps_of(conn, watch["id"])
-                if s["fired_at"] is None and s["skipped_at"] is None
-            ]
-            for step in replan_steps(reset_on, steps, ev.calendar):
-                replan_step(conn, watch_id=watch["id"], step_no=step.step_no, due_on=step.due_on)
-            mark_reset(conn, watch_id=watch["id"], at=moment)
-        ev.counts["reset"] += 1
+            self.tally.problem(
+                f"deal {watch.subject_id}: CRM unreadable, its watch stays open: {error}"
+            )
+            return
+        if isinstance(decision, Close):  # else it entered a watched stage after the listing
+            self.tasks.close_watch(watch, decision.reason)

@@ -72,7 +72,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
         if not due:
             return dg.SkipReason("no events due")
         launches = int(context.cursor or 0) + 1
-        names = ",".join(f"{row['id']}:{row['attempts']}" for row in due)
+        names = ",".join(f"{event.id}:{event.attempts}" for event in due)
         digest = hashlib.sha256(names.encode()).hexdigest()[:12]
         request = dg.RunRequest(
             run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}

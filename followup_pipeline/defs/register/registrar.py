@@ -21,26 +21,31 @@ of the newest event applied, so an older event that arrives (or is replayed) lat
 import random
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import psycopg
 
 from followup_pipeline.domain.decisions import Close, StagePolicy, decide_for_stage
-from followup_pipeline.ingress.payloads import DealItem, UnparseableBody, espocrm_items
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.integrations.espocrm_webhooks import (
+    DealItem,
+    UnparseableBody,
+    espocrm_items,
+)
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
+from followup_pipeline.store.cadences import Plan, load_plan
 from followup_pipeline.store.db import StoreError
+from followup_pipeline.store.events import Event
+from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watches import (
-    Plan,
     Subject,
     close_watch,
     latest_watch_of,
-    load_calendar,
-    load_plan,
     open_watch,
     open_watch_of,
 )
@@ -57,6 +62,46 @@ class DealReader(Protocol):
     def get_deal(self, *, deal_id: str) -> Deal:
         """One deal; ``NotFoundError`` if it is gone."""
         ...
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """What one item did, kept with its completion key: the deal, the outcome, the watch."""
+
+    deal: str
+    outcome: str
+    watch_id: int | None = None
+
+    def as_json(self) -> dict[str, object]:
+        """The result as stored in ``step_completions.result``."""
+        found: dict[str, object] = {"deal": self.deal, "outcome": self.outcome}
+        if self.watch_id is not None or self.outcome in ("registered", "already_open"):
+            found["watch_id"] = self.watch_id
+        return found
+
+
+def subject_for(item: DealItem, deal: Deal | None, crm_url: str) -> Subject:
+    """What a watch copies: the CRM's record when it was read (its names are current), else the
+    webhook item's own attributes."""
+    if deal is not None:
+        return Subject(
+            subject_id=item.deal_id,
+            name=deal.name,
+            stage=deal.stage,
+            account_name=deal.account_name,
+            assigned_user_id=deal.assigned_user_id,
+            assigned_user_name=deal.assigned_user_name,
+            crm_url=crm_url,
+        )
+    return Subject(
+        subject_id=item.deal_id,
+        name=str(item.name),
+        stage=str(item.stage),
+        account_name=item.account_name,
+        assigned_user_id=item.assigned_user_id,
+        assigned_user_name=item.assigned_user_name,
+        crm_url=crm_url,
+    )
 
 
 class ItemFailed(Exception):
@@ -90,7 +135,6 @@ class Registrar:
             self.plan: Plan = load_plan(
                 conn,
                 cadence_name=settings.cadence_name,
-                configured_offsets=settings.configured_cadence(),
                 time_zone=settings.timezone,
                 calendar=calendar,
             )
@@ -101,23 +145,25 @@ class Registrar:
         seen: list[int] = []
         for _ in range(MAX_BATCHES):
             if ids is not None:
-                batch = events.claim_ids(self.conn, ids, lease=LEASE, run=run)
+                with self.conn.transaction():
+                    batch = events.claim_ids(self.conn, ids, lease=LEASE, run=run)
             else:
                 limit = self.settings.event_batch_size
-                batch = events.claim(self.conn, limit=limit, lease=LEASE, run=run, exclude=seen)
+                with self.conn.transaction():
+                    batch = events.claim(self.conn, limit=limit, lease=LEASE, run=run, exclude=seen)
             for event in batch:
-                seen.append(int(event["id"]))
+                seen.append(event.id)
                 self.process(event)
             if not batch or ids is not None:
                 break
         return self.counts
 
-    def process(self, event: Mapping[str, Any]) -> None:
+    def process(self, event: Event) -> None:
         """Do every item of one claimed event, then mark it done, retried or dead."""
         self.counts["events_claimed"] += 1
         try:
             try:
-                items = espocrm_items(event["event_type"], bytes(event["body"]))
+                items = espocrm_items(event.event_type, bytes(event.body))
             except UnparseableBody as error:
                 raise ItemFailed("parse", str(error), permanent=True) from None
             for item in items:
@@ -126,15 +172,13 @@ class Registrar:
             self.fail(event, failed.step, str(failed), permanent=failed.permanent)
             return
         with self.conn.transaction():
-            events.mark_done(self.conn, int(event["id"]))
+            events.mark_done(self.conn, event.id)
         self.counts["events_done"] += 1
 
-    def fail(
-        self, event: Mapping[str, Any], step: str, error: str, *, permanent: bool = False
-    ) -> None:
+    def fail(self, event: Event, step: str, error: str, *, permanent: bool = False) -> None:
         """Count the failed attempt: wait with backoff, or dead-letter after the last one."""
         delay = events.backoff(
-            int(event["attempts"]),
+            event.attempts,
             base_s=self.settings.event_backoff_base_s,
             max_s=self.settings.event_backoff_max_s,
             rng=self.rng,
@@ -150,12 +194,12 @@ class Registrar:
             )
         self.counts["events_dead" if dead else "events_retried"] += 1
 
-    def item(self, event: Mapping[str, Any], item: DealItem) -> None:
+    def item(self, event: Event, item: DealItem) -> None:
         """One item: skip it if done, else read the CRM if need be, decide and write it."""
         step = "close" if item.kind == "delete" else "open"
-        key = f"{event['id']}:{item.index}:{step}"
+        key = f"{event.id}:{item.index}:{step}"
         with self.conn.transaction():
-            done = events.completion(self.conn, key) is not None
+            done = events.is_complete(self.conn, key)
         if done:
             self.counts["items_already_done"] += 1
             return
@@ -163,13 +207,13 @@ class Registrar:
             deal = self.read(item)
             with self.conn.transaction():
                 result = self.apply(event, item, deal)
-                events.complete(self.conn, key=key, event_id=int(event["id"]), result=result)
+                events.complete(self.conn, key=key, event_id=event.id, result=result.as_json())
         except (psycopg.OperationalError, StoreError):
             raise  # the database is gone: the state is unclear, abort the run
         except Exception as error:  # any other error of an item: the event waits for a retry
             what = error if isinstance(error, IntegrationError) else repr(error)
             raise ItemFailed(f"{item.index}:{step}", f"deal {item.deal_id}: {what}") from None
-        self.counts[str(result["outcome"])] += 1
+        self.counts[result.outcome] += 1
 
     def read(self, item: DealItem) -> Deal | Literal["gone"] | None:
         """The deal from the CRM when the payload lacks its names; ``gone`` on a 404."""
@@ -183,16 +227,16 @@ class Registrar:
             return "gone"
 
     def apply(
-        self, event: Mapping[str, Any], item: DealItem, deal: Deal | Literal["gone"] | None
-    ) -> dict[str, Any]:
+        self, event: Event, item: DealItem, deal: Deal | Literal["gone"] | None
+    ) -> ItemResult:
         """Open or close the deal's watch as its stage says; the result is kept with the key."""
-        received_at: datetime = event["received_at"]
+        received_at = event.received_at
         if item.stage is None and item.kind == "update":
-            return {"deal": item.deal_id, "outcome": "ignored_no_stage"}
+            return ItemResult(item.deal_id, "ignored_no_stage")
         if events.supersedes(
-            self.conn, deal_id=item.deal_id, event_id=int(event["id"]), received_at=received_at
+            self.conn, deal_id=item.deal_id, event_id=event.id, received_at=received_at
         ):
-            return {"deal": item.deal_id, "outcome": "superseded"}
+            return ItemResult(item.deal_id, "superseded")
         if item.kind == "delete" or deal == "gone":
             return self.close(item.deal_id, Close("subject_gone"), received_at)
         # Read from the CRM: its current stage is the truth, whatever this older payload says.
@@ -201,39 +245,28 @@ class Registrar:
         if isinstance(decision, Close):
             return self.close(item.deal_id, decision, received_at)
         latest = latest_watch_of(self.conn, item.deal_id)
-        closed_at = latest["closed_at"] if latest is not None else None
+        closed_at = latest.closed_at if latest is not None else None
         if closed_at is not None and closed_at > received_at:
             # A later event (or run) closed the deal's watch: this older event is stale.
-            return {"deal": item.deal_id, "outcome": "superseded"}
+            return ItemResult(item.deal_id, "superseded")
         known = deal if isinstance(deal, Deal) else None
-        subject = Subject(
-            subject_id=item.deal_id,
-            name=known.name if known else str(item.name),
-            stage=str(stage),
-            account_name=known.account_name if known else item.account_name,
-            assigned_user_id=known.assigned_user_id if known else item.assigned_user_id,
-            assigned_user_name=known.assigned_user_name if known else item.assigned_user_name,
-            crm_url=self.settings.crm_deal_url(item.deal_id),
-        )
         watch_id = open_watch(
             self.conn,
-            subject=subject,
+            subject=subject_for(item, known, self.settings.crm_deal_url(item.deal_id)),
             plan=self.plan,
             registered_at=received_at,
             registered_by="webhook",
-            source_event_id=int(event["id"]),
+            source_event_id=event.id,
         )
         outcome = "registered" if watch_id is not None else "already_open"
-        return {"deal": item.deal_id, "outcome": outcome, "watch_id": watch_id}
+        return ItemResult(item.deal_id, outcome, watch_id)
 
-    def close(self, deal_id: str, decision: Close, received_at: datetime) -> dict[str, Any]:
+    def close(self, deal_id: str, decision: Close, received_at: datetime) -> ItemResult:
         """Close the deal's open watch for ``decision.reason`` (unless it opened later)."""
         watch = open_watch_of(self.conn, deal_id)
         if watch is None:
-            return {"deal": deal_id, "outcome": "nothing_to_close"}
-        if watch["registered_at"] > received_at:  # opened after this event: the event is stale
-            return {"deal": deal_id, "outcome": "superseded", "watch_id": watch["id"]}
-        close_watch(
-            self.conn, watch_id=int(watch["id"]), reason=decision.reason, closed_at=received_at
-        )
-        return {"deal": deal_id, "outcome": f"closed_{decision.reason}", "watch_id": watch["id"]}
+            return ItemResult(deal_id, "nothing_to_close")
+        if watch.registered_at > received_at:  # opened after this event: the event is stale
+            return ItemResult(deal_id, "superseded", watch.id)
+        close_watch(self.conn, watch_id=watch.id, reason=decision.reason, closed_at=received_at)
+        return ItemResult(deal_id, f"closed_{decision.reason}", watch.id)

@@ -41,13 +41,14 @@ def build_defs(settings: Settings) -> dg.Definitions:
         ids = [n.event_id for n in names if n.kind == "event"]
         keys = [n.value for n in names if n.kind == "action"]
         with postgres.connection() as conn:
-            requeued, refused = requeue_events(conn, ids)
+            with conn.transaction():
+                requeued, refused = requeue_events(conn, ids)
             for event_id, why in refused.items():
                 context.log.warning("event:%s not replayed: %s", event_id, why)
             counts: RunCounts = dict(
                 Registrar(conn, espocrm.get_client(), settings).run(ids=requeued)
             )
-        with postgres.connection() as conn:
+        with postgres.connection() as conn, conn.transaction():
             replayed, refused_actions = replay_actions(conn, keys)
         for key, why in refused_actions.items():
             context.log.warning("action:%s not replayed: %s", key, why)

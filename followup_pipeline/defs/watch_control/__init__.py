@@ -7,8 +7,8 @@ import dagster as dg
 from followup_pipeline.defs.common import RunCounts, outcome_output
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watch_control import WatchControlError, pause_watch, resume_watch
-from followup_pipeline.store.watches import load_calendar
 
 
 class WatchControlConfig(dg.Config):
@@ -29,7 +29,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
         clock: ClockResource,
     ) -> dg.Output[RunCounts]:
         """Pause or resume the watch; an unknown or closed watch fails the run with the reason."""
-        with postgres.connection() as conn:
+        with postgres.connection() as conn, conn.transaction():
             try:
                 if config.action == "pause":
                     pause_watch(conn, watch_id=config.watch_id, now=clock.now())

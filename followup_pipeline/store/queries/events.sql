@@ -133,19 +133,6 @@ SELECT
     (SELECT extract(epoch FROM now() - min(received_at)) FROM events WHERE status = 'pending')
         AS oldest_pending_s;
 
--- name: actions_failed
--- Dead actions: failed with no attempt left since the last replay, oldest change first.
-SELECT idempotency_key, kind, watch_id, step_no, due_at, attempts, last_error, updated_at
-FROM actions
-WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
-ORDER BY updated_at, id;
-
--- name: action_replay
--- Give a dead action a fresh budget of attempts; the next evaluate run carries it out.
-UPDATE actions SET replayed_attempts = attempts, updated_at = now()
-WHERE idempotency_key = %(key)s AND outcome = 'failed'
-RETURNING id;
-
 -- name: database_ping
 -- The health check: the database answers.
 SELECT 1 AS ok;

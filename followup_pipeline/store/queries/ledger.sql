@@ -45,3 +45,19 @@ ON CONFLICT (idempotency_key) DO UPDATE
     SET outcome = 'suppressed', reason = EXCLUDED.reason, updated_at = now()
     WHERE actions.outcome NOT IN ('accepted', 'confirmed')
 RETURNING id;
+
+-- name: actions_of_watch
+-- The task actions of a watch, by step.
+SELECT * FROM actions WHERE watch_id = %(watch_id)s AND kind = 'task' ORDER BY step_no;
+
+-- name: actions_failed
+-- Dead actions: failed with no attempt left since the last replay, oldest change first.
+SELECT * FROM actions
+WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
+ORDER BY updated_at, id;
+
+-- name: action_replay
+-- Give a dead action a fresh budget of attempts; the next evaluate run carries it out.
+UPDATE actions SET replayed_attempts = attempts, updated_at = now()
+WHERE idempotency_key = %(key)s AND outcome = 'failed'
+RETURNING id;

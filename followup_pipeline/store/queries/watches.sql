@@ -12,11 +12,6 @@ INSERT INTO watches (
 ON CONFLICT (subject_type, subject_id) WHERE closed_at IS NULL DO NOTHING
 RETURNING id;
 
--- name: insert_step
--- One planned step of a watch.
-INSERT INTO watch_steps (watch_id, step_no, offset_days, due_on)
-VALUES (%(watch_id)s, %(step_no)s, %(offset_days)s, %(due_on)s);
-
 -- name: open_watch_of_subject
 -- The open watch of a deal, if any.
 SELECT * FROM watches
@@ -29,12 +24,83 @@ WHERE subject_type = %(subject_type)s AND subject_id = %(subject_id)s
 ORDER BY registered_at DESC, id DESC
 LIMIT 1;
 
+-- name: watch_by_id
+-- One watch.
+SELECT * FROM watches WHERE id = %(watch_id)s;
+
+-- name: open_watches
+-- Every open watch, oldest first.
+SELECT * FROM watches WHERE closed_at IS NULL ORDER BY registered_at, id;
+
+-- name: count_open_watches
+-- How many watches are open.
+SELECT count(*) AS n FROM watches WHERE closed_at IS NULL;
+
 -- name: close_watch
 -- Close an open watch with its reason; a closed watch stays as it was.
 UPDATE watches SET closed_at = %(closed_at)s, closed_reason = %(reason)s
 WHERE id = %(watch_id)s AND closed_at IS NULL
 RETURNING id;
 
--- name: steps_of_watch
--- Every step of a watch, in order.
-SELECT * FROM watch_steps WHERE watch_id = %(watch_id)s ORDER BY step_no;
+-- name: mark_reset
+-- Remember when a watch's cadence was last reset by activity.
+UPDATE watches SET last_reset_at = %(reset_at)s WHERE id = %(watch_id)s;
+
+-- name: set_paused
+-- Pause (an instant) or resume (NULL) an open watch.
+UPDATE watches SET paused_at = %(paused_at)s WHERE id = %(watch_id)s AND closed_at IS NULL
+RETURNING id;
+
+-- name: set_watch_error
+-- Remember (or clear, with NULL) the CRM error that holds a watch's due step back.
+UPDATE watches SET last_error = %(error)s, last_error_at = %(at)s WHERE id = %(watch_id)s;
+
+-- name: refresh_subject
+-- Copy the CRM's current names onto a watch and clear the error that held it back.
+UPDATE watches
+SET subject_name = %(name)s, account_name = %(account_name)s,
+    assigned_user_id = %(assigned_user_id)s, assigned_user_name = %(assigned_user_name)s,
+    stage = %(stage)s, last_error = NULL, last_error_at = NULL
+WHERE id = %(watch_id)s;
+
+-- name: list_watches
+-- Watches for the operator: open ones, or all, newest first.
+SELECT w.*, (
+    SELECT min(s.due_on) FROM watch_steps s
+    WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
+) AS next_due_on
+FROM watches w
+WHERE %(all)s OR w.closed_at IS NULL
+ORDER BY w.registered_at DESC, w.id DESC
+LIMIT %(limit)s;
+
+-- name: due_watches
+-- Open watches with a step neither fired nor skipped that is due by the local date of %(now)s
+-- in the watch's own time zone, oldest first: the only watches the due-step pass visits.
+SELECT w.* FROM watches w
+WHERE w.closed_at IS NULL
+  AND EXISTS (
+      SELECT 1 FROM watch_steps s
+      WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
+        AND s.due_on <= (%(now)s::timestamptz AT TIME ZONE w.time_zone)::date
+  )
+ORDER BY w.registered_at, w.id;
+
+-- name: quiet_watches
+-- Open watches that may be exhausted: every step is fired or skipped, the last one fired, and at
+-- least %(min_days)s calendar days (local) passed since it fired and since the last reset. The
+-- caller counts the business days; a business day is never more than a calendar day.
+SELECT w.* FROM watches w
+JOIN LATERAL (
+    SELECT s.fired_at FROM watch_steps s WHERE s.watch_id = w.id ORDER BY s.step_no DESC LIMIT 1
+) last ON true
+WHERE w.closed_at IS NULL
+  AND last.fired_at IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM watch_steps s
+      WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
+  )
+  AND (%(now)s::timestamptz AT TIME ZONE w.time_zone)::date
+      - (greatest(last.fired_at, w.last_reset_at) AT TIME ZONE w.time_zone)::date
+      >= %(min_days)s
+ORDER BY w.registered_at, w.id;

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from followup_pipeline.definitions import build_definitions
-from followup_pipeline.defs import enrich, evaluate, report
+from followup_pipeline.cli import main
+from followup_pipeline.defs import build_definitions, enrich, evaluate, report
 from followup_pipeline.defs.common import OUTCOME_TAG
 
 from .conftest import MONDAY, Machine
@@ -57,16 +57,20 @@ def test_build_new_watches_follow_the_named_cadence_row(
     assert [s["offset_days"] for s in machine.steps(deal)] == [2, 4]
 
 
-def test_build_configured_cadence_defines_its_row(
-    machine: Machine, db: psycopg.Connection[Any]
+def test_build_configured_cadence_is_written_at_start_and_plans_watches(
+    machine: Machine, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    machine.settings.update(cadence_name="brisk", cadence=[3, 6])
-    deal = machine.deal()
-    machine.evaluate(MONDAY)
-    assert [s["offset_days"] for s in machine.steps(deal)] == [3, 6]
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
+    monkeypatch.setenv("FOLLOWUP_CADENCE_NAME", "brisk")
+    monkeypatch.setenv("FOLLOWUP_CADENCE", "3,6")
+    assert main(["migrate"]) == 0  # what followup dev does at every start
     assert db.execute("SELECT offsets FROM cadences WHERE name = 'brisk'").fetchone() == {
         "offsets": [3, 6]
     }
+    machine.settings.update(cadence_name="brisk", cadence=[9, 10])  # a run never writes the row
+    deal = machine.deal()
+    machine.evaluate(MONDAY)
+    assert [s["offset_days"] for s in machine.steps(deal)] == [3, 6]
 
 
 def test_build_unknown_cadence_fails_the_run_naming_the_setting(machine: Machine) -> None:

@@ -74,9 +74,10 @@ def add_event(db: psycopg.Connection[Any]) -> EventFactory:
     """``add_event(items, event=...)``: store an EspoCRM delivery; return its event id."""
 
     def add(items: list[dict[str, Any]], event: str = "Opportunity.fieldUpdate.stage") -> int:
-        stored = store_delivery(
-            db, source="espocrm", event_type=event, body=php_json(items), headers={}
-        )
+        with db.transaction():
+            stored = store_delivery(
+                db, source="espocrm", event_type=event, body=php_json(items), headers={}
+            )
         return stored.event_id
 
     return add

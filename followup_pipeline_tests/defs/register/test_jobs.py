@@ -9,7 +9,7 @@ import dagster as dg
 import psycopg
 import pytest
 
-from followup_pipeline.definitions import build_definitions
+from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.common import OUTCOME_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource

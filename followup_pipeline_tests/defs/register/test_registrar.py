@@ -241,12 +241,13 @@ def test_registrar_a_claim_holds_no_lock_and_a_dead_run_frees_it(
 
     event_id = add_event([{"id": "d1", "name": "Offer", "stage": "Proposal"}], "Opportunity.create")
     [claimed] = claim(db, limit=10, lease=timedelta(minutes=15), run="a-run-that-dies")
-    assert claimed["id"] == event_id
+    assert claimed.id == event_id
     # A redelivery while the claim stands is counted at once: no row lock to wait for.
-    body = bytes(claimed["body"])
-    again = store_delivery(
-        db, source="espocrm", event_type="Opportunity.create", body=body, headers={}
-    )
+    body = bytes(claimed.body)
+    with db.transaction():
+        again = store_delivery(
+            db, source="espocrm", event_type="Opportunity.create", body=body, headers={}
+        )
     assert again.duplicate
     assert _run(db, crm, settings) == {}  # leased: nobody else takes it
     db.execute("UPDATE events SET claimed_until = now() - interval '1 second'")  # the lease ran out

@@ -1,9 +1,9 @@
-"""Delivery bodies: what the ingress accepts as parseable, and EspoCRM's items normalised.
+"""EspoCRM's webhook bodies, normalised into items: the one parser of a delivery's body.
 
 EspoCRM sends a JSON array of up to 50 items (PHP ``json_encode``): ``create`` items carry every
 attribute, ``update`` the changed ones plus ``id``, ``fieldUpdate.stage`` only ``id`` and
-``stage``, ``delete`` at least ``id``. Standard Webhooks bodies are JSON objects whose ``type``
-names the event.
+``stage``, ``delete`` at least ``id``. The ingress calls it to refuse (dead-letter) a body that is
+not what EspoCRM sends; ``register`` calls it to do the items.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
-
-from followup_pipeline.store.events import HANDLED_SOURCES, StoredStatus
 
 ItemKind = Literal["create", "update", "stage", "delete"]
 KINDS: dict[str, ItemKind] = {
@@ -25,15 +23,6 @@ KINDS: dict[str, ItemKind] = {
 
 class UnparseableBody(ValueError):
     """A signed body we cannot read; the message is the reason kept with the dead letter."""
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """How a verified delivery is stored: its event type, status, and the parse error if any."""
-
-    event_type: str | None
-    status: StoredStatus
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +39,8 @@ class DealItem:
     assigned_user_name: str | None
 
 
-def _json(body: bytes) -> Any:
+def json_body(body: bytes) -> Any:
+    """The body as JSON; ``UnparseableBody`` with the reason if it is not."""
     try:
         return json.loads(body)
     except (UnicodeDecodeError, ValueError) as error:
@@ -67,7 +57,7 @@ def espocrm_items(event_type: str | None, body: bytes) -> list[DealItem]:
     kind = KINDS.get(event_type or "")
     if kind is None:
         raise UnparseableBody(f"unknown EspoCRM event {event_type!r}")
-    raw = _json(body)
+    raw = json_body(body)
     if not isinstance(raw, list):
         raise UnparseableBody("EspoCRM bodies are JSON arrays")
     items = []
@@ -90,20 +80,3 @@ def espocrm_items(event_type: str | None, body: bytes) -> list[DealItem]:
             )
         )
     return items
-
-
-def parse_delivery(source: str, event_type: str | None, body: bytes) -> Parsed:
-    """Check a verified body; an unparseable one is stored as a dead letter with its reason."""
-    try:
-        if source == "espocrm":
-            espocrm_items(event_type, body)
-        else:
-            raw = _json(body)
-            if not isinstance(raw, dict):
-                raise UnparseableBody("Standard Webhooks bodies are JSON objects")
-            kind = raw.get("type")
-            # Postgres text holds no NUL; the raw body (bytea) keeps the type exactly.
-            event_type = kind.replace("\x00", "")[:200] if isinstance(kind, str) else None
-    except UnparseableBody as error:
-        return Parsed(event_type, "dead", str(error))
-    return Parsed(event_type, "pending" if source in HANDLED_SOURCES else "unhandled")

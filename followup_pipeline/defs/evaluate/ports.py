@@ -1,0 +1,97 @@
+"""What ``evaluate``'s workers need from the outside, named as Protocols: the database, the CRM
+and the task board. The real ones are ``PostgresResource`` and the vendor clients; a test may
+hand in anything that answers the same way."""
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+
+from followup_pipeline.integrations.clickup import Task
+from followup_pipeline.integrations.espocrm_models import (
+    Call,
+    Deal,
+    DealListing,
+    Email,
+    Listing,
+    Meeting,
+)
+
+
+class Log(Protocol):
+    """Dagster's op log or a plain ``logging.Logger``."""
+
+    def info(self, msg: str, *args: object) -> None:
+        """Log at info level."""
+        ...
+
+    def warning(self, msg: str, *args: object) -> None:
+        """Log at warning level."""
+        ...
+
+
+class Database(Protocol):
+    """Pooled connections that commit on success and roll back on error."""
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection for one unit of work."""
+        ...
+
+
+class DealSource(Protocol):
+    """The CRM, read only: deals and their activity."""
+
+    def stage_options(self) -> list[str]:
+        """The stage names the CRM allows."""
+        ...
+
+    def list_deals(self, *, stages: Sequence[str]) -> DealListing:
+        """Every deal in one of ``stages``; records that broke schema are in ``invalid``."""
+        ...
+
+    def get_deal(self, *, deal_id: str) -> Deal:
+        """One deal; ``NotFoundError`` if it is gone."""
+        ...
+
+    def list_emails(self, *, deal_id: str, since: datetime | None = None) -> Listing[Email]:
+        """A deal's e-mails, sent after ``since`` if given."""
+        ...
+
+    def list_calls(self, *, deal_id: str) -> Listing[Call]:
+        """A deal's calls."""
+        ...
+
+    def list_meetings(self, *, deal_id: str) -> Listing[Meeting]:
+        """A deal's meetings."""
+        ...
+
+
+class TaskBoard(Protocol):
+    """Where follow-up tasks are created, found by their key, and closed."""
+
+    def find_tasks_by_key(self, *, idempotency_key: str) -> list[Task]:
+        """The tasks, closed included, that carry ``idempotency_key``."""
+        ...
+
+    def create_task(
+        self,
+        *,
+        name: str,
+        markdown: str,
+        due_date: datetime | None,
+        assignees: Sequence[int],
+        idempotency_key: str,
+        tags: Sequence[str] = (),
+    ) -> Task:
+        """Create a task carrying ``idempotency_key`` (one POST, never retried)."""
+        ...
+
+    def get_task(self, *, task_id: str) -> Task:
+        """One task; ``NotFoundError`` if it is gone."""
+        ...
+
+    def close_task(self, *, task_id: str, comment: str, closed_status: str | None = None) -> Task:
+        """Close a task with the list's closed status and a comment saying why."""
+        ...

@@ -1,0 +1,298 @@
+"""The ledger side of ``evaluate``: create, settle, suppress and close tasks in ClickUp.
+
+Every task is an action keyed ``task:{watch}:{step}``. The row says ``attempted`` (committed)
+before ClickUp is called; ClickUp is searched for the key before any create; a step is marked
+fired only in the transaction that records its task. A row left ``attempted``, ``unknown`` or
+``accepted`` is settled by asking ClickUp before the step is skipped for any reason, so a task
+that was created is never forgotten (ARCHITECTURE.md §4).
+"""
+
+from datetime import date, datetime, time
+from typing import Literal
+
+from followup_pipeline.defs.evaluate.ports import Database, Log, TaskBoard
+from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.domain.decisions import CloseReason
+from followup_pipeline.domain.localtime import local_to_utc
+from followup_pipeline.domain.tasks import assignees_for, close_comment, render_task
+from followup_pipeline.integrations.errors import IntegrationError, NotFoundError, TransientError
+from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import ledger, steps, watches
+from followup_pipeline.store.enrichments import latest_summary
+from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOutcome, SuppressReason
+from followup_pipeline.store.steps import TaskToClose
+from followup_pipeline.store.watches import Watch
+
+DRY_RUN_REF = "dry-run"
+RATE_LIMITED = 429
+#: What settling a step found: no task, a task (the step is fired now), or ClickUp could not tell.
+Resolution = Literal["nothing", "fired", "unreadable"]
+
+
+def task_key(watch_id: int, step_no: int) -> str:
+    """The idempotency key of a step's task."""
+    return f"task:{watch_id}:{step_no}"
+
+
+class TaskLedger:
+    """Tasks of steps through the action ledger, for one run at one instant.
+
+    Its counts and problems gather in ``tally``. After ClickUp answers a write with 429 it makes
+    no more writes in this run (the minute's window is spent; the next run goes on).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        board: TaskBoard,
+        settings: Settings,
+        *,
+        now: datetime,
+        run_id: str | None,
+        log: Log,
+    ) -> None:
+        self.db = db
+        self.board = board
+        self.settings = settings
+        self.now = now
+        self.run_id = run_id
+        self.tally = Tally(log)
+        self.rate_limited = False
+
+    def spec(self, watch: Watch, step_no: int, due_on: date) -> ActionSpec:
+        """The ledger's description of a step's task."""
+        return ActionSpec(
+            key=task_key(watch.id, step_no),
+            kind="task",
+            due_at=local_to_utc(due_on, time(self.settings.business_hours_start), watch.time_zone),
+            time_zone=watch.time_zone,
+            watch_id=watch.id,
+            step_no=step_no,
+            payload={"subject_id": watch.subject_id, "due_on": due_on.isoformat()},
+        )
+
+    def settle(self, watch: Watch, step_no: int) -> Resolution:
+        """Settle a step whose task may exist: a row that may have reached ClickUp asks it first.
+
+        ``fired`` when the task exists (the step is now marked fired with it), ``nothing`` when no
+        task exists, ``unreadable`` when ClickUp could not tell (the step must wait).
+        """
+        key = task_key(watch.id, step_no)
+        with self.db.connection() as conn:
+            action = ledger.action_by_key(conn, key)
+        if action is None or action.outcome not in ledger.MAYBE_DONE:
+            return "nothing"
+        attempt = Attempt(action_id=action.id, attempt_no=action.attempts)
+        task_id = action.provider_ref if action.outcome == "accepted" else None
+        if task_id is None:
+            try:
+                found = self.board.find_tasks_by_key(idempotency_key=key)
+            except IntegrationError as error:
+                self.tally.problem(f"{key}: ClickUp unreadable, the step waits: {error}")
+                return "unreadable"
+            if not found:
+                return "nothing"
+            task_id = found[0].id
+        self._record_fired(attempt, watch.id, step_no, task_id, "confirmed")
+        self.tally.count("resolved_existing")
+        return "fired"
+
+    def skip(self, watch: Watch, step_no: int, due_on: date, reason: SuppressReason) -> Resolution:
+        """Skip an open step for ``reason`` and suppress its action, unless its task exists."""
+        resolution = self.settle(watch, step_no)
+        if resolution != "nothing":
+            return resolution
+        with self.db.connection() as conn, conn.transaction():
+            skipped = steps.skip_step(
+                conn, watch_id=watch.id, step_no=step_no, reason=reason, at=self.now
+            )
+            if skipped:
+                ledger.suppress(conn, self.spec(watch, step_no, due_on), reason=reason)
+        if skipped:
+            self.tally.count(f"skipped_{reason}")
+        return "nothing"
+
+    def close_watch(self, watch: Watch, reason: CloseReason) -> bool:
+        """Close a watch; its open steps are skipped as ``deal_closed`` (a task that exists is
+        kept as fired, so that it is closed in ClickUp with the watch). False if it was closed."""
+        with self.db.connection() as conn, conn.transaction():
+            closed = watches.close_watch(conn, watch_id=watch.id, reason=reason, closed_at=self.now)
+            rows = steps.steps_of(conn, watch.id)
+        if not closed:
+            return False
+        self.tally.count(f"closed_{reason}")
+        for step in rows:
+            if step.open:
+                self.skip(watch, step.step_no, step.due_on, "deal_closed")
+        return True
+
+    def create_task(self, watch: Watch, deal: Deal, step_no: int, due_on: date, total: int) -> None:
+        """Create the step's task through the ledger, searching ClickUp for its key first."""
+        spec = self.spec(watch, step_no, due_on)
+        if self._waits(spec.key):
+            return
+        if self.settings.dry_run:
+            with self.db.connection() as conn, conn.transaction():
+                steps.fire_step(
+                    conn, watch_id=watch.id, step_no=step_no, task_ref=DRY_RUN_REF, at=self.now
+                )
+                ledger.suppress(conn, spec, reason="dry_run")
+            self.tally.count("fired_dry_run")
+            return
+        if self.rate_limited:
+            self.tally.count("waiting_on_clickup_rate_limit")
+            return
+        attempt = self._begin(spec)
+        if attempt is None:
+            return  # it reached ClickUp before; settling has marked the step
+        outcome: FinalOutcome = "confirmed"
+        try:
+            found = self.board.find_tasks_by_key(idempotency_key=spec.key)
+            if found:
+                task_id = found[0].id
+                self.tally.count("found_existing")
+            else:
+                task_id = self._post(spec, watch, deal, step_no, due_on, total)
+                outcome = "accepted"
+        except IntegrationError as error:
+            self._failed(attempt, spec.key, error)
+            return
+        self._record_fired(attempt, watch.id, step_no, task_id, outcome)
+        self.tally.count("fired")
+        if outcome == "accepted":
+            self._confirm(attempt, task_id)
+
+    def _post(
+        self, spec: ActionSpec, watch: Watch, deal: Deal, step_no: int, due_on: date, total: int
+    ) -> str:
+        with self.db.connection() as conn:
+            summary = latest_summary(conn, watch.subject_id)
+        content = render_task(
+            deal_name=deal.name,
+            account_name=deal.account_name,
+            crm_url=self.settings.crm_deal_url(deal.id),
+            step_no=step_no,
+            step_count=total,
+            due_on=due_on,
+            summary=summary,
+        )
+        task = self.board.create_task(
+            name=content.name,
+            markdown=content.markdown,
+            due_date=spec.due_at,
+            assignees=assignees_for(
+                deal.assigned_user_id,
+                self.settings.clickup_user_map,
+                self.settings.clickup_default_assignee,
+            ),
+            idempotency_key=spec.key,
+        )
+        return task.id
+
+    def close_tasks_of_closed_watches(self) -> None:
+        """Close, with a comment saying why, the ClickUp tasks of watches that closed."""
+        if not self.settings.clickup_close_on_watch_close:
+            return
+        with self.db.connection() as conn:
+            rows = steps.tasks_to_close(conn)
+        for row in rows:
+            self._close_task(row)
+
+    def _close_task(self, row: TaskToClose) -> None:
+        spec = ActionSpec(
+            key=f"close_task:{row.watch_id}:{row.step_no}",
+            kind="close_task",
+            due_at=row.closed_at,
+            time_zone=row.time_zone,
+            watch_id=row.watch_id,
+            step_no=row.step_no,
+            payload={"task_id": row.task_ref, "reason": row.closed_reason},
+        )
+        if self._waits(spec.key):
+            return
+        if self.settings.dry_run:
+            with self.db.connection() as conn:
+                ledger.suppress(conn, spec, reason="dry_run")
+            return
+        if self.rate_limited:
+            return
+        attempt = self._begin(spec)
+        if attempt is None:
+            return
+        note = None
+        try:
+            self.board.close_task(task_id=row.task_ref, comment=close_comment(row.closed_reason))
+        except NotFoundError:
+            # Someone deleted the task: what closing it wanted is already true.
+            note = "the task no longer exists in ClickUp"
+        except IntegrationError as error:
+            self._failed(attempt, spec.key, error)
+            return
+        self._finish(attempt, "confirmed", provider_ref=row.task_ref, error=note)
+        self.tally.count("tasks_closed")
+
+    def _waits(self, key: str) -> bool:
+        """Whether the action of ``key`` waits as a dead letter (counted, and left alone)."""
+        with self.db.connection() as conn:
+            action: Action | None = ledger.action_by_key(conn, key)
+        limit = self.settings.action_max_attempts
+        if action is None or not action.is_dead(max_attempts=limit):
+            return False
+        self.tally.count("dead_letters")
+        self.tally.log.warning(
+            "%s failed %s times and waits as a dead letter: followup dead-letters replay action:%s",
+            key,
+            limit,
+            key,
+        )
+        return True
+
+    def _begin(self, spec: ActionSpec) -> Attempt | None:
+        with self.db.connection() as conn, conn.transaction():
+            return ledger.begin_attempt(conn, spec, started_at=self.now, run_id=self.run_id)
+
+    def _finish(
+        self,
+        attempt: Attempt,
+        outcome: FinalOutcome,
+        *,
+        provider_ref: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self.db.connection() as conn, conn.transaction():
+            ledger.finish_attempt(
+                conn,
+                attempt,
+                outcome=outcome,
+                finished_at=self.now,
+                provider_ref=provider_ref,
+                error=error,
+            )
+
+    def _record_fired(
+        self, attempt: Attempt, watch_id: int, step_no: int, task_id: str, outcome: FinalOutcome
+    ) -> None:
+        """The attempt's outcome and the step marked fired with its task, in one transaction."""
+        with self.db.connection() as conn, conn.transaction():
+            ledger.finish_attempt(
+                conn, attempt, outcome=outcome, finished_at=self.now, provider_ref=task_id
+            )
+            steps.fire_step(conn, watch_id=watch_id, step_no=step_no, task_ref=task_id, at=self.now)
+
+    def _failed(self, attempt: Attempt, key: str, error: IntegrationError) -> None:
+        ambiguous = isinstance(error, TransientError) and error.ambiguous
+        self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))
+        self.tally.count("failed")
+        if isinstance(error, TransientError) and error.status == RATE_LIMITED:
+            self.rate_limited = True
+        self.tally.problem(f"{key}: ClickUp failed, the step stays due: {error}")
+
+    def _confirm(self, attempt: Attempt, task_id: str) -> None:
+        """Read the task back; ``confirmed`` if ClickUp shows it, else it stays ``accepted``."""
+        try:
+            self.board.get_task(task_id=task_id)
+        except IntegrationError as error:
+            self.tally.log.info("task %s not read back yet: %s", task_id, error)
+            return
+        self._finish(attempt, "confirmed", provider_ref=task_id)

@@ -1,0 +1,61 @@
+"""Cadences (``cadences``): named lists of business-day offsets, and how new watches are planned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.settings import ConfigError
+from followup_pipeline.store.queries import query
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a new watch is planned: its cadence, the zone of its dates, the calendar."""
+
+    cadence_name: str
+    offsets: tuple[int, ...]
+    time_zone: str
+    calendar: BusinessCalendar
+
+
+class UnknownCadence(ConfigError):
+    """The configured cadence name has no row in ``cadences``."""
+
+
+def define_cadence(
+    conn: psycopg.Connection[Any], *, name: str, configured: tuple[int, ...] | None
+) -> tuple[int, ...]:
+    """Write the configured offsets (``FOLLOWUP_CADENCE``, when set) into the row ``name``, then
+    return the row's offsets; ``UnknownCadence`` when there is no such row.
+
+    Called once at start (``followup migrate``, ``followup dev``), never by a run: the row is the
+    one truth the runs read, and a shell with other settings cannot rewrite it in passing.
+    """
+    if configured is not None:
+        conn.execute(query("upsert_cadence"), {"name": name, "offsets": list(configured)})
+    return cadence_offsets(conn, name)
+
+
+def load_plan(
+    conn: psycopg.Connection[Any], *, cadence_name: str, time_zone: str, calendar: BusinessCalendar
+) -> Plan:
+    """How new watches are planned now: the offsets of the cadence row ``cadence_name``.
+
+    A plan is fixed when made: a changed row applies to plans made after the change.
+    """
+    return Plan(cadence_name, cadence_offsets(conn, cadence_name), time_zone, calendar)
+
+
+def cadence_offsets(conn: psycopg.Connection[Any], name: str) -> tuple[int, ...]:
+    """The offsets of the cadence ``name``; ``UnknownCadence`` when there is no such row."""
+    row = conn.execute(query("cadence_offsets"), {"name": name}).fetchone()
+    if row is None:
+        raise UnknownCadence(
+            f"FOLLOWUP_CADENCE_NAME: no cadence named {name!r} in the table cadences; "
+            "add the row, or set FOLLOWUP_CADENCE to define it (followup migrate writes it)"
+        )
+    return tuple(row["offsets"])
