@@ -28,9 +28,7 @@ def test_readme_layout_names_every_folder_and_module(repo_root: Path) -> None:
             if f"{path.name}/" not in layout:
                 missing.append(f"{relative}/")
         elif (
-            path.suffix == ".py"
-            and not SUMMED_UP & set(relative.parts)
-            and path.name not in layout
+            path.suffix == ".py" and not SUMMED_UP & set(relative.parts) and path.name not in layout
         ):
             missing.append(str(relative))
     assert missing == []
