@@ -29,7 +29,6 @@ from followup_pipeline.defs.evaluate.reconcile import Reconciler
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.cadences import load_plan
 from followup_pipeline.store.holidays import load_calendar
 
 DEALS = 100
@@ -45,18 +44,12 @@ def _work(resources: dict[str, Any], settings: Settings, now: str) -> None:
     log = logging.getLogger("benchmark")
     db = resources["postgres"]
     crm = resources["espocrm"].get_client()
-    with db.connection() as conn, conn.transaction():
+    with db.connection() as conn:
         calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
-        plan = load_plan(
-            conn,
-            cadence_name=settings.cadence_name,
-            time_zone=settings.timezone,
-            calendar=calendar,
-        )
     tasks = TaskLedger(
         db, resources["clickup"].get_client(), settings, now=at, run_id=None, log=log
     )
-    tally = Reconciler(db, crm, tasks, settings, plan=plan, now=at, log=log).run()
+    tally = Reconciler(db, crm, tasks, settings, calendar=calendar, now=at, log=log).run()
     resets = CadenceResetter(db, crm, calendar, now=at, log=log).run()
     due = DueSteps(db, crm, tasks, settings, calendar=calendar, now=at, log=log)
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))

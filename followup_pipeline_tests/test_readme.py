@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import followup_pipeline
@@ -32,3 +33,10 @@ def test_readme_layout_names_every_folder_and_module(repo_root: Path) -> None:
         ):
             missing.append(str(relative))
     assert missing == []
+
+
+def test_readme_layout_names_no_module_that_is_gone(repo_root: Path) -> None:
+    named = set(re.findall(r"\b([a-z_]+\.py)\b", _layout(repo_root)))
+    present = {path.name for path in PACKAGE.rglob("*.py")}
+    assert named
+    assert sorted(named - present) == []

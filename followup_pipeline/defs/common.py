@@ -4,6 +4,11 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from followup_pipeline.domain.decisions import StagePolicy
+from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.watches import Subject
+
 OUTCOME_TAG = "followup/outcome"
 SINGLETON_TAG = "followup/singleton"
 
@@ -28,3 +33,21 @@ def not_built(context: dg.OpExecutionContext, what: str, **details: Any) -> dg.O
     """The run of a capability that does not exist yet: ``skipped``, reason ``not built``."""
     context.log.warning("%s: %s yet, nothing was done", what, NOT_BUILT)
     return outcome_output(context, "skipped", {"reason": NOT_BUILT, "what": what, **details})
+
+
+def stage_policy(settings: Settings) -> StagePolicy:
+    """The configured watched, won and lost stages."""
+    return StagePolicy(settings.watched_stages, settings.won_stage, settings.lost_stage)
+
+
+def subject_of(deal: Deal, settings: Settings) -> Subject:
+    """What a watch copies from a CRM deal (its names as the CRM has them now)."""
+    return Subject(
+        subject_id=deal.id,
+        name=deal.name,
+        stage=deal.stage,
+        account_name=deal.account_name,
+        assigned_user_id=deal.assigned_user_id,
+        assigned_user_name=deal.assigned_user_name,
+        crm_url=settings.crm_deal_url(deal.id),
+    )

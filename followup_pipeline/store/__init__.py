@@ -4,7 +4,8 @@
   ``events`` (events, step_completions, deal_marks), ``holidays``, ``cadences``, ``enrichments``,
   ``alerts``; ``run_lock`` (an advisory lock), ``dead_letters`` and ``watch_control`` (operations
   over several tables), ``db`` (connections, the pool, errors), ``migrate`` and ``embedded``.
-- Rows come back typed: frozen dataclasses through ``psycopg.rows.class_row``, never dicts.
+- Rows come back typed: frozen dataclasses through ``db.typed_row`` (``class_row`` that ignores
+  columns a later migration added), never dicts.
 
 The transaction rule: **the caller opens the transaction.** A function here takes a connection
 and runs its statements on it; it never commits, rolls back or begins a transaction of its own.

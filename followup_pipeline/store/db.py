@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from collections.abc import Iterator
-from typing import Any, TypedDict
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any, TypedDict, TypeVar
 
 import psycopg
 from psycopg import pq
-from psycopg.rows import RowFactory, dict_row
+from psycopg.rows import BaseRowFactory, RowFactory, RowMaker, dict_row
 from psycopg_pool import ConnectionPool
 
 from followup_pipeline.settings import Settings
@@ -23,6 +24,30 @@ from followup_pipeline.store.embedded import EmbeddedCluster
 SCHEMA = "followup"
 CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10
+
+
+T = TypeVar("T")
+
+
+def typed_row(cls: type[T]) -> BaseRowFactory[T]:
+    """Rows as the frozen dataclass ``cls``: its fields are taken from the columns by name.
+
+    Like psycopg's ``class_row``, except that a column the dataclass does not name is left out,
+    so a migration that adds a column does not break the code that was running before it; a
+    field that no column fills fails loudly.
+    """
+    fields = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+    def factory(cursor: Any) -> RowMaker[T]:
+        columns = [column.name for column in cursor.description or ()]
+        keep = [(index, name) for index, name in enumerate(columns) if name in fields]
+
+        def make(values: Sequence[Any]) -> T:
+            return cls(**{name: values[index] for index, name in keep})
+
+        return make
+
+    return factory
 
 
 class StoreError(RuntimeError):

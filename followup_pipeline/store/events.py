@@ -16,10 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
-from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from followup_pipeline.store.db import require_transaction
+from followup_pipeline.store.db import require_transaction, typed_row
 from followup_pipeline.store.queries import query
 
 #: EspoCRM retries for about 40 minutes; a redelivery within this window is a duplicate.
@@ -163,7 +162,8 @@ def claim(
 ) -> list[Event]:
     """Lease up to ``limit`` due events of the handled sources (not those in ``exclude``, seen
     by this run already), in id order; each claim counts an attempt. Commit the claim at once:
-    it is a lease, not a lock held while the CRM is asked."""
+    it is a lease, not a lock held while the CRM is asked (call inside a transaction)."""
+    require_transaction(conn, "claim")
     params = {
         "sources": list(HANDLED_SOURCES),
         "limit": limit,
@@ -171,7 +171,7 @@ def claim(
         "run": run,
         "exclude": list(exclude),
     }
-    with conn.cursor(row_factory=class_row(Event)) as cur:
+    with conn.cursor(row_factory=typed_row(Event)) as cur:
         rows = cur.execute(query("events_claim"), params).fetchall()
     return sorted(rows, key=lambda event: event.id)
 
@@ -180,8 +180,9 @@ def claim_ids(
     conn: psycopg.Connection[Any], ids: Sequence[int], *, lease: timedelta, run: str
 ) -> list[Event]:
     """Lease the named pending events, due or not (a replay); commit it as ``claim``'s."""
+    require_transaction(conn, "claim_ids")
     params = {"ids": list(ids), "lease": lease, "run": run}
-    with conn.cursor(row_factory=class_row(Event)) as cur:
+    with conn.cursor(row_factory=typed_row(Event)) as cur:
         rows = cur.execute(query("events_claim_ids"), params).fetchall()
     return sorted(rows, key=lambda event: event.id)
 
@@ -189,7 +190,7 @@ def claim_ids(
 def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[DueEvent]:
     """Ids and attempts of the due events, oldest first."""
     params = {"sources": list(HANDLED_SOURCES), "limit": limit}
-    with conn.cursor(row_factory=class_row(DueEvent)) as cur:
+    with conn.cursor(row_factory=typed_row(DueEvent)) as cur:
         return cur.execute(query("events_due"), params).fetchall()
 
 
@@ -223,19 +224,19 @@ def is_complete(conn: psycopg.Connection[Any], key: str) -> bool:
 
 def completions_of(conn: psycopg.Connection[Any], event_id: int) -> list[StepCompletion]:
     """The finished steps of one event, in order."""
-    with conn.cursor(row_factory=class_row(StepCompletion)) as cur:
+    with conn.cursor(row_factory=typed_row(StepCompletion)) as cur:
         return cur.execute(query("step_completions_of_event"), {"event_id": event_id}).fetchall()
 
 
 def event_by_id(conn: psycopg.Connection[Any], event_id: int) -> Event | None:
     """One event, whole."""
-    with conn.cursor(row_factory=class_row(Event)) as cur:
+    with conn.cursor(row_factory=typed_row(Event)) as cur:
         return cur.execute(query("event_by_id"), {"id": event_id}).fetchone()
 
 
 def dead_events(conn: psycopg.Connection[Any]) -> list[DeadEvent]:
     """Dead-lettered events, oldest first."""
-    with conn.cursor(row_factory=class_row(DeadEvent)) as cur:
+    with conn.cursor(row_factory=typed_row(DeadEvent)) as cur:
         return cur.execute(query("events_dead_letters")).fetchall()
 
 

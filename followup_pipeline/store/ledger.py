@@ -13,10 +13,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
-from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from followup_pipeline.store.db import require_transaction
+from followup_pipeline.store.db import require_transaction, typed_row
 from followup_pipeline.store.queries import query
 
 Kind = Literal["task", "close_task", "report", "alert"]
@@ -87,20 +86,20 @@ class Attempt:
 
 def action_by_key(conn: psycopg.Connection[Any], key: str) -> Action | None:
     """The ledger row of ``key``, if any."""
-    with conn.cursor(row_factory=class_row(Action)) as cur:
+    with conn.cursor(row_factory=typed_row(Action)) as cur:
         return cur.execute(query("action_by_key"), {"key": key}).fetchone()
 
 
 def actions_of_watch(conn: psycopg.Connection[Any], watch_id: int) -> dict[int, Action]:
     """The task actions of a watch, keyed by step number."""
-    with conn.cursor(row_factory=class_row(Action)) as cur:
+    with conn.cursor(row_factory=typed_row(Action)) as cur:
         rows = cur.execute(query("actions_of_watch"), {"watch_id": watch_id}).fetchall()
     return {row.step_no: row for row in rows if row.step_no is not None}
 
 
 def dead_actions(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[Action]:
     """Actions that failed ``max_attempts`` times since their last replay, oldest change first."""
-    with conn.cursor(row_factory=class_row(Action)) as cur:
+    with conn.cursor(row_factory=typed_row(Action)) as cur:
         return cur.execute(query("actions_failed"), {"max_attempts": max_attempts}).fetchall()
 
 

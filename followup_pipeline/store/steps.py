@@ -8,11 +8,11 @@ from datetime import date, datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row
 
 from followup_pipeline.domain.cadence import PlannedStep
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.steps import StepState
+from followup_pipeline.store.db import typed_row
 from followup_pipeline.store.queries import query
 
 
@@ -82,7 +82,7 @@ def insert_step(conn: psycopg.Connection[Any], *, watch_id: int, step: PlannedSt
 
 def steps_of(conn: psycopg.Connection[Any], watch_id: int) -> list[Step]:
     """Every step of a watch, in order."""
-    with conn.cursor(row_factory=class_row(Step)) as cur:
+    with conn.cursor(row_factory=typed_row(Step)) as cur:
         return cur.execute(query("steps_of_watch"), {"watch_id": watch_id}).fetchall()
 
 
@@ -111,5 +111,5 @@ def replan_step(
 
 def tasks_to_close(conn: psycopg.Connection[Any]) -> list[TaskToClose]:
     """Fired tasks of closed watches that were not closed in ClickUp yet."""
-    with conn.cursor(row_factory=class_row(TaskToClose)) as cur:
+    with conn.cursor(row_factory=typed_row(TaskToClose)) as cur:
         return cur.execute(query("tasks_to_close")).fetchall()

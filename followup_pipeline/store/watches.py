@@ -10,13 +10,12 @@ from datetime import date, datetime
 from typing import Any, Literal
 
 import psycopg
-from psycopg.rows import class_row
 
 from followup_pipeline.domain.cadence import plan_steps
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.store.cadences import Plan
-from followup_pipeline.store.db import require_transaction
+from followup_pipeline.store.db import require_transaction, typed_row
 from followup_pipeline.store.queries import query
 from followup_pipeline.store.steps import insert_step
 
@@ -78,12 +77,12 @@ class Subject:
 
 
 def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, object]) -> Watch | None:
-    with conn.cursor(row_factory=class_row(Watch)) as cur:
+    with conn.cursor(row_factory=typed_row(Watch)) as cur:
         return cur.execute(query(name), params).fetchone()
 
 
 def _all(conn: psycopg.Connection[Any], name: str, params: dict[str, object]) -> list[Watch]:
-    with conn.cursor(row_factory=class_row(Watch)) as cur:
+    with conn.cursor(row_factory=typed_row(Watch)) as cur:
         return cur.execute(query(name), params).fetchall()
 
 
@@ -218,6 +217,6 @@ def list_watches(
     conn: psycopg.Connection[Any], *, include_closed: bool = False, limit: int = 200
 ) -> list[WatchListing]:
     """Watches for the operator, newest first, with their next due date."""
-    with conn.cursor(row_factory=class_row(WatchListing)) as cur:
+    with conn.cursor(row_factory=typed_row(WatchListing)) as cur:
         params = {"all": include_closed, "limit": limit}
         return cur.execute(query("list_watches"), params).fetchall()

@@ -23,7 +23,6 @@ from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.cadences import load_plan
 from followup_pipeline.store.db import StoreError
 from followup_pipeline.store.holidays import load_calendar
 
@@ -67,15 +66,6 @@ def build_defs(settings: Settings) -> dg.Definitions:
         if not evaluate_lock.held:
             return _skipped(context, evaluate_lock.holder)
         now = clock.now()
-        with postgres.connection() as conn, conn.transaction():
-            plan = load_plan(
-                conn,
-                cadence_name=settings.cadence_name,
-                time_zone=settings.timezone,
-                calendar=load_calendar(
-                    conn, settings.holiday_country, settings.holiday_subdivision
-                ),
-            )
         tasks = TaskLedger(
             postgres,
             clickup.get_client(),
@@ -89,7 +79,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
             espocrm.get_client(),
             tasks,
             settings,
-            plan=plan,
+            calendar=calendar_of(postgres),
             now=now,
             log=context.log,
         )

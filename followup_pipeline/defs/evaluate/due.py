@@ -10,8 +10,8 @@ from collections.abc import Set
 from datetime import datetime
 from typing import Literal
 
+from followup_pipeline.defs.common import stage_policy, subject_of
 from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
-from followup_pipeline.defs.evaluate.reconcile import stage_policy, subject_of
 from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar

@@ -8,34 +8,18 @@ from datetime import datetime
 
 import dagster as dg
 
+from followup_pipeline.defs.common import stage_policy, subject_of
 from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
 from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
-from followup_pipeline.domain.decisions import Close, StagePolicy, decide_for_stage
+from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.decisions import Close, decide_for_stage
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import watches
-from followup_pipeline.store.cadences import Plan
-from followup_pipeline.store.watches import Subject, Watch
-
-
-def subject_of(deal: Deal, settings: Settings) -> Subject:
-    """What a watch copies from a CRM deal."""
-    return Subject(
-        subject_id=deal.id,
-        name=deal.name,
-        stage=deal.stage,
-        account_name=deal.account_name,
-        assigned_user_id=deal.assigned_user_id,
-        assigned_user_name=deal.assigned_user_name,
-        crm_url=settings.crm_deal_url(deal.id),
-    )
-
-
-def stage_policy(settings: Settings) -> StagePolicy:
-    """The configured watched, won and lost stages."""
-    return StagePolicy(settings.watched_stages, settings.won_stage, settings.lost_stage)
+from followup_pipeline.store.cadences import Plan, load_plan
+from followup_pipeline.store.watches import Watch
 
 
 class Reconciler:
@@ -48,7 +32,7 @@ class Reconciler:
         tasks: TaskLedger,
         settings: Settings,
         *,
-        plan: Plan,
+        calendar: BusinessCalendar,
         now: datetime,
         log: Log,
     ) -> None:
@@ -56,7 +40,8 @@ class Reconciler:
         self.crm = crm
         self.tasks = tasks
         self.settings = settings
-        self.plan = plan
+        self.calendar = calendar
+        self._plan: Plan | None = None
         self.now = now
         self.policy = stage_policy(settings)
         self.tally = Tally(log)
@@ -118,9 +103,23 @@ class Reconciler:
             )
         return tally
 
+    def plan(self) -> Plan:
+        """How new watches are planned, read when the first one opens (a missing cadence row
+        fails the openings, not the runs that only follow existing watches)."""
+        if self._plan is None:
+            with self.db.connection() as conn:
+                self._plan = load_plan(
+                    conn,
+                    cadence_name=self.settings.cadence_name,
+                    time_zone=self.settings.timezone,
+                    calendar=self.calendar,
+                )
+        return self._plan
+
     def _open(self, deal: Deal) -> bool | None:
         """Open the deal's watch: True if opened, False if one was open, None if its latest
         watch closed ``exhausted`` (final for that stay)."""
+        plan = self.plan()
         with self.db.connection() as conn, conn.transaction():
             latest = watches.latest_watch_of(conn, deal.id)
             if latest is not None and latest.closed_reason == "exhausted":
@@ -128,7 +127,7 @@ class Reconciler:
             opened = watches.open_watch(
                 conn,
                 subject=subject_of(deal, self.settings),
-                plan=self.plan,
+                plan=plan,
                 registered_at=self.now,
                 registered_by="reconcile",
             )

@@ -27,8 +27,10 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import psycopg
+from psycopg import pq
 
-from followup_pipeline.domain.decisions import Close, StagePolicy, decide_for_stage
+from followup_pipeline.defs.common import stage_policy, subject_of
+from followup_pipeline.domain.decisions import Close, decide_for_stage
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.integrations.espocrm_webhooks import (
@@ -80,19 +82,11 @@ class ItemResult:
         return found
 
 
-def subject_for(item: DealItem, deal: Deal | None, crm_url: str) -> Subject:
+def subject_for(item: DealItem, deal: Deal | None, settings: Settings) -> Subject:
     """What a watch copies: the CRM's record when it was read (its names are current), else the
     webhook item's own attributes."""
     if deal is not None:
-        return Subject(
-            subject_id=item.deal_id,
-            name=deal.name,
-            stage=deal.stage,
-            account_name=deal.account_name,
-            assigned_user_id=deal.assigned_user_id,
-            assigned_user_name=deal.assigned_user_name,
-            crm_url=crm_url,
-        )
+        return subject_of(deal, settings)
     return Subject(
         subject_id=item.deal_id,
         name=str(item.name),
@@ -100,7 +94,7 @@ def subject_for(item: DealItem, deal: Deal | None, crm_url: str) -> Subject:
         account_name=item.account_name,
         assigned_user_id=item.assigned_user_id,
         assigned_user_name=item.assigned_user_name,
-        crm_url=crm_url,
+        crm_url=settings.crm_deal_url(item.deal_id),
     )
 
 
@@ -124,20 +118,27 @@ class Registrar:
         settings: Settings,
         rng: random.Random | None = None,
     ) -> None:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            # Its claims must commit at once (leases, not locks held while the CRM is asked).
+            raise StoreError("the Registrar needs a connection with no transaction open")
         self.conn = conn
         self.crm = crm
         self.settings = settings
         self.rng = rng or random.Random()  # noqa: S311 (backoff jitter)
-        self.policy = StagePolicy(settings.watched_stages, settings.won_stage, settings.lost_stage)
+        self.policy = stage_policy(settings)
         self.counts: Counter[str] = Counter()
-        with conn.transaction():
-            calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
-            self.plan: Plan = load_plan(
-                conn,
-                cadence_name=settings.cadence_name,
-                time_zone=settings.timezone,
-                calendar=calendar,
+        self._plan: Plan | None = None
+
+    def plan(self) -> Plan:
+        """How new watches are planned, read when the first one opens: a missing cadence row
+        fails the items that open watches (they wait, named), not the closes."""
+        if self._plan is None:
+            s = self.settings
+            calendar = load_calendar(self.conn, s.holiday_country, s.holiday_subdivision)
+            self._plan = load_plan(
+                self.conn, cadence_name=s.cadence_name, time_zone=s.timezone, calendar=calendar
             )
+        return self._plan
 
     def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
         """Claim and process due events (or the named pending ones), batch by batch."""
@@ -252,8 +253,8 @@ class Registrar:
         known = deal if isinstance(deal, Deal) else None
         watch_id = open_watch(
             self.conn,
-            subject=subject_for(item, known, self.settings.crm_deal_url(item.deal_id)),
-            plan=self.plan,
+            subject=subject_for(item, known, self.settings),
+            plan=self.plan(),
             registered_at=received_at,
             registered_by="webhook",
             source_event_id=event.id,

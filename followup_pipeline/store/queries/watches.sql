@@ -100,7 +100,8 @@ WHERE w.closed_at IS NULL
       SELECT 1 FROM watch_steps s
       WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
   )
-  AND (%(now)s::timestamptz AT TIME ZONE w.time_zone)::date
-      - (greatest(last.fired_at, w.last_reset_at) AT TIME ZONE w.time_zone)::date
-      >= %(min_days)s
+  AND (%(min_days)s <= 0
+       OR (%(now)s::timestamptz AT TIME ZONE w.time_zone)::date
+          - (greatest(last.fired_at, w.last_reset_at) AT TIME ZONE w.time_zone)::date
+          >= %(min_days)s)
 ORDER BY w.registered_at, w.id;
