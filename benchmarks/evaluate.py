@@ -63,13 +63,15 @@ def run() -> list[dict[str, Any]]:
     logging.getLogger("followup_pipeline.clock").setLevel(logging.ERROR)
     with database() as db_url, sandbox() as base:
         settings = sandbox_settings(base)
-        evaluate_job = evaluate.build_defs(settings).resolve_job_def("evaluate")
         with httpx.Client(base_url=f"{base}/_sandbox", timeout=10) as control:
             control.post("/reset", json={"demo": False}).raise_for_status()
             empty = evaluate_resources(db_url, base, QUIET)
+            bound = dg.Definitions(resources=empty)
+            evaluate_job = dg.Definitions.merge(evaluate.build_defs(settings), bound)
+            job = evaluate_job.resolve_job_def("evaluate")
             instance = dg.DagsterInstance.ephemeral()
             fixed = timed(
-                lambda: evaluate_job.execute_in_process(resources=empty, instance=instance),
+                lambda: job.execute_in_process(instance=instance),
                 REPEAT,
             )
             deals = [{"name": f"Deal {n}", "stage": "Proposal"} for n in range(DEALS)]
