@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from urllib.parse import urlsplit
 
 CLOSE_WORDS = {
     "won": "the deal was won",
@@ -13,6 +16,39 @@ CLOSE_WORDS = {
     "subject_gone": "the deal was deleted in the CRM",
     "out_of_scope": "the deal left the watched stages",
 }
+
+
+#: Characters that mean something inside a markdown line (emphasis, code, links, HTML, tables,
+#: strike-through), escaped in text taken from the CRM; our lines never start with CRM text, so
+#: the line-start markup (#, -, 1.) cannot be reached.
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()<>|~])")
+#: Longest title ClickUp is given (it shows less); the rest is cut with an ellipsis.
+TITLE_LIMIT = 250
+
+
+def plain_line(text: str) -> str:
+    """One line of text: control characters (newlines included) become spaces, runs of spaces
+    one space."""
+    cleaned = "".join(" " if unicodedata.category(ch)[0] == "C" else ch for ch in text)
+    return " ".join(cleaned.split())
+
+
+def markdown_text(text: str) -> str:
+    """Text from the CRM as literal markdown: one line, every markup character escaped."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", plain_line(text))
+
+
+def safe_link(url: str | None) -> str | None:
+    """``url`` if it is an absolute http(s) URL with a host and nothing that could end the
+    markdown link early; else None (no link is better than a live foreign one)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    if any(ch in url for ch in " ()<>\"\\") or plain_line(url) != url:
+        return None
+    return url
 
 
 @dataclass(frozen=True)
@@ -33,18 +69,32 @@ def render_task(
     due_on: date,
     summary: tuple[str, str] | None,
 ) -> TaskContent:
-    """The task for step ``step_no`` of ``step_count`` of a deal."""
-    account = f" ({account_name})" if account_name else ""
-    name = f"Follow up: {deal_name}{account} — step {step_no} of {step_count}"
+    """The task for step ``step_no`` of ``step_count`` of a deal.
+
+    Names come from the CRM and are not trusted: the title is one plain line, the markdown
+    escapes them, and the only link is the CRM's own http(s) URL.
+    """
+    account = f" ({plain_line(account_name)})" if account_name else ""
+    name = f"Follow up: {plain_line(deal_name)}{account}"
+    if len(name) > TITLE_LIMIT:
+        name = name[: TITLE_LIMIT - 1] + "…"
+    name = f"{name} — step {step_no} of {step_count}"
+    deal = markdown_text(deal_name)
     lines = [
-        f"**Deal:** {deal_name}",
-        f"**Account:** {account_name or '—'}",
+        f"**Deal:** {deal}",
+        f"**Account:** {markdown_text(account_name) if account_name else '—'}",
         f"**Step:** {step_no} of {step_count}, due {due_on.isoformat()}",
     ]
-    if crm_url:
-        lines.append(f"**In the CRM:** [{deal_name}]({crm_url})")
+    link = safe_link(crm_url)
+    if link:
+        lines.append(f"**In the CRM:** [{deal}]({link})")
     if summary:
-        lines += ["", "**Latest e-mails:**", f"> {summary[0]}", f"> {summary[1]}"]
+        lines += [
+            "",
+            "**Latest e-mails:**",
+            f"> {markdown_text(summary[0])}",
+            f"> {markdown_text(summary[1])}",
+        ]
     return TaskContent(name=name, markdown="\n".join(lines))
 
 

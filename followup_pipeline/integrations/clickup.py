@@ -38,7 +38,7 @@ def clickup_message(response: httpx.Response) -> str:
     """ClickUp's error text: ``err`` and ``ECODE`` when the body is JSON, else the raw text."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return response.text[:300]
     if isinstance(body, dict) and "err" in body:
         return f"{body.get('err')} ({body.get('ECODE', 'no ECODE')})"
@@ -163,7 +163,7 @@ class ClickUpClient:
         else:
             body["tags"].append(key_tag(idempotency_key))
         response = self._http.request("POST", f"v2/list/{self.list_id}/task", json=body)
-        return parse_task(response.json())
+        return parse_task(self._http.json(response, ambiguous=True))
 
     def find_tasks_by_key(self, *, idempotency_key: str) -> list[Task]:
         """Every task of the list, closed ones included, that carries ``idempotency_key``."""
@@ -176,7 +176,7 @@ class ClickUpClient:
 
         def fetch(page: int) -> tuple[list[Task], bool]:
             url = f"v2/list/{self.list_id}/task"
-            body = self._http.request("GET", url, params={**params, "page": page}).json()
+            body = self._http.json(self._http.request("GET", url, params={**params, "page": page}))
             tasks = [parse_task(raw) for raw in body.get("tasks", [])]
             return tasks, not body.get("last_page", True)
 
@@ -185,7 +185,7 @@ class ClickUpClient:
 
     def get_task(self, *, task_id: str) -> Task:
         """One task; ``NotFoundError`` if it does not exist."""
-        return parse_task(self._http.request("GET", f"v2/task/{task_id}").json())
+        return parse_task(self._http.json(self._http.request("GET", f"v2/task/{task_id}")))
 
     def close_task(self, *, task_id: str, comment: str, closed_status: str | None = None) -> Task:
         """Set the task's status to ``closed_status`` (else the list's, given at construction),
@@ -197,6 +197,6 @@ class ClickUpClient:
         response = self._http.request(
             "PUT", f"v2/task/{task_id}", json={"status": closed_status or self.closed_status}
         )
-        task = parse_task(response.json())
+        task = parse_task(self._http.json(response))
         self._http.request("POST", f"v2/task/{task_id}/comment", json={"comment_text": comment})
         return task

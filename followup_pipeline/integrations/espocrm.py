@@ -87,7 +87,7 @@ class EspoCrmClient:
 
     def get_deal(self, *, deal_id: str) -> Deal:
         """One deal; ``NotFoundError`` if it was deleted, ``SchemaError`` if it broke schema."""
-        raw = self._get(f"Opportunity/{deal_id}", {}).json()
+        raw = self._http.json(self._get(f"Opportunity/{deal_id}", {}))
         listing = parse_records(Deal, [raw])
         if listing.invalid:
             raise listing.invalid[0]
@@ -115,7 +115,7 @@ class EspoCrmClient:
     def stage_options(self) -> list[str]:
         """The stage names this installation allows (they are configurable per installation)."""
         key = "entityDefs.Opportunity.fields.stage.options"
-        options = self._get("Metadata", {"key": key}).json()
+        options = self._http.json(self._get("Metadata", {"key": key}))
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise SchemaError(
                 vendor=VENDOR, record_id=key, field="options", problem="not a list", raw=options
@@ -140,7 +140,7 @@ class EspoCrmClient:
                 "order": "asc",
                 **(where or {}),
             }
-            body = self._get(path, params).json()
+            body = self._http.json(self._get(path, params))
             if not isinstance(body, dict) or not isinstance(body.get("list"), list):
                 raise SchemaError(
                     vendor=VENDOR, record_id=None, field="list", problem="no list", raw=body

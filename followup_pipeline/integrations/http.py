@@ -130,6 +130,21 @@ class VendorHttp:
         self._sleep = sleep
         self._clock = clock
 
+    def json(self, response: httpx.Response, *, ambiguous: bool = False) -> Any:
+        """The answer's JSON. A body that is not JSON (truncated, not UTF-8, nested past the
+        parser's depth) is a ``TransientError``, ambiguous when the request was a create: the
+        vendor may have done it, so the ledger settles it by search."""
+        try:
+            return response.json()
+        except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
+            raise TransientError(
+                f"{self.vendor} answered with a body that is not JSON "
+                f"({type(error).__name__}, {len(response.content)} bytes)",
+                vendor=self.vendor,
+                status=response.status_code,
+                ambiguous=ambiguous,
+            ) from None
+
     def request(
         self,
         method: str,

@@ -36,7 +36,7 @@ def graph_message(response: httpx.Response) -> str:
     """Graph's ``{"error": {"code", "message"}}``, or the token endpoint's ``error_description``."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return response.text[:300]
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
@@ -118,7 +118,7 @@ class OutlookClient:
         now = self._clock()
         # Asking for a token has no side effect, so this POST may be retried.
         body = self._login.request("POST", self._token_path, data=self._form, idempotent=True)
-        payload = body.json()
+        payload = self._login.json(body)
         try:
             self._token = _Token(str(payload["access_token"]), now + float(payload["expires_in"]))
         except (KeyError, TypeError, ValueError):

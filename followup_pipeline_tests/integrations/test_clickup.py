@@ -198,3 +198,25 @@ def test_get_task_broken_record_is_schema_error(sleeps: list[float]) -> None:
         clickup(lambda _: httpx.Response(200, json=broken), sleeps).get_task(task_id="t1")
     assert (caught.value.record_id, caught.value.field) == ("t1", "date_created")
     assert caught.value.raw == broken
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"id": "t1", "name": "Fol', b"\xff\xfe not utf-8", b"[" * 100_000 + b"]" * 100_000]
+)
+def test_create_task_answer_that_is_not_json_is_an_ambiguous_error(
+    sleeps: list[float], body: bytes
+) -> None:
+    client = clickup(lambda _: httpx.Response(200, content=body), sleeps)
+    with pytest.raises(TransientError) as caught:
+        client.create_task(
+            name="n", markdown="m", due_date=None, assignees=[], idempotency_key="task:1:1"
+        )
+    assert caught.value.ambiguous
+    assert "not JSON" in str(caught.value)
+
+
+def test_get_task_answer_that_is_not_json_is_a_typed_error(sleeps: list[float]) -> None:
+    client = clickup(lambda _: httpx.Response(200, content=b"<html>gateway</html>"), sleeps)
+    with pytest.raises(TransientError) as caught:
+        client.get_task(task_id="t1")
+    assert not caught.value.ambiguous

@@ -304,3 +304,17 @@ def test_evaluate_task_names_deal_links_crm_carries_summary_and_assignee(
     assert unmapped in {
         s["subject_id"] for s in machine.db.execute("SELECT subject_id FROM watches")
     }
+
+
+def test_evaluate_a_truncated_create_answer_fails_one_task_not_the_run(machine: Machine) -> None:
+    deals = [machine.deal(name=f"Deal {n}") for n in range(3)]
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="clickup", kind="malformed", method="POST", path="/task$", count=1)
+    result = machine.evaluate(MONDAY + timedelta(days=7))
+    assert result.success
+    assert machine.outcome(result) == "partial"
+    outcomes = sorted(a["outcome"] for a in machine.actions())
+    assert outcomes == ["confirmed", "confirmed", "unknown"]  # the truncated one is ambiguous
+    machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+    assert len(machine.tasks()) == 3  # settled by search: the created task was found, not doubled
+    assert all(machine.steps(deal)[0]["task_ref"] for deal in deals)
