@@ -46,7 +46,7 @@ def safe_link(url: str | None) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return None
-    if any(ch in url for ch in " ()<>\"\\") or plain_line(url) != url:
+    if any(ch in url for ch in ' ()<>"\\') or plain_line(url) != url:
         return None
     return url
 
