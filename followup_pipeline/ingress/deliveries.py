@@ -13,6 +13,7 @@ from followup_pipeline.integrations.espocrm_webhooks import (
     espocrm_items,
     json_body,
 )
+from followup_pipeline.store.db import storable
 from followup_pipeline.store.events import HANDLED_SOURCES, StoredStatus
 
 
@@ -35,8 +36,8 @@ def parse_delivery(source: str, event_type: str | None, body: bytes) -> Parsed:
             if not isinstance(raw, dict):
                 raise UnparseableBody("Standard Webhooks bodies are JSON objects")
             kind = raw.get("type")
-            # Postgres text holds no NUL; the raw body (bytea) keeps the type exactly.
-            event_type = kind.replace("\x00", "")[:200] if isinstance(kind, str) else None
+            # Postgres text holds no NUL nor lone surrogate; the raw body (bytea) keeps the type.
+            event_type = storable(kind, 200) if isinstance(kind, str) else None
     except UnparseableBody as error:
-        return Parsed(event_type, "dead", str(error))
+        return Parsed(event_type, "dead", storable(str(error)))
     return Parsed(event_type, "pending" if source in HANDLED_SOURCES else "unhandled")

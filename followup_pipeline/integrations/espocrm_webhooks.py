@@ -9,6 +9,8 @@ not what EspoCRM sends; ``register`` calls it to do the items.
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +21,14 @@ KINDS: dict[str, ItemKind] = {
     "Opportunity.fieldUpdate.stage": "stage",
     "Opportunity.delete": "delete",
 }
+
+
+#: What a deal id may be (EspoCRM's ids are 17 hex characters; other CRMs' ids stay short).
+DEAL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The longest name or stage an item may carry, once control characters are removed.
+MAX_NAME = 255
+#: How much of a malformed value is shown to the operator.
+SHOWN = 80
 
 
 class UnparseableBody(ValueError):
@@ -37,6 +47,8 @@ class DealItem:
     account_name: str | None
     assigned_user_id: str | None
     assigned_user_name: str | None
+    #: Why the item cannot be done (a malformed id or name): recorded, and skipped.
+    problem: str | None = None
 
 
 def json_body(body: bytes) -> Any:
@@ -45,11 +57,8 @@ def json_body(body: bytes) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, ValueError) as error:
         raise UnparseableBody(f"not JSON: {error}") from None
-
-
-def _text(item: dict[str, Any], key: str) -> str | None:
-    value = item.get(key)
-    return value if isinstance(value, str) and value else None
+    except RecursionError:
+        raise UnparseableBody("not JSON we read: nested deeper than the parser goes") from None
 
 
 def espocrm_items(event_type: str | None, body: bytes) -> list[DealItem]:
@@ -62,21 +71,51 @@ def espocrm_items(event_type: str | None, body: bytes) -> list[DealItem]:
         raise UnparseableBody("EspoCRM bodies are JSON arrays")
     items = []
     for index, item in enumerate(raw):
-        if not isinstance(item, dict) or not _text(item, "id"):
-            raise UnparseableBody(f"item {index} is not an object with an id")
-        stage = item.get("stage")
-        if stage is not None and not isinstance(stage, str):
-            raise UnparseableBody(f"item {index}: stage is not a string")
-        items.append(
-            DealItem(
-                index=index,
-                kind=kind,
-                deal_id=str(item["id"]),
-                stage=stage,
-                name=_text(item, "name"),
-                account_name=_text(item, "accountName"),
-                assigned_user_id=_text(item, "assignedUserId"),
-                assigned_user_name=_text(item, "assignedUserName"),
-            )
-        )
+        if not isinstance(item, dict):
+            raise UnparseableBody(f"item {index} is not an object")
+        items.append(deal_item(index, kind, item))
     return items
+
+
+def deal_item(index: int, kind: ItemKind, item: dict[str, Any]) -> DealItem:
+    """One item, checked: an id of up to 64 of ``[A-Za-z0-9_-]``, names and the stage of up to
+    255 characters once control characters are removed. An item that breaks this carries its
+    ``problem`` (the reason): it is recorded and skipped, the event's other items still apply."""
+    raw_id = item.get("id")
+    problem = None
+    if not isinstance(raw_id, str) or not DEAL_ID.fullmatch(raw_id):
+        problem = f"id {_shown(raw_id)} is not up to 64 of A-Z a-z 0-9 _ -"
+    fields = {}
+    for key in ("stage", "name", "accountName", "assignedUserId", "assignedUserName"):
+        value = item.get(key)
+        if value is not None and not isinstance(value, str):
+            problem = problem or f"{key} is not a string"
+            value = None
+        text = _clean(value) if isinstance(value, str) else None
+        if text is not None and len(text) > MAX_NAME:
+            problem = problem or f"{key} is longer than {MAX_NAME} characters"
+        # An empty name is no name; an empty stage is a stage that matches nothing.
+        fields[key] = text if key == "stage" else (text or None)
+    return DealItem(
+        index=index,
+        kind=kind,
+        deal_id=raw_id if problem is None and isinstance(raw_id, str) else _shown(raw_id),
+        stage=fields["stage"],
+        name=fields["name"],
+        account_name=fields["accountName"],
+        assigned_user_id=fields["assignedUserId"],
+        assigned_user_name=fields["assignedUserName"],
+        problem=problem,
+    )
+
+
+def _clean(text: str) -> str:
+    """``text`` without control characters (newlines, NUL, escapes) and lone surrogates."""
+    kept = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cs"))
+    return kept.strip()
+
+
+def _shown(value: object) -> str:
+    """A value as an operator can read it in a dead-letter list: printable and short."""
+    text = _clean(repr(value))
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"

@@ -29,6 +29,36 @@ POOL_TIMEOUT_S = 10
 T = TypeVar("T")
 
 
+#: SQLSTATEs of a connection that is gone (class 08) or a server going away (57P01-57P03).
+LOST_CONNECTION_STATES = ("08", "57P")
+
+
+def lost_connection(error: BaseException, conn: psycopg.Connection[Any] | None = None) -> bool:
+    """Whether ``error`` means the database is gone (the state is unclear: abort the run), as
+    opposed to a failure of one statement (a value it refused, a row too large), which is the
+    failure of the item that sent it."""
+    if isinstance(error, StoreUnavailable) or (conn is not None and conn.broken):
+        return True
+    if isinstance(error, psycopg.Error):
+        state = error.sqlstate
+        if state is None:  # raised by the client: a lost link, or a value it cannot send
+            return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+        return state.startswith(LOST_CONNECTION_STATES)
+    return False
+
+
+def storable(text: str, limit: int = 2000) -> str:
+    """``text`` as Postgres can keep it: no NUL, lone surrogates replaced (U+FFFD), at most
+    ``limit`` characters. For what is written about input we do not control (errors, types)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def typed_row(cls: type[T]) -> BaseRowFactory[T]:
     """Rows as the frozen dataclass ``cls``: its fields are taken from the columns by name.
 

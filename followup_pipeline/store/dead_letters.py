@@ -68,7 +68,8 @@ def parse_name(text: str) -> Name:
 
 
 def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[DeadLetter]:
-    """Every dead letter, events first: name, when, attempts, step and last error.
+    """Every dead letter, events first, then actions, then the items of done events that were
+    skipped as invalid: name, when, attempts, step and last error.
 
     An action is dead once it failed ``max_attempts`` times since its last replay.
     """
@@ -93,6 +94,17 @@ def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[De
             error=row.last_error,
         )
         for row in ledger.dead_actions(conn, max_attempts=max_attempts)
+    ]
+    found += [
+        DeadLetter(
+            name=f"event:{row.event_id}",
+            at=row.completed_at,
+            what=f"{row.source} {row.event_type or ''} (item skipped, the others applied)".strip(),
+            attempts=row.attempts,
+            step=row.key.split(":", 1)[1],
+            error=row.reason,
+        )
+        for row in events.invalid_items(conn)
     ]
     return found
 

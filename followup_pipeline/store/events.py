@@ -85,6 +85,19 @@ class StepCompletion:
 
 
 @dataclass(frozen=True)
+class InvalidItem:
+    """An item of an event that could not be done (a malformed id or name): recorded, skipped."""
+
+    event_id: int
+    source: str
+    event_type: str | None
+    attempts: int
+    key: str
+    completed_at: datetime
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class Stored:
     """What became of a delivery: its event's id, its status, and whether it was a duplicate."""
 
@@ -194,6 +207,14 @@ def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[DueEvent]:
         return cur.execute(query("events_due"), params).fetchall()
 
 
+def start_attempt(conn: psycopg.Connection[Any], event_id: int) -> int:
+    """Charge one attempt to an event as work on it starts; its attempts now. Commit it before
+    the first item, so an event that kills the worker still reaches its limit."""
+    row = conn.execute(query("events_start_attempt"), {"id": event_id}).fetchone()
+    assert row is not None
+    return int(row["attempts"])
+
+
 def mark_done(conn: psycopg.Connection[Any], event_id: int) -> None:
     """Every item of the event is done."""
     conn.execute(query("events_mark_done"), {"id": event_id})
@@ -208,8 +229,9 @@ def mark_failed(
     max_attempts: int,
     delay: timedelta,
 ) -> bool:
-    """A failed attempt (counted by its claim): wait ``delay``, or dead-letter it. True if dead."""
-    params = {"id": event.id, "step": step, "error": error[:2000]}
+    """A failed attempt (charged when it started): wait ``delay``, or dead-letter it; True if
+    dead."""
+    params = {"id": event.id, "step": step, "error": error}
     if event.attempts >= max_attempts:
         conn.execute(query("events_mark_dead"), params)
         return True
@@ -238,6 +260,12 @@ def dead_events(conn: psycopg.Connection[Any]) -> list[DeadEvent]:
     """Dead-lettered events, oldest first."""
     with conn.cursor(row_factory=typed_row(DeadEvent)) as cur:
         return cur.execute(query("events_dead_letters")).fetchall()
+
+
+def invalid_items(conn: psycopg.Connection[Any]) -> list[InvalidItem]:
+    """Items recorded as invalid and skipped, oldest first."""
+    with conn.cursor(row_factory=typed_row(InvalidItem)) as cur:
+        return cur.execute(query("invalid_items")).fetchall()
 
 
 def requeue(conn: psycopg.Connection[Any], event_id: int) -> bool:

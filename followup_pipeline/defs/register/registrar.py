@@ -18,6 +18,7 @@ of the newest event applied, so an older event that arrives (or is replayed) lat
 ``superseded`` and changes nothing.
 """
 
+import dataclasses
 import random
 import uuid
 from collections import Counter
@@ -41,7 +42,7 @@ from followup_pipeline.integrations.espocrm_webhooks import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.cadences import Plan, load_plan
-from followup_pipeline.store.db import StoreError
+from followup_pipeline.store.db import StoreError, lost_connection, storable
 from followup_pipeline.store.events import Event
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watches import (
@@ -160,8 +161,16 @@ class Registrar:
         return self.counts
 
     def process(self, event: Event) -> None:
-        """Do every item of one claimed event, then mark it done, retried or dead."""
+        """Do every item of one claimed event, then mark it done, retried or dead.
+
+        The attempt is charged (committed) before the first item: an event that kills the
+        worker still reaches its limit, and the untouched events of a batch are charged nothing.
+        Any failure but a lost connection is this event's, never the run's.
+        """
         self.counts["events_claimed"] += 1
+        with self.conn.transaction():
+            attempts = events.start_attempt(self.conn, event.id)
+        event = dataclasses.replace(event, attempts=attempts)
         try:
             try:
                 items = espocrm_items(event.event_type, bytes(event.body))
@@ -169,11 +178,16 @@ class Registrar:
                 raise ItemFailed("parse", str(error), permanent=True) from None
             for item in items:
                 self.item(event, item)
+            with self.conn.transaction():
+                events.mark_done(self.conn, event.id)
         except ItemFailed as failed:
             self.fail(event, failed.step, str(failed), permanent=failed.permanent)
             return
-        with self.conn.transaction():
-            events.mark_done(self.conn, event.id)
+        except Exception as error:
+            if lost_connection(error, self.conn):
+                raise  # the database is gone: the state is unclear, abort the run
+            self.fail(event, "event", repr(error))
+            return
         self.counts["events_done"] += 1
 
     def fail(self, event: Event, step: str, error: str, *, permanent: bool = False) -> None:
@@ -188,8 +202,8 @@ class Registrar:
             dead = events.mark_failed(
                 self.conn,
                 event=event,
-                step=step,
-                error=error,
+                step=storable(step, 200),
+                error=storable(error),
                 max_attempts=1 if permanent else self.settings.event_max_attempts,
                 delay=delay,
             )
@@ -197,6 +211,9 @@ class Registrar:
 
     def item(self, event: Event, item: DealItem) -> None:
         """One item: skip it if done, else read the CRM if need be, decide and write it."""
+        if item.problem is not None:
+            self.skip_invalid(event, item, item.problem)
+            return
         step = "close" if item.kind == "delete" else "open"
         key = f"{event.id}:{item.index}:{step}"
         with self.conn.transaction():
@@ -209,12 +226,21 @@ class Registrar:
             with self.conn.transaction():
                 result = self.apply(event, item, deal)
                 events.complete(self.conn, key=key, event_id=event.id, result=result.as_json())
-        except (psycopg.OperationalError, StoreError):
-            raise  # the database is gone: the state is unclear, abort the run
-        except Exception as error:  # any other error of an item: the event waits for a retry
+        except Exception as error:  # any error of an item but a lost connection: a retry
+            if lost_connection(error, self.conn):
+                raise  # the database is gone: the state is unclear, abort the run
             what = error if isinstance(error, IntegrationError) else repr(error)
             raise ItemFailed(f"{item.index}:{step}", f"deal {item.deal_id}: {what}") from None
         self.counts[result.outcome] += 1
+
+    def skip_invalid(self, event: Event, item: DealItem, reason: str) -> None:
+        """Record an item that cannot be done, with its reason (``followup dead-letters`` lists
+        it), and go on with the others; a replay finds the record and skips it again."""
+        key = f"{event.id}:{item.index}:invalid"
+        result = {"deal": item.deal_id, "outcome": "invalid", "reason": storable(reason)}
+        with self.conn.transaction():
+            events.complete(self.conn, key=key, event_id=event.id, result=result)
+        self.counts["items_invalid"] += 1
 
     def read(self, item: DealItem) -> Deal | Literal["gone"] | None:
         """The deal from the CRM when the payload lacks its names; ``gone`` on a 404."""

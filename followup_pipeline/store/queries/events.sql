@@ -34,10 +34,10 @@ RETURNING id, status;
 
 -- name: events_claim
 -- Lease due events of the handled sources: the claim commits at once, so no row stays locked
--- while the CRM is asked; a run that dies lets its lease run out. Each claim is an attempt.
+-- while the CRM is asked; a run that dies lets its lease run out. A claim is no attempt: the
+-- attempt is charged when work on the event starts (events_start_attempt).
 UPDATE events
-SET claimed_until = clock_timestamp() + %(lease)s::interval, claimed_by = %(run)s,
-    attempts = attempts + 1
+SET claimed_until = clock_timestamp() + %(lease)s::interval, claimed_by = %(run)s
 WHERE id IN (
     SELECT id FROM events
     WHERE status = 'pending' AND next_attempt_at <= now()
@@ -53,8 +53,7 @@ RETURNING *;
 -- name: events_claim_ids
 -- Lease named pending events (a replay), whatever their next attempt time.
 UPDATE events
-SET claimed_until = clock_timestamp() + %(lease)s::interval, claimed_by = %(run)s,
-    attempts = attempts + 1
+SET claimed_until = clock_timestamp() + %(lease)s::interval, claimed_by = %(run)s
 WHERE id IN (
     SELECT id FROM events
     WHERE status = 'pending' AND id = ANY(%(ids)s::bigint[])
@@ -72,6 +71,11 @@ WHERE status = 'pending' AND next_attempt_at <= now() AND source = ANY(%(sources
 ORDER BY id
 LIMIT %(limit)s;
 
+-- name: events_start_attempt
+-- Work on a claimed event starts: one attempt more, committed before its first item.
+UPDATE events SET attempts = attempts + 1 WHERE id = %(id)s
+RETURNING attempts;
+
 -- name: events_mark_done
 -- Every item of the event is done.
 UPDATE events
@@ -79,8 +83,8 @@ SET status = 'done', processed_at = clock_timestamp(), dead_step = NULL, claimed
 WHERE id = %(id)s;
 
 -- name: events_mark_retry
--- A failed attempt (counted when it was claimed): wait before the next one, from now — not from
--- the start of the run.
+-- A failed attempt (charged when work on it started): wait before the next one, from now — not
+-- from the start of the run.
 UPDATE events
 SET last_error = %(error)s, dead_step = %(step)s, claimed_until = NULL,
     next_attempt_at = clock_timestamp() + %(delay)s::interval
@@ -150,3 +154,12 @@ VALUES (%(deal_id)s, %(event_id)s, %(received_at)s)
 ON CONFLICT (subject_type, subject_id) DO UPDATE
 SET last_event_id = EXCLUDED.last_event_id, last_received_at = EXCLUDED.last_received_at
 WHERE deal_marks.last_received_at <= EXCLUDED.last_received_at;
+
+-- name: invalid_items
+-- Items recorded as invalid (a malformed id or name) and skipped, with their event, oldest first.
+SELECT e.id AS event_id, e.source, e.event_type, e.attempts, c.key, c.completed_at,
+       c.result ->> 'reason' AS reason
+FROM step_completions c
+JOIN events e ON e.id = c.event_id
+WHERE c.result ->> 'outcome' = 'invalid'
+ORDER BY c.completed_at, c.key;
