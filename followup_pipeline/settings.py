@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from followup_pipeline.domain.cadence import validate_offsets
+from followup_pipeline.integrations.http import Timeouts
 
 ENV_PREFIX = "FOLLOWUP_"
 
@@ -136,6 +137,16 @@ class Settings(BaseSettings):
     mistral_api_key: SecretStr | None = None
     mistral_model: str = "mistral-small-latest"
 
+    # --- the vendor clients ----------------------------------------------------------------------
+    #: Seconds a vendor client waits for an answer (and to send a body).
+    vendor_timeout_s: float = Field(default=30.0, gt=0)
+    #: Seconds a vendor client waits to connect (and for a pooled connection).
+    vendor_connect_timeout_s: float = Field(default=5.0, gt=0)
+    #: How long an action left ``attempted``/``unknown`` is not sent again nor settled (its
+    #: request may still be on its way); unset: the client's whole request time plus the margin.
+    action_in_flight_s: float | None = Field(default=None, ge=0)
+    action_in_flight_margin_s: float = Field(default=30.0, ge=0)
+
     # --- local servers -------------------------------------------------------------------------
     ingress_host: str = "127.0.0.1"
     ingress_port: int = Field(default=8787, ge=1, le=65535)
@@ -237,6 +248,16 @@ class Settings(BaseSettings):
     def configured_cadence(self) -> tuple[int, ...] | None:
         """The offsets of ``FOLLOWUP_CADENCE`` when it was set, else None (the table decides)."""
         return tuple(self.cadence) if "cadence" in self.model_fields_set else None
+
+    def vendor_timeouts(self) -> Timeouts:
+        """The vendor clients' timeouts."""
+        return Timeouts(self.vendor_timeout_s, self.vendor_connect_timeout_s)
+
+    def in_flight_s(self) -> float:
+        """How long an ``attempted``/``unknown`` action is left alone before it is settled."""
+        if self.action_in_flight_s is not None:
+            return self.action_in_flight_s
+        return self.vendor_timeouts().whole_s + self.action_in_flight_margin_s
 
     def crm_deal_url(self, deal_id: str) -> str:
         """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""

@@ -101,3 +101,16 @@ def test_settings_missing_credentials_are_named(monkeypatch: pytest.MonkeyPatch)
     assert len(load_settings().sandbox_credentials_missing()) == 4
     monkeypatch.setenv("FOLLOWUP_CLICKUP_TOKEN", "pk_x")
     assert "FOLLOWUP_CLICKUP_TOKEN" not in load_settings().sandbox_credentials_missing()
+
+
+def test_settings_in_flight_window_follows_the_client_timeouts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FOLLOWUP_VENDOR_TIMEOUT_S", "10")
+    monkeypatch.setenv("FOLLOWUP_VENDOR_CONNECT_TIMEOUT_S", "2")
+    monkeypatch.setenv("FOLLOWUP_ACTION_IN_FLIGHT_MARGIN_S", "5")
+    settings = load_settings()
+    assert settings.vendor_timeouts().httpx().read == 10
+    assert settings.in_flight_s() == 2 * 2 + 2 * 10 + 5
+    monkeypatch.setenv("FOLLOWUP_ACTION_IN_FLIGHT_S", "3")
+    assert load_settings().in_flight_s() == 3

@@ -38,11 +38,15 @@ def build_resources(settings: Settings) -> dict[str, object]:
         "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
         "evaluate_lock": RunLockResource(postgres=postgres, name="evaluate"),
         "espocrm": EspoCrmResource(
+            timeout_s=settings.vendor_timeout_s,
+            connect_timeout_s=settings.vendor_connect_timeout_s,
             base_url=str(settings.espocrm_url),
             api_key=dg.EnvVar("FOLLOWUP_ESPOCRM_API_KEY"),
             hmac_secret=hmac,
         ),
         "clickup": ClickUpResource(
+            timeout_s=settings.vendor_timeout_s,
+            connect_timeout_s=settings.vendor_connect_timeout_s,
             base_url=str(settings.clickup_url),
             token=dg.EnvVar("FOLLOWUP_CLICKUP_TOKEN"),
             list_id=settings.clickup_list_id,
@@ -50,6 +54,8 @@ def build_resources(settings: Settings) -> dict[str, object]:
             closed_status=settings.clickup_closed_status,
         ),
         "outlook": OutlookResource(
+            timeout_s=settings.vendor_timeout_s,
+            connect_timeout_s=settings.vendor_connect_timeout_s,
             login_url=str(settings.graph_login_url),
             graph_url=str(settings.graph_url),
             tenant_id=settings.graph_tenant_id,
@@ -58,6 +64,8 @@ def build_resources(settings: Settings) -> dict[str, object]:
             sender=settings.graph_sender,
         ),
         "mistral": MistralResource(
+            timeout_s=settings.vendor_timeout_s,
+            connect_timeout_s=settings.vendor_connect_timeout_s,
             base_url=str(settings.mistral_url),
             api_key=dg.EnvVar("FOLLOWUP_MISTRAL_API_KEY"),
             model=settings.mistral_model,

@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from followup_pipeline.integrations.errors import schema_error
 from followup_pipeline.integrations.http import (
+    DEFAULT_TIMEOUTS,
     Clock,
     Sleep,
+    Timeouts,
     VendorHttp,
     build_client,
     collect_pages,
@@ -123,9 +125,12 @@ class ClickUpClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Sleep = time.sleep,
         clock: Clock = time.time,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         # Personal tokens (pk_…) go as they are; OAuth tokens already carry "Bearer ".
-        client = build_client(base_url, headers={"Authorization": token}, transport=transport)
+        client = build_client(
+            base_url, headers={"Authorization": token}, transport=transport, timeouts=timeouts
+        )
         self._http = VendorHttp(
             client, vendor=VENDOR, message_of=clickup_message, sleep=sleep, clock=clock
         )

@@ -25,7 +25,14 @@ from followup_pipeline.integrations.espocrm_models import (
     R,
     parse_records,
 )
-from followup_pipeline.integrations.http import Sleep, VendorHttp, build_client, collect_pages
+from followup_pipeline.integrations.http import (
+    DEFAULT_TIMEOUTS,
+    Sleep,
+    Timeouts,
+    VendorHttp,
+    build_client,
+    collect_pages,
+)
 
 VENDOR = "espocrm"
 API_PREFIX = "api/v1"
@@ -63,13 +70,14 @@ class EspoCrmClient:
         hmac_secret: str | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Sleep = time.sleep,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         root = base_url.rstrip("/")
         if not root.endswith("/" + API_PREFIX):
             root = f"{root}/{API_PREFIX}"
         self._api_key = api_key
         self._hmac_secret = hmac_secret
-        client = build_client(root, transport=transport)
+        client = build_client(root, transport=transport, timeouts=timeouts)
         self._http = VendorHttp(client, vendor=VENDOR, message_of=status_reason, sleep=sleep)
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
@@ -29,9 +30,31 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 WRITE_TIMEOUT = 30.0
 POOL_TIMEOUT = 5.0
-TIMEOUT = httpx.Timeout(
-    READ_TIMEOUT, connect=CONNECT_TIMEOUT, write=WRITE_TIMEOUT, pool=POOL_TIMEOUT
-)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """A client's timeouts (settings ``FOLLOWUP_VENDOR_TIMEOUT_S`` and ``_CONNECT_TIMEOUT_S``):
+    ``read_s`` to wait for an answer and to send a body, ``connect_s`` to connect or to get a
+    pooled connection."""
+
+    read_s: float = READ_TIMEOUT
+    connect_s: float = CONNECT_TIMEOUT
+
+    def httpx(self) -> httpx.Timeout:
+        """As httpx takes them."""
+        return httpx.Timeout(
+            self.read_s, connect=self.connect_s, write=self.read_s, pool=self.connect_s
+        )
+
+    @property
+    def whole_s(self) -> float:
+        """The longest one request can take before the client gives up: pool, connect, write
+        and read, each at its limit."""
+        return 2 * self.connect_s + 2 * self.read_s
+
+
+DEFAULT_TIMEOUTS = Timeouts()
 
 #: Attempts for one idempotent request, the first included.
 MAX_ATTEMPTS = 4
@@ -58,12 +81,13 @@ def build_client(
     *,
     headers: Mapping[str, str] | None = None,
     transport: httpx.BaseTransport | None = None,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
 ) -> httpx.Client:
-    """An ``httpx.Client`` with this module's timeouts; ``transport`` lets tests stand in."""
+    """An ``httpx.Client`` with ``timeouts``; ``transport`` lets tests stand in."""
     return httpx.Client(
         base_url=base_url.rstrip("/") + "/",
         headers=dict(headers or {}),
-        timeout=TIMEOUT,
+        timeout=timeouts.httpx(),
         transport=transport,
     )
 

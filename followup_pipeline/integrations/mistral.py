@@ -23,7 +23,7 @@ from followup_pipeline.integrations.errors import (
     TransientError,
 )
 from followup_pipeline.integrations.espocrm_models import Email
-from followup_pipeline.integrations.http import RETRYABLE_STATUSES, TIMEOUT
+from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, RETRYABLE_STATUSES, Timeouts
 
 VENDOR = "mistral"
 #: A summary call may take a while on a busy model; this bounds each attempt.
@@ -107,9 +107,12 @@ class MistralClient:
         transport: httpx.BaseTransport | None = None,
         retry_config: RetryConfig = RETRY,
         timeout_ms: int = TIMEOUT_MS,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self.model = model
-        self._http = httpx.Client(transport=transport, timeout=TIMEOUT, follow_redirects=True)
+        self._http = httpx.Client(
+            transport=transport, timeout=timeouts.httpx(), follow_redirects=True
+        )
         self._sdk = Mistral(
             api_key=api_key,
             server_url=server_url,

@@ -15,7 +15,14 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from followup_pipeline.integrations.errors import PermanentError, SchemaError
-from followup_pipeline.integrations.http import Clock, Sleep, VendorHttp, build_client
+from followup_pipeline.integrations.http import (
+    DEFAULT_TIMEOUTS,
+    Clock,
+    Sleep,
+    Timeouts,
+    VendorHttp,
+    build_client,
+)
 
 VENDOR = "graph"
 GRAPH_SCOPE = "https://graph.microsoft.com/.default"
@@ -76,20 +83,21 @@ class OutlookClient:
         transport: httpx.BaseTransport | None = None,
         clock: Clock | None = None,
         sleep: Sleep = time.sleep,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self._clock = clock or time.time
         root = graph_url.rstrip("/")
         if not root.endswith("/" + API_VERSION):
             root = f"{root}/{API_VERSION}"
         self._login = VendorHttp(
-            build_client(login_url, transport=transport),
+            build_client(login_url, transport=transport, timeouts=timeouts),
             vendor=VENDOR,
             message_of=graph_message,
             sleep=sleep,
             clock=self._clock,
         )
         self._graph = VendorHttp(
-            build_client(root, transport=transport),
+            build_client(root, transport=transport, timeouts=timeouts),
             vendor=VENDOR,
             message_of=graph_message,
             sleep=sleep,

@@ -15,6 +15,7 @@ from pydantic import PrivateAttr
 
 from followup_pipeline.integrations.clickup import CLOSED_STATUS, ClickUpClient
 from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, Timeouts
 from followup_pipeline.integrations.mistral import MistralClient
 from followup_pipeline.integrations.outlook import OutlookClient
 
@@ -61,9 +62,12 @@ class EspoCrmResource(ClientOwner[EspoCrmClient], dg.ConfigurableResource["EspoC
     base_url: str
     api_key: str
     hmac_secret: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
 
     def _build(self) -> EspoCrmClient:
-        return EspoCrmClient(self.base_url, self.api_key, self.hmac_secret)
+        timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
+        return EspoCrmClient(self.base_url, self.api_key, self.hmac_secret, timeouts=timeouts)
 
 
 class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["ClickUpResource"]):
@@ -75,6 +79,8 @@ class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["Click
     list_id: str
     key_field_id: str | None = None
     closed_status: str = CLOSED_STATUS
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
 
     def _build(self) -> ClickUpClient:
         return ClickUpClient(
@@ -83,6 +89,7 @@ class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["Click
             self.list_id,
             self.key_field_id,
             closed_status=self.closed_status,
+            timeouts=Timeouts(self.timeout_s, self.connect_timeout_s),
         )
 
 
@@ -96,6 +103,8 @@ class OutlookResource(ClientOwner[OutlookClient], dg.ConfigurableResource["Outlo
     client_id: str
     client_secret: str
     sender: str
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
 
     def _build(self) -> OutlookClient:
         return OutlookClient(
@@ -105,6 +114,7 @@ class OutlookResource(ClientOwner[OutlookClient], dg.ConfigurableResource["Outlo
             self.client_id,
             self.client_secret,
             self.sender,
+            timeouts=Timeouts(self.timeout_s, self.connect_timeout_s),
         )
 
 
@@ -115,6 +125,9 @@ class MistralResource(ClientOwner[MistralClient], dg.ConfigurableResource["Mistr
     base_url: str
     api_key: str
     model: str
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
 
     def _build(self) -> MistralClient:
-        return MistralClient(self.api_key, self.model, server_url=self.base_url)
+        timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
+        return MistralClient(self.api_key, self.model, server_url=self.base_url, timeouts=timeouts)

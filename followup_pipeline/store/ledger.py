@@ -90,6 +90,12 @@ def action_by_key(conn: psycopg.Connection[Any], key: str) -> Action | None:
         return cur.execute(query("action_by_key"), {"key": key}).fetchone()
 
 
+def age_s(conn: psycopg.Connection[Any], action_id: int) -> float:
+    """Seconds since the action last changed, by the database's real time."""
+    row = conn.execute(query("action_age"), {"id": action_id}).fetchone()
+    return float(row["age_s"]) if row else 0.0
+
+
 def actions_of_watch(conn: psycopg.Connection[Any], watch_id: int) -> dict[int, Action]:
     """The task actions of a watch, keyed by step number."""
     with conn.cursor(row_factory=typed_row(Action)) as cur:

@@ -13,7 +13,7 @@ from typing import Literal
 from followup_pipeline.defs.common import stage_policy, subject_of
 from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
 from followup_pipeline.defs.evaluate.tally import Tally
-from followup_pipeline.defs.evaluate.tasks import TaskLedger
+from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import Close, decide_for_stage
 from followup_pipeline.domain.localtime import local_date
@@ -76,7 +76,7 @@ class DueSteps:
             return
         due = [*selection.supersede, selection.fire]
         settled = [self.tasks.settle(watch, step_no) for step_no in due]
-        if "unreadable" in settled:
+        if any(state in WAITS for state in settled):
             return
         if "fired" in settled:
             # A task of this catch-up exists already: it is the one task; the rest are superseded.

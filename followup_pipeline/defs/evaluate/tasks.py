@@ -26,8 +26,11 @@ from followup_pipeline.store.watches import Watch
 
 DRY_RUN_REF = "dry-run"
 RATE_LIMITED = 429
-#: What settling a step found: no task, a task (the step is fired now), or ClickUp could not tell.
-Resolution = Literal["nothing", "fired", "unreadable"]
+#: What settling a step found: no task, a task (the step is fired now), ClickUp could not tell,
+#: or a request of an earlier run may still be on its way (the step waits for a later run).
+Resolution = Literal["nothing", "fired", "unreadable", "in_flight"]
+#: Resolutions after which a step must wait: nothing may be sent or skipped for it now.
+WAITS = ("unreadable", "in_flight")
 
 
 def task_key(watch_id: int, step_no: int) -> str:
@@ -76,13 +79,24 @@ class TaskLedger:
         """Settle a step whose task may exist: a row that may have reached ClickUp asks it first.
 
         ``fired`` when the task exists (the step is now marked fired with it), ``nothing`` when no
-        task exists, ``unreadable`` when ClickUp could not tell (the step must wait).
+        task exists, ``unreadable`` when ClickUp could not tell (the step must wait), and
+        ``in_flight`` when the row is ``attempted``/``unknown`` and younger than a request can
+        take: a run that died mid-create may have a request still landing, which a search now
+        would miss and a create would double (the step waits for a later run).
         """
         key = task_key(watch.id, step_no)
         with self.db.connection() as conn:
             action = ledger.action_by_key(conn, key)
+            in_flight = (
+                action is not None
+                and action.outcome in ("attempted", "unknown")
+                and ledger.age_s(conn, action.id) < self.settings.in_flight_s()
+            )
         if action is None or action.outcome not in ledger.MAYBE_DONE:
             return "nothing"
+        if in_flight:
+            self.tally.count("waiting_in_flight")
+            return "in_flight"
         attempt = Attempt(action_id=action.id, attempt_no=action.attempts)
         task_id = action.provider_ref if action.outcome == "accepted" else None
         if task_id is None:
@@ -102,7 +116,7 @@ class TaskLedger:
         """Skip an open step for ``reason`` and suppress its action, unless its task exists."""
         resolution = self.settle(watch, step_no)
         if resolution != "nothing":
-            return resolution
+            return resolution  # a task exists (now fired), or the step must wait
         with self.db.connection() as conn, conn.transaction():
             skipped = steps.skip_step(
                 conn, watch_id=watch.id, step_no=step_no, reason=reason, at=self.now

@@ -61,3 +61,9 @@ ORDER BY updated_at, id;
 UPDATE actions SET replayed_attempts = attempts, updated_at = now()
 WHERE idempotency_key = %(key)s AND outcome = 'failed'
 RETURNING id;
+
+-- name: action_age
+-- Seconds since an action last changed, by the database's real time (clock_timestamp(), not a
+-- simulated clock): how long its last request may still be on its way.
+SELECT extract(epoch FROM clock_timestamp() - updated_at)::float8 AS age_s
+FROM actions WHERE id = %(id)s;
