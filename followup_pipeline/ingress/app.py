@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 #: How long a request waits for a database connection before answering 503 (EspoCRM gives 10 s).
 DB_TIMEOUT_S = 3.0
+#: How long the ingress's pool retries a lost connection in the background before it leaves the
+#: reconnecting to the next request.
+RECONNECT_TIMEOUT_S = 0.5
 SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: Request headers kept with an event (signatures are kept: they prove origin, reveal no secret).
 KEPT_HEADERS = (
@@ -177,7 +180,16 @@ def create_app(
     now: Callable[[], float] = time.time,
 ) -> Starlette:
     """The ingress app; its pool opens with the app (without waiting for the database)."""
-    pool = build_pool(database_url, max_size=8, name="ingress", timeout=db_timeout_s)
+    # A short background reconnection: once it gives up, each request that needs a connection
+    # makes one itself, so a database that is back is noticed by the next delivery, not after
+    # the pool's doubling backoff (up to 14 s seen); a healthy pool costs no extra round trip.
+    pool = build_pool(
+        database_url,
+        max_size=8,
+        name="ingress",
+        timeout=db_timeout_s,
+        reconnect_timeout=RECONNECT_TIMEOUT_S,
+    )
     ingress = Ingress(settings, pool, now)
 
     @contextlib.asynccontextmanager

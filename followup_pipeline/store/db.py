@@ -24,6 +24,8 @@ from followup_pipeline.store.embedded import EmbeddedCluster
 SCHEMA = "followup"
 CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10
+#: psycopg_pool's own default: five minutes of background reconnection.
+RECONNECT_TIMEOUT_S = 300.0
 
 
 T = TypeVar("T")
@@ -113,9 +115,15 @@ def build_pool(
     max_size: int = 4,
     name: str = "followup",
     timeout: float = POOL_TIMEOUT_S,
+    reconnect_timeout: float = RECONNECT_TIMEOUT_S,
 ) -> ConnectionPool[Any]:
     """A checked pool of connections to ``url`` with the machine's connection options, not yet
-    open: the caller chooses how to open it (and closes it)."""
+    open: the caller chooses how to open it (and closes it).
+
+    ``reconnect_timeout`` bounds how long the pool keeps retrying a lost connection in the
+    background, with a backoff that doubles (1, 2, 4, 8 s …); after it, the next request that
+    needs a connection makes one at once.
+    """
     return ConnectionPool(
         url,
         min_size=min_size,
@@ -125,6 +133,7 @@ def build_pool(
         kwargs=dict(connection_kwargs()),
         name=name,
         timeout=timeout,
+        reconnect_timeout=reconnect_timeout,
     )
 
 

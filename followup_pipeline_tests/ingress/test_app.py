@@ -307,6 +307,34 @@ def test_ingress_answers_503_when_a_live_postgres_stops(
         cluster.stop()
 
 
+def test_ingress_the_first_delivery_after_postgres_is_back_is_stored(
+    make_ingress: IngressFactory, tmp_path: Path
+) -> None:
+    cluster = EmbeddedCluster(tmp_path / "home")
+    cluster.acquire()
+    try:
+        url = cluster.url("followup")
+        migrate(url)
+        with make_ingress(url=url, app_kwargs={"db_timeout_s": 0.5}) as client:
+            assert client.get("/healthz").status_code == 200
+            cluster.stop()
+            # Six seconds of deliveries into the outage: the pool's doubling backoff (1, 2, 4 s)
+            # would put its next background attempt well after Postgres is back.
+            for n in range(6):
+                body, headers = espocrm_delivery([{"id": f"lost-{n}", "stage": "Proposal"}])
+                assert (
+                    client.post("/webhooks/espocrm", content=body, headers=headers).status_code
+                    == 503
+                )
+                time.sleep(1)
+            cluster.acquire()
+            body, headers = espocrm_delivery([{"id": "back", "stage": "Proposal"}])
+            answer = client.post("/webhooks/espocrm", content=body, headers=headers)
+            assert answer.status_code == 200
+    finally:
+        cluster.stop()
+
+
 def test_ingress_refuses_a_chunked_body_over_the_limit(
     ingress: httpx.Client, db: psycopg.Connection[Any]
 ) -> None:
