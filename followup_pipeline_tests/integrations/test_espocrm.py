@@ -165,3 +165,12 @@ def test_list_emails_since_keeps_only_later_sent_mail(sleeps: list[float]) -> No
     since = datetime(2026, 11, 3, tzinfo=UTC)
     listing = espo(handler, sleeps).list_emails(deal_id="d1", since=since)
     assert [e.id for e in listing.records] == ["e2"]
+
+
+@pytest.mark.parametrize("body", [b'{"id": "d1", "na', b"<html>proxy error</html>", b"\xff"])
+def test_get_deal_answer_that_is_not_json_is_a_typed_error(
+    sleeps: list[float], body: bytes
+) -> None:
+    client = espo(lambda _: httpx.Response(200, content=body), sleeps)
+    with pytest.raises(TransientError, match="not JSON"):
+        client.get_deal(deal_id="d1")
