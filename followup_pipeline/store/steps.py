@@ -62,6 +62,15 @@ class TaskToClose:
     task_ref: str
 
 
+@dataclass(frozen=True)
+class OpenStep:
+    """A step left open on a closed watch."""
+
+    watch_id: int
+    step_no: int
+    due_on: date
+
+
 def step_states(steps: Sequence[Step], zone: str) -> list[StepState]:
     """Steps as the domain sees them."""
     return [step.state(zone) for step in steps]
@@ -107,6 +116,12 @@ def replan_step(
 ) -> None:
     """Plan an unfired step again for ``due_on``."""
     conn.execute(query("replan_step"), {"watch_id": watch_id, "step_no": step_no, "due_on": due_on})
+
+
+def open_steps_of_closed_watches(conn: psycopg.Connection[Any]) -> list[OpenStep]:
+    """Steps left open on closed watches (their skip had to wait), oldest first."""
+    with conn.cursor(row_factory=typed_row(OpenStep)) as cur:
+        return cur.execute(query("open_steps_of_closed_watches")).fetchall()
 
 
 def tasks_to_close(conn: psycopg.Connection[Any]) -> list[TaskToClose]:

@@ -205,7 +205,15 @@ class TaskLedger:
         return task.id
 
     def close_tasks_of_closed_watches(self) -> None:
-        """Close, with a comment saying why, the ClickUp tasks of watches that closed."""
+        """Settle the steps a closed watch left open (their task may exist), then close, with a
+        comment saying why, the ClickUp tasks of watches that closed."""
+        with self.db.connection() as conn:
+            left_open = steps.open_steps_of_closed_watches(conn)
+        for step in left_open:
+            with self.db.connection() as conn:
+                watch = watches.watch_by_id(conn, step.watch_id)
+            if watch is not None:
+                self.skip(watch, step.step_no, step.due_on, "deal_closed")
         if not self.settings.clickup_close_on_watch_close:
             return
         with self.db.connection() as conn:

@@ -40,3 +40,12 @@ WHERE w.closed_at IS NOT NULL
         AND a.outcome IN ('accepted', 'confirmed', 'suppressed')
   )
 ORDER BY w.id, s.step_no;
+
+-- name: open_steps_of_closed_watches
+-- Steps left open on watches that closed (their skip had to wait: ClickUp could not tell, or a
+-- create was still on its way), oldest first: each is settled before it is skipped.
+SELECT s.watch_id, s.step_no, s.due_on
+FROM watch_steps s
+JOIN watches w ON w.id = s.watch_id
+WHERE w.closed_at IS NOT NULL AND s.fired_at IS NULL AND s.skipped_at IS NULL
+ORDER BY s.watch_id, s.step_no;

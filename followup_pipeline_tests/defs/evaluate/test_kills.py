@@ -110,3 +110,26 @@ def test_kills_mid_create_never_double_a_task(
     assert created == Counter({f"Follow up: {name}": 1 for name in names})
     outcomes = Counter(action["outcome"] for action in machine.actions())
     assert outcomes == Counter({"confirmed": KILLS})
+
+
+def test_kills_a_deal_closed_while_its_create_is_in_flight_gets_its_task_closed(
+    machine: Machine,
+) -> None:
+    machine.settings["action_in_flight_s"] = 2.0
+    deal = machine.deal(name="Won mid-create")
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="clickup", kind="drop_answer", method="POST", count=1)
+    machine.evaluate(MONDAY + timedelta(days=7))  # ClickUp created it; the answer was lost
+    assert [a["outcome"] for a in machine.actions()] == ["unknown"]
+    machine.move(deal, "Closed Won")
+    machine.evaluate(MONDAY + timedelta(days=7, hours=1))  # closes the watch; the step waits
+    assert machine.watch(deal)["closed_reason"] == "won"
+    assert machine.steps(deal)[0]["fired_at"] is None
+    assert machine.steps(deal)[0]["skipped_at"] is None
+    time.sleep(2.0)
+    machine.evaluate(MONDAY + timedelta(days=7, hours=2))  # settles the left step, closes its task
+    [task] = machine.tasks()
+    assert machine.steps(deal)[0]["task_ref"] == task["id"]
+    assert task["status"]["type"] == "closed"
+    closes = [a for a in machine.actions() if a["kind"] == "close_task"]
+    assert [(a["outcome"], a["provider_ref"]) for a in closes] == [("confirmed", task["id"])]
