@@ -7,9 +7,10 @@ the models expose snake_case attributes and timezone-aware datetimes.
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from followup_pipeline.domain.text import clean_name
 from followup_pipeline.integrations.errors import SchemaError, schema_error
 
 ESPO_DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -27,6 +28,9 @@ def parse_espo_datetime(value: Any) -> Any:
     return value
 
 
+#: A name from the CRM as we keep it (no control characters, bounded): the CRM is outside too.
+CrmName = Annotated[str, AfterValidator(clean_name)]
+OptionalCrmName = Annotated[str | None, AfterValidator(lambda v: clean_name(v) if v else v)]
 EspoDateTime = Annotated[datetime, BeforeValidator(parse_espo_datetime)]
 EspoOptionalDateTime = Annotated[datetime | None, BeforeValidator(parse_espo_datetime)]
 
@@ -38,23 +42,23 @@ class EspoRecord(BaseModel):
         alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
     )
 
-    id: str = Field(min_length=1)
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class Deal(EspoRecord):
     """An Opportunity."""
 
-    name: str
-    stage: str
+    name: CrmName
+    stage: CrmName
     amount: float | None = None
     amount_currency: str | None = None
     close_date: date | None = None
     account_id: str | None = None
-    account_name: str | None = None
+    account_name: OptionalCrmName = None
     contact_id: str | None = None
-    contact_name: str | None = None
-    assigned_user_id: str | None = None
-    assigned_user_name: str | None = None
+    contact_name: OptionalCrmName = None
+    assigned_user_id: OptionalCrmName = None
+    assigned_user_name: OptionalCrmName = None
     description: str | None = None
     created_at: EspoDateTime
     modified_at: EspoDateTime

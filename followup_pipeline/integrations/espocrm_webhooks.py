@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from followup_pipeline.domain.text import NAME_LIMIT, clean_text
 
 ItemKind = Literal["create", "update", "stage", "delete"]
 KINDS: dict[str, ItemKind] = {
@@ -26,7 +27,7 @@ KINDS: dict[str, ItemKind] = {
 #: What a deal id may be (EspoCRM's ids are 17 hex characters; other CRMs' ids stay short).
 DEAL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: The longest name or stage an item may carry, once control characters are removed.
-MAX_NAME = 255
+MAX_NAME = NAME_LIMIT
 #: How much of a malformed value is shown to the operator.
 SHOWN = 80
 
@@ -91,7 +92,7 @@ def deal_item(index: int, kind: ItemKind, item: dict[str, Any]) -> DealItem:
         if value is not None and not isinstance(value, str):
             problem = problem or f"{key} is not a string"
             value = None
-        text = _clean(value) if isinstance(value, str) else None
+        text = clean_text(value) if isinstance(value, str) else None
         if text is not None and len(text) > MAX_NAME:
             problem = problem or f"{key} is longer than {MAX_NAME} characters"
         # An empty name is no name; an empty stage is a stage that matches nothing.
@@ -109,13 +110,7 @@ def deal_item(index: int, kind: ItemKind, item: dict[str, Any]) -> DealItem:
     )
 
 
-def _clean(text: str) -> str:
-    """``text`` without control characters (newlines, NUL, escapes) and lone surrogates."""
-    kept = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cs"))
-    return kept.strip()
-
-
 def _shown(value: object) -> str:
     """A value as an operator can read it in a dead-letter list: printable and short."""
-    text = _clean(repr(value))
+    text = clean_text(repr(value))
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"

@@ -3,6 +3,7 @@
 import base64
 import hashlib
 import hmac
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -174,3 +175,25 @@ def test_get_deal_answer_that_is_not_json_is_a_typed_error(
     client = espo(lambda _: httpx.Response(200, content=body), sleeps)
     with pytest.raises(TransientError, match="not JSON"):
         client.get_deal(deal_id="d1")
+
+
+def test_deal_names_from_the_crm_are_kept_clean_and_bounded(
+    sleeps: list[float], make_deal: MakeDeal
+) -> None:
+    raw = make_deal(1, name="Offer\x00 \u001b[31m" + "x" * 10_000, accountName="AC\nME\ud800")
+    body = json.dumps(raw).encode()  # the lone surrogate travels escaped, as PHP sends it
+    client = espo(lambda _: httpx.Response(200, content=body), sleeps)
+    deal = client.get_deal(deal_id="deal00001")
+    assert deal.name.startswith("Offer [31mxxx")
+    assert len(deal.name) == 255
+    assert deal.account_name == "ACME"
+
+
+def test_list_deals_a_record_with_a_malformed_id_is_invalid_not_fatal(
+    sleeps: list[float], make_deal: MakeDeal
+) -> None:
+    page = {"total": 2, "list": [make_deal(1), make_deal(2, id="bad\x00id")]}
+    client = espo(lambda _: httpx.Response(200, json=page), sleeps)
+    listing = client.list_deals(stages=["Proposal"])
+    assert [d.id for d in listing.records] == ["deal00001"]
+    assert len(listing.invalid) == 1
