@@ -21,7 +21,12 @@ CLOSE_WORDS = {
 #: Characters that mean something inside a markdown line (emphasis, code, links, HTML, tables,
 #: strike-through), escaped in text taken from the CRM; our lines never start with CRM text, so
 #: the line-start markup (#, -, 1.) cannot be reached.
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()<>|~])")
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()<>|~&])")
+#: What a markdown renderer with autolinks (GFM, ClickUp) turns into a link by itself: URLs with a
+#: scheme, ``www.`` hosts and e-mail addresses. Such text is shown as code, which links nothing.
+AUTOLINKABLE = re.compile(
+    r"(?i)(?:[a-z][a-z0-9+.-]*://|(?:mailto|xmpp):|www\.)\S+|[^\s@]+@[^\s@]+\.[^\s@]+"
+)
 #: Longest title ClickUp is given (it shows less); the rest is cut with an ellipsis.
 TITLE_LIMIT = 250
 
@@ -34,8 +39,17 @@ def plain_line(text: str) -> str:
 
 
 def markdown_text(text: str) -> str:
-    """Text from the CRM as literal markdown: one line, every markup character escaped."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", plain_line(text))
+    """Text from the CRM as literal markdown: one line, every markup character escaped, and
+    anything a renderer would turn into a link by itself shown as code."""
+    line = plain_line(text)
+    parts = []
+    last = 0
+    for match in AUTOLINKABLE.finditer(line):
+        parts.append(MARKDOWN_SPECIAL.sub(r"\\\1", line[last : match.start()]))
+        parts.append("`" + match.group().replace("`", "'") + "`")
+        last = match.end()
+    parts.append(MARKDOWN_SPECIAL.sub(r"\\\1", line[last:]))
+    return "".join(parts)
 
 
 def safe_link(url: str | None) -> str | None:

@@ -104,10 +104,11 @@ def verify_standard(
         raise Rejected(
             "missing_signature", "webhook-id, webhook-timestamp and webhook-signature are required"
         )
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        raise Rejected("bad_timestamp", "webhook-timestamp is not Unix seconds") from None
+    # Unix seconds have ten digits for centuries; a longer number is no timestamp (and would
+    # overflow the float comparison below).
+    if len(stamp) > 12 or not stamp.isascii() or not stamp.lstrip("-").isdigit():
+        raise Rejected("bad_timestamp", "webhook-timestamp is not Unix seconds")
+    timestamp = int(stamp)
     if abs(now - timestamp) > TOLERANCE_S:
         raise Rejected("stale_timestamp", "webhook-timestamp is more than 5 minutes off")
     signed = f"{msg_id}.{timestamp}.".encode() + body

@@ -28,6 +28,8 @@ KINDS: dict[str, ItemKind] = {
 DEAL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: The longest name or stage an item may carry, once control characters are removed.
 MAX_NAME = NAME_LIMIT
+#: How deeply a body may nest lists and objects (EspoCRM's: 2, an array of flat objects).
+MAX_DEPTH = 64
 #: How much of a malformed value is shown to the operator.
 SHOWN = 80
 
@@ -55,11 +57,28 @@ class DealItem:
 def json_body(body: bytes) -> Any:
     """The body as JSON; ``UnparseableBody`` with the reason if it is not."""
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except (UnicodeDecodeError, ValueError) as error:
         raise UnparseableBody(f"not JSON: {error}") from None
     except RecursionError:
-        raise UnparseableBody("not JSON we read: nested deeper than the parser goes") from None
+        raise UnparseableBody(f"not JSON we read: nested deeper than {MAX_DEPTH}") from None
+    if _depth(value) > MAX_DEPTH:
+        # One limit for every reader: how deep the parser itself gets depends on the caller's
+        # stack, and the ingress and a register run must not disagree about a body.
+        raise UnparseableBody(f"not JSON we read: nested deeper than {MAX_DEPTH}")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (counted without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, list | dict):
+            deepest = max(deepest, depth)
+            children = current.values() if isinstance(current, dict) else current
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def espocrm_items(event_type: str | None, body: bytes) -> list[DealItem]:
@@ -100,7 +119,7 @@ def deal_item(index: int, kind: ItemKind, item: dict[str, Any]) -> DealItem:
     return DealItem(
         index=index,
         kind=kind,
-        deal_id=raw_id if problem is None and isinstance(raw_id, str) else _shown(raw_id),
+        deal_id=raw_id if isinstance(raw_id, str) and DEAL_ID.fullmatch(raw_id) else _shown(raw_id),
         stage=fields["stage"],
         name=fields["name"],
         account_name=fields["accountName"],

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from followup_pipeline.store.db import require_transaction, typed_row
+from followup_pipeline.store.db import require_transaction, storable, typed_row
 from followup_pipeline.store.queries import query
 
 Kind = Literal["task", "close_task", "report", "alert"]
@@ -96,6 +96,11 @@ def age_s(conn: psycopg.Connection[Any], action_id: int) -> float:
     return float(row["age_s"]) if row else 0.0
 
 
+def touch(conn: psycopg.Connection[Any], action_id: int) -> None:
+    """Stamp the action with the database's real time: its request leaves now."""
+    conn.execute(query("action_touch"), {"id": action_id})
+
+
 def actions_of_watch(conn: psycopg.Connection[Any], watch_id: int) -> dict[int, Action]:
     """The task actions of a watch, keyed by step number."""
     with conn.cursor(row_factory=typed_row(Action)) as cur:
@@ -152,7 +157,7 @@ def finish_attempt(
         "attempt_no": attempt.attempt_no,
         "outcome": outcome,
         "provider_ref": provider_ref,
-        "error": error,
+        "error": storable(error) if error is not None else None,
         "finished_at": finished_at,
     }
     conn.execute(query("finish_action"), params)

@@ -15,7 +15,7 @@ from followup_pipeline.domain.cadence import plan_steps
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.store.cadences import Plan
-from followup_pipeline.store.db import require_transaction, typed_row
+from followup_pipeline.store.db import require_transaction, storable, typed_row
 from followup_pipeline.store.queries import query
 from followup_pipeline.store.steps import insert_step
 
@@ -195,7 +195,8 @@ def set_watch_error(
     conn: psycopg.Connection[Any], *, watch_id: int, error: str | None, at: datetime | None
 ) -> None:
     """Remember the CRM error that holds the watch back; None clears it."""
-    conn.execute(query("set_watch_error"), {"watch_id": watch_id, "error": error, "at": at})
+    text = storable(error) if error is not None else None
+    conn.execute(query("set_watch_error"), {"watch_id": watch_id, "error": text, "at": at})
 
 
 def refresh_subject(conn: psycopg.Connection[Any], *, watch_id: int, subject: Subject) -> None:

@@ -74,3 +74,27 @@ def test_tasks_the_crm_url_is_linked() -> None:
     assert safe_link(CRM) == CRM
     _, markdown = _render("Offer")
     assert markdown.splitlines()[-1] == f"**In the CRM:** [Offer]({CRM})"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see https://evil.example/x",
+        "visit www.evil.example today",
+        "write to boss@evil.example",
+        "ftp://evil.example/file",
+        "mailto:boss@evil.example",
+    ],
+)
+def test_tasks_text_a_renderer_would_autolink_is_shown_as_code(text: str) -> None:
+    _, markdown = _render(text, account=text)
+    deal_line, account_line = markdown.splitlines()[:2]
+    for line in (deal_line, account_line):
+        outside_code = re.sub(r"`[^`]*`", "", line)
+        assert "evil.example" not in outside_code
+    assert markdown.splitlines()[-1].endswith(f"({CRM})")
+
+
+def test_tasks_entities_and_plain_colons_stay_literal() -> None:
+    _, markdown = _render("Müller & Söhne &lt;b&gt; Angebot:Rollout")
+    assert markdown.splitlines()[0] == "**Deal:** Müller \\& Söhne \\&lt;b\\&gt; Angebot:Rollout"

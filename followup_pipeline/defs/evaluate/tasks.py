@@ -167,6 +167,8 @@ class TaskLedger:
                 task_id = found[0].id
                 self.tally.count("found_existing")
             else:
+                with self.db.connection() as conn:
+                    ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
                 task_id = self._post(spec, watch, deal, step_no, due_on, total)
                 outcome = "accepted"
         except IntegrationError as error:

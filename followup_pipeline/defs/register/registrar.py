@@ -168,6 +168,16 @@ class Registrar:
         Any failure but a lost connection is this event's, never the run's.
         """
         self.counts["events_claimed"] += 1
+        if event.attempts >= self.settings.event_max_attempts:
+            # Every attempt was charged and none ended: the worker died on it each time. A dead
+            # letter now, before it can kill this run too and hold back the events behind it.
+            self.fail(
+                event,
+                "worker_died",
+                f"the worker died during each of its {event.attempts} attempts",
+                permanent=True,
+            )
+            return
         with self.conn.transaction():
             attempts = events.start_attempt(self.conn, event.id)
         event = dataclasses.replace(event, attempts=attempts)

@@ -67,3 +67,8 @@ RETURNING id;
 -- simulated clock): how long its last request may still be on its way.
 SELECT extract(epoch FROM clock_timestamp() - updated_at)::float8 AS age_s
 FROM actions WHERE id = %(id)s;
+
+-- name: action_touch
+-- Stamp an action with the database's real time just before its request goes out, so that the
+-- in-flight window starts when the request leaves (not before a slow search that preceded it).
+UPDATE actions SET updated_at = clock_timestamp() WHERE id = %(id)s;

@@ -147,3 +147,24 @@ def test_poison_a_run_that_dies_charges_only_the_event_it_worked_on(
         Registrar(db, _Dies(), settings).run()
     attempts = [_event(db, e)["attempts"] for e in (first, second, third)]
     assert attempts == [1, 0, 0]
+
+
+def test_poison_an_event_that_kills_every_run_is_a_dead_letter_at_its_limit(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    killer = add_event([{"id": "d0", "stage": "Proposal"}])
+    crm.add("d1", name="Behind it")
+    behind = add_event([{"id": "d1", "stage": "Proposal"}])
+    for _ in range(settings.event_max_attempts):
+        with pytest.raises(SystemExit):
+            Registrar(db, _Dies(), settings).run()
+        db.execute("UPDATE events SET claimed_until = NULL")  # the dead run's lease ran out
+    counts = dict(Registrar(db, crm, settings).run())
+    dead = _event(db, killer)
+    assert (dead["status"], dead["attempts"], dead["dead_step"]) == (
+        "dead",
+        settings.event_max_attempts,
+        "worker_died",
+    )
+    assert _event(db, behind)["status"] == "done"
+    assert counts["registered"] == 1
