@@ -122,7 +122,8 @@ class Settings(BaseSettings):
     clickup_default_assignee: int | None = None
     clickup_user_map: Annotated[dict[str, int], NoDecode] = {}
     clickup_close_on_watch_close: bool = True
-    clickup_closed_status: str = "closed"
+    #: The status that closes a task; unset: the list's status of type closed, read from ClickUp.
+    clickup_closed_status: str | None = None
 
     # --- Microsoft Graph (Outlook) -------------------------------------------------------------
     graph_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/graph")

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from followup_pipeline.integrations.errors import schema_error
+from followup_pipeline.integrations.errors import NotFoundError, PermanentError, schema_error
 from followup_pipeline.integrations.http import (
     DEFAULT_TIMEOUTS,
     Clock,
@@ -27,13 +27,28 @@ from followup_pipeline.integrations.http import (
 )
 
 VENDOR = "clickup"
-CLOSED_STATUS = "closed"
 KEY_TAG_PREFIX = "fu-"
 
 
 def key_tag(key: str) -> str:
     """The tag that carries an idempotency key: ``fu-`` and the first 12 hex of its SHA-1."""
     return KEY_TAG_PREFIX + hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+#: What ClickUp answers about a task that is gone or no longer ours: deleted (404, ITEM_013, also
+#: as 401), or in a list or team this token cannot see (401 OAUTH_027).
+GONE_CODES = ("ITEM_013", "OAUTH_027")
+
+
+def task_is_gone(error: Exception) -> bool:
+    """Whether ``error`` says the task no longer exists for us (closing it is then done)."""
+    if isinstance(error, NotFoundError):
+        return True
+    return (
+        isinstance(error, PermanentError)
+        and error.status in (401, 404)
+        and any(code in error.vendor_message for code in GONE_CODES)
+    )
 
 
 def clickup_message(response: httpx.Response) -> str:
@@ -121,7 +136,7 @@ class ClickUpClient:
         token: str,
         list_id: str,
         key_field_id: str | None = None,
-        closed_status: str = CLOSED_STATUS,
+        closed_status: str | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Sleep = time.sleep,
         clock: Clock = time.time,
@@ -136,6 +151,7 @@ class ClickUpClient:
         )
         self.list_id = list_id
         self.key_field_id = key_field_id
+        #: The status that closes a task: configured, else the list's closed-type status.
         self.closed_status = closed_status
 
     def close(self) -> None:
@@ -174,7 +190,12 @@ class ClickUpClient:
         """Every task of the list, closed ones included, that carries ``idempotency_key``."""
         params: dict[str, Any] = {"include_closed": "true"}
         if self.key_field_id is not None:
-            condition = {"field_id": self.key_field_id, "operator": "=", "value": idempotency_key}
+            # "==" is the exact match; "=" is a fuzzy contains (task:1:1 would find task:1:12).
+            condition = {
+                "field_id": self.key_field_id,
+                "operator": "==",
+                "value": idempotency_key,
+            }
             params["custom_fields"] = json.dumps([condition])
         else:
             params["tags[]"] = key_tag(idempotency_key)
@@ -192,16 +213,40 @@ class ClickUpClient:
         """One task; ``NotFoundError`` if it does not exist."""
         return parse_task(self._http.json(self._http.request("GET", f"v2/task/{task_id}")))
 
+    def list_closed_status(self) -> str:
+        """The list's status of type ``closed`` (statuses belong to each list; a new list's is
+        ``complete``), read once; ``PermanentError`` if the list has none."""
+        if self.closed_status is None:
+            body = self._http.json(self._http.request("GET", f"v2/list/{self.list_id}"))
+            statuses = body.get("statuses") if isinstance(body, dict) else None
+            closed = [
+                s.get("status")
+                for s in statuses or []
+                if isinstance(s, dict) and s.get("type") == "closed" and s.get("status")
+            ]
+            if not closed:
+                raise PermanentError(
+                    f"ClickUp list {self.list_id} has no status of type closed",
+                    vendor=VENDOR,
+                    status=200,
+                )
+            self.closed_status = str(closed[0])
+        return self.closed_status
+
     def close_task(self, *, task_id: str, comment: str, closed_status: str | None = None) -> Task:
-        """Set the task's status to ``closed_status`` (else the list's, given at construction),
+        """Set the task's status to ``closed_status`` (else the list's closed-type status),
         then add ``comment`` saying why.
 
         The status change (PUT, idempotent) goes first and may be retried; the comment is a
         POST and is sent once.
         """
         response = self._http.request(
-            "PUT", f"v2/task/{task_id}", json={"status": closed_status or self.closed_status}
+            "PUT", f"v2/task/{task_id}", json={"status": closed_status or self.list_closed_status()}
         )
         task = parse_task(self._http.json(response))
-        self._http.request("POST", f"v2/task/{task_id}/comment", json={"comment_text": comment})
+        self._http.request(
+            "POST",
+            f"v2/task/{task_id}/comment",
+            json={"comment_text": comment, "notify_all": False},
+        )
         return task

@@ -198,6 +198,10 @@ class VendorHttp:
             if response.is_success:
                 return response
             error = self.error_for(response)
+            if not retry and isinstance(error, TransientError):
+                # A 5xx or 429 to a create was received: the vendor may have done the work
+                # before it failed. The ledger settles it by searching, never by sending again.
+                error.ambiguous = True
             if last or not isinstance(error, TransientError):
                 raise error
             wait = error.retry_after if error.retry_after is not None else backoff_delay(attempt)

@@ -13,7 +13,7 @@ from typing import Generic, Protocol, TypeVar
 import dagster as dg
 from pydantic import PrivateAttr
 
-from followup_pipeline.integrations.clickup import CLOSED_STATUS, ClickUpClient
+from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, Timeouts
 from followup_pipeline.integrations.mistral import MistralClient
@@ -78,7 +78,7 @@ class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["Click
     token: str
     list_id: str
     key_field_id: str | None = None
-    closed_status: str = CLOSED_STATUS
+    closed_status: str | None = None
     timeout_s: float = DEFAULT_TIMEOUTS.read_s
     connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
 

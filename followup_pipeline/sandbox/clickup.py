@@ -14,7 +14,7 @@ from starlette.types import Scope
 from followup_pipeline.sandbox.errors import clickup_error
 from followup_pipeline.sandbox.gate import RateDecision
 from followup_pipeline.sandbox.state import SandboxState
-from followup_pipeline.sandbox.tasks import TaskError, filtered, new_task, update_task
+from followup_pipeline.sandbox.tasks import STATUSES, TaskError, filtered, new_task, update_task
 
 
 def rate_limiter(state: SandboxState) -> Any:
@@ -76,6 +76,15 @@ def clickup_app(state: SandboxState) -> Starlette:
         state.tasks[task["id"]] = task
         return JSONResponse(task)
 
+    async def get_list(request: Request) -> Response:
+        list_id = request.path_params["list_id"]
+        known_list(list_id)
+        statuses = [
+            {"status": name, "orderindex": index, "color": color, "type": kind}
+            for index, (name, kind, color) in enumerate(STATUSES)
+        ]
+        return JSONResponse({"id": list_id, "name": "Follow-ups", "statuses": statuses})
+
     async def list_tasks(request: Request) -> Response:
         known_list(request.path_params["list_id"])
         tasks = [
@@ -98,6 +107,8 @@ def clickup_app(state: SandboxState) -> Starlette:
         text = body.get("comment_text") if isinstance(body, dict) else None
         if not isinstance(text, str) or not text:
             raise TaskError(400, "Comment text invalid", "INPUT_010")
+        if not isinstance(body.get("notify_all"), bool):  # required by ClickUp's schema
+            raise TaskError(400, "notify_all must be a boolean", "INPUT_011")
         date = state.clock.millis()
         comment = {
             "id": str(90120000000000 + state.rng.randrange(10**9)),
@@ -132,6 +143,7 @@ def clickup_app(state: SandboxState) -> Starlette:
 
     return Starlette(
         routes=[
+            Route("/v2/list/{list_id}", guarded(get_list), methods=["GET"]),
             Route("/v2/list/{list_id}/task", guarded(create), methods=["POST"]),
             Route("/v2/list/{list_id}/task", guarded(list_tasks), methods=["GET"]),
             Route("/v2/task/{task_id}", guarded(get_task), methods=["GET"]),

@@ -9,6 +9,8 @@ A fault is a ``FaultSpec`` posted to ``POST /_sandbox/faults``. Kinds:
 - ``latency``: wait ``latency_s`` before answering (webhooks: before delivering).
 - ``malformed``: answer the real status with a truncated body.
 - ``drop_answer``: do the work (commit), then drop the connection without a full answer.
+- ``apply_then_error``: do the work (commit), then answer ``status`` (default 500) in the
+  vendor's error shape, as a vendor that fails after its write does.
 - ``invalid_output`` (Mistral): the model answers ``content`` (default: not the asked format).
 - ``drop`` / ``duplicate`` (webhooks): an item is never sent / a batch is sent twice.
 
@@ -36,12 +38,21 @@ FaultKind = Literal[
     "latency",
     "malformed",
     "drop_answer",
+    "apply_then_error",
     "invalid_output",
     "drop",
     "duplicate",
 ]
 
-_HTTP_KINDS = {"error", "outage", "rate_limit", "latency", "malformed", "drop_answer"}
+_HTTP_KINDS = {
+    "error",
+    "outage",
+    "rate_limit",
+    "latency",
+    "malformed",
+    "drop_answer",
+    "apply_then_error",
+}
 ALLOWED_KINDS: dict[str, set[str]] = {
     "espocrm": _HTTP_KINDS - {"rate_limit"},  # EspoCRM has no 429 and no rate limiting
     "clickup": _HTTP_KINDS,

@@ -75,6 +75,16 @@ class VendorGate:
         if "invalid_output" in kinds:
             scope = {**scope, INVALID_OUTPUT_KEY: kinds["invalid_output"].content}
             scope[INVALID_OUTPUT_KEY] = scope[INVALID_OUTPUT_KEY] or DEFAULT_INVALID_OUTPUT
+        if "apply_then_error" in kinds:
+            spec = kinds["apply_then_error"]
+
+            async def swallow(message: Message) -> None:
+                return None
+
+            await self.app(scope, replay, swallow)  # the work is done...
+            response = vendor_error(self.vendor, spec.answer_status(), spec.retry_after)
+            await response(scope, replay, counted)  # ...and the answer says it failed
+            return
         if "drop_answer" in kinds or "malformed" in kinds:
             messages: list[Message] = []
 

@@ -8,12 +8,10 @@ from followup_pipeline.sandbox.state import SandboxState
 Task = dict[str, Any]
 PAGE_SIZE = 100
 
-#: The list's statuses: name, type, colour.
+#: The statuses of a new ClickUp list: name, type, colour (the closed one is ``complete``).
 STATUSES = [
     ("to do", "open", "#d3d3d3"),
-    ("in progress", "custom", "#4194f6"),
-    ("complete", "done", "#6bc950"),
-    ("closed", "closed", "#6bc950"),
+    ("complete", "closed", "#6bc950"),
 ]
 PRIORITIES = {
     1: ("urgent", "#f50000"),
@@ -151,6 +149,8 @@ def update_task(state: SandboxState, task: Task, body: Any) -> None:
     """Apply a ``PUT /v2/task/{id}`` body to a stored task; TaskError if ClickUp would refuse."""
     if not isinstance(body, dict):
         raise TaskError(400, "Body must be a JSON object", "INPUT_001")
+    if "custom_fields" in body:  # PUT cannot set custom fields (ClickUp has its own route)
+        raise TaskError(400, "Custom fields cannot be updated on this route", "INPUT_012")
     now = str(state.clock.millis())
     if "name" in body:
         if not isinstance(body["name"], str) or not body["name"].strip():
@@ -170,19 +170,22 @@ def update_task(state: SandboxState, task: Task, body: Any) -> None:
         task["due_date"] = _due(body["due_date"])
     if "archived" in body:
         task["archived"] = bool(body["archived"])
-    if "custom_fields" in body:
-        task["custom_fields"] = _custom_fields(state, body["custom_fields"], task["custom_fields"])
     task["date_updated"] = now
 
 
 def _field_matches(task: Task, rule: Any) -> bool:
-    if not isinstance(rule, dict) or rule.get("operator", "=") not in ("=", "!="):
+    """ClickUp's custom-field filter: ``=`` is a fuzzy contains (case-insensitive), ``==`` the
+    exact match, ``!=`` its negation (developer.clickup.com, task filters)."""
+    operator = rule.get("operator", "=") if isinstance(rule, dict) else None
+    if operator not in ("=", "==", "!="):
         raise TaskError(400, "Custom field filter invalid", "FIELD_050")
     value = next(
         (f.get("value") for f in task["custom_fields"] if f["id"] == rule.get("field_id")), None
     )
+    if operator == "=":
+        return value is not None and str(rule.get("value")).lower() in str(value).lower()
     equal = value is not None and str(value) == str(rule.get("value"))
-    return equal if rule.get("operator", "=") == "=" else not equal
+    return equal if operator == "==" else not equal
 
 
 def filtered(tasks: list[Task], params: Any) -> tuple[list[Task], bool]:

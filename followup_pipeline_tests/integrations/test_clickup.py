@@ -9,8 +9,13 @@ from typing import Any
 import httpx
 import pytest
 
-from followup_pipeline.integrations.clickup import ClickUpClient, key_tag
-from followup_pipeline.integrations.errors import PermanentError, SchemaError, TransientError
+from followup_pipeline.integrations.clickup import ClickUpClient, key_tag, task_is_gone
+from followup_pipeline.integrations.errors import (
+    IntegrationError,
+    PermanentError,
+    SchemaError,
+    TransientError,
+)
 
 Handler = Callable[[httpx.Request], httpx.Response]
 NOW = 1_800_000_000.0
@@ -88,8 +93,11 @@ def test_create_task_carries_key_in_custom_field(sleeps: list[float]) -> None:
     ("answer", "ambiguous"),
     [
         (httpx.ReadTimeout("slow"), True),
-        (httpx.Response(500, text="<html>oops</html>"), False),
-        (httpx.Response(429, headers={"X-RateLimit-Reset": str(int(NOW + 10))}), False),
+        # A 5xx or 429 to a create may have done it (VENDORS.md): ambiguous, settled by search.
+        (httpx.Response(500, text="<html>oops</html>"), True),
+        (httpx.Response(503, json={"err": "Unavailable", "ECODE": "APP_503"}), True),
+        (httpx.Response(429, headers={"X-RateLimit-Reset": str(int(NOW + 10))}), True),
+        (httpx.ConnectError("refused"), False),  # never left: nothing can have happened
     ],
 )
 def test_create_task_is_never_retried(
@@ -138,7 +146,7 @@ def test_find_tasks_by_key_filters_on_custom_field(sleeps: list[float]) -> None:
 
     found = clickup(handler, sleeps, key_field_id="cf1").find_tasks_by_key(idempotency_key="k1")
     assert [t.id for t in found] == ["t1"]
-    condition = {"field_id": "cf1", "operator": "=", "value": "k1"}
+    condition = {"field_id": "cf1", "operator": "==", "value": "k1"}  # exact, not contains
     assert json.loads(seen[0]["custom_fields"]) == [condition]
 
 
@@ -188,8 +196,28 @@ def test_close_task_sets_status_then_comments(sleeps: list[float]) -> None:
     assert closed.status == "done"
     assert sent == [
         ("PUT", "/api/v2/task/t1", {"status": "done"}),
-        ("POST", "/api/v2/task/t1/comment", {"comment_text": "Deal won"}),
+        ("POST", "/api/v2/task/t1/comment", {"comment_text": "Deal won", "notify_all": False}),
     ]
+
+
+def test_close_task_uses_the_lists_closed_status(sleeps: list[float]) -> None:
+    sent: list[tuple[str, str, Any]] = []
+    statuses = [{"status": "Open", "type": "open"}, {"status": "Erledigt", "type": "closed"}]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        sent.append((request.method, request.url.path, body))
+        if request.url.path == "/api/v2/list/list9":
+            return httpx.Response(200, json={"id": "list9", "statuses": statuses})
+        if request.method == "PUT":
+            return httpx.Response(200, json={**task("t1"), "status": {"status": "Erledigt"}})
+        return httpx.Response(200, json={"id": "c1"})
+
+    client = clickup(handler, sleeps)
+    client.close_task(task_id="t1", comment="Deal won")
+    client.close_task(task_id="t2", comment="Deal lost")
+    assert [(m, p) for m, p, _ in sent if m == "GET"] == [("GET", "/api/v2/list/list9")]  # once
+    assert [b for m, _, b in sent if m == "PUT"] == [{"status": "Erledigt"}] * 2
 
 
 def test_get_task_broken_record_is_schema_error(sleeps: list[float]) -> None:
@@ -220,3 +248,22 @@ def test_get_task_answer_that_is_not_json_is_a_typed_error(sleeps: list[float]) 
     with pytest.raises(TransientError) as caught:
         client.get_task(task_id="t1")
     assert not caught.value.ambiguous
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "gone"),
+    [
+        (404, {"err": "Task not found, deleted", "ECODE": "ITEM_013"}, True),
+        (401, {"err": "Task not found, deleted", "ECODE": "ITEM_013"}, True),
+        (401, {"err": "Team not authorized", "ECODE": "OAUTH_027"}, True),
+        (401, {"err": "Token invalid", "ECODE": "OAUTH_025"}, False),
+        (500, {"err": "Internal", "ECODE": "APP_500"}, False),
+    ],
+)
+def test_close_task_of_a_task_that_is_gone_is_told_apart(
+    sleeps: list[float], status: int, body: dict[str, str], gone: bool
+) -> None:
+    client = clickup(lambda _: httpx.Response(status, json=body), sleeps, closed_status="done")
+    with pytest.raises(IntegrationError) as caught:
+        client.close_task(task_id="t1", comment="Deal won")
+    assert task_is_gone(caught.value) is gone

@@ -121,9 +121,11 @@ async def test_clickup_list_filters_custom_fields_tags_and_closed(sandbox: Sandb
     assert [t["id"] for t in found["tasks"]] == [made[1]["id"]]
     tagged = (await sandbox.client.get(LIST_URL, params={"tags[]": "TAG2"}, headers=CLICKUP)).json()
     assert [t["id"] for t in tagged["tasks"]] == [made[2]["id"]]
-    closed = await sandbox.client.put(
-        f"/clickup/api/v2/task/{made[0]['id']}", json={"status": "closed"}, headers=CLICKUP
-    )
+    task_url = f"/clickup/api/v2/task/{made[0]['id']}"
+    # A new list has no status called "closed": its closed-type status is "complete".
+    refused = await sandbox.client.put(task_url, json={"status": "closed"}, headers=CLICKUP)
+    assert (refused.status_code, refused.json()["ECODE"]) == (400, "CRTSK_001")
+    closed = await sandbox.client.put(task_url, json={"status": "complete"}, headers=CLICKUP)
     assert closed.json()["status"]["type"] == "closed"
     assert closed.json()["date_closed"] is not None
     open_only = (await sandbox.client.get(LIST_URL, headers=CLICKUP)).json()
@@ -135,7 +137,8 @@ async def test_clickup_list_filters_custom_fields_tags_and_closed(sandbox: Sandb
 async def test_clickup_comment_answers_id_hist_id_and_date(sandbox: Sandbox) -> None:
     task = (await sandbox.client.post(LIST_URL, json={"name": "T"}, headers=CLICKUP)).json()
     url = f"/clickup/api/v2/task/{task['id']}/comment"
-    response = await sandbox.client.post(url, json={"comment_text": "Deal won"}, headers=CLICKUP)
+    body = {"comment_text": "Deal won", "notify_all": False}
+    response = await sandbox.client.post(url, json=body, headers=CLICKUP)
     assert response.status_code == 200
     assert set(response.json()) == {"id", "hist_id", "date"}
     assert isinstance(response.json()["date"], int)
@@ -143,3 +146,42 @@ async def test_clickup_comment_answers_id_hist_id_and_date(sandbox: Sandbox) -> 
     assert comments[0]["comment_text"] == "Deal won"
     missing = await sandbox.client.get("/clickup/api/v2/task/nope", headers=CLICKUP)
     assert (missing.status_code, missing.json()["ECODE"]) == (404, "ITEM_013")
+
+
+async def test_clickup_custom_field_filter_equal_is_fuzzy_double_equal_is_exact(
+    sandbox: Sandbox,
+) -> None:
+    made = []
+    for key in ("task:1:1", "task:1:12", "TASK:1:1x"):
+        body = {"name": key, "custom_fields": [{"id": KEY_FIELD, "value": key}]}
+        made.append((await sandbox.client.post(LIST_URL, json=body, headers=CLICKUP)).json())
+
+    async def found(operator: str) -> list[str]:
+        rule = json.dumps([{"field_id": KEY_FIELD, "operator": operator, "value": "task:1:1"}])
+        params = {"custom_fields": rule}
+        answer = await sandbox.client.get(LIST_URL, params=params, headers=CLICKUP)
+        return sorted(t["name"] for t in answer.json()["tasks"])
+
+    assert await found("=") == ["TASK:1:1x", "task:1:1", "task:1:12"]
+    assert await found("==") == ["task:1:1"]
+    assert await found("!=") == ["TASK:1:1x", "task:1:12"]
+
+
+async def test_clickup_list_has_the_statuses_of_a_new_list(sandbox: Sandbox) -> None:
+    answer = await sandbox.client.get(LIST_URL.removesuffix("/task"), headers=CLICKUP)
+    statuses = [(s["status"], s["type"]) for s in answer.json()["statuses"]]
+    assert statuses == [("to do", "open"), ("complete", "closed")]
+
+
+async def test_clickup_refuses_custom_fields_on_put_and_comments_without_notify_all(
+    sandbox: Sandbox,
+) -> None:
+    task = (await sandbox.client.post(LIST_URL, json={"name": "T"}, headers=CLICKUP)).json()
+    url = f"/clickup/api/v2/task/{task['id']}"
+    body = {"custom_fields": [{"id": KEY_FIELD, "value": "x"}]}
+    put = await sandbox.client.put(url, json=body, headers=CLICKUP)
+    assert put.status_code == 400
+    comment = await sandbox.client.post(
+        f"{url}/comment", json={"comment_text": "x"}, headers=CLICKUP
+    )
+    assert comment.status_code == 400

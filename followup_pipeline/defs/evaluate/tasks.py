@@ -15,7 +15,8 @@ from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.tasks import assignees_for, close_comment, render_task
-from followup_pipeline.integrations.errors import IntegrationError, NotFoundError, TransientError
+from followup_pipeline.integrations.clickup import task_is_gone
+from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger, steps, watches
@@ -247,12 +248,13 @@ class TaskLedger:
         note = None
         try:
             self.board.close_task(task_id=row.task_ref, comment=close_comment(row.closed_reason))
-        except NotFoundError:
-            # Someone deleted the task: what closing it wanted is already true.
-            note = "the task no longer exists in ClickUp"
         except IntegrationError as error:
-            self._failed(attempt, spec.key, error)
-            return
+            if not task_is_gone(error):
+                self._failed(attempt, spec.key, error)
+                return
+            # Someone deleted the task (or moved it where we cannot see it): what closing it
+            # wanted is already true, so this is done, not a failure that ends a dead letter.
+            note = "the task no longer exists in ClickUp"
         self._finish(attempt, "confirmed", provider_ref=row.task_ref, error=note)
         self.tally.count("tasks_closed")
 

@@ -318,3 +318,20 @@ def test_evaluate_a_truncated_create_answer_fails_one_task_not_the_run(machine: 
     machine.evaluate(MONDAY + timedelta(days=7, hours=1))
     assert len(machine.tasks()) == 3  # settled by search: the created task was found, not doubled
     assert all(machine.steps(deal)[0]["task_ref"] for deal in deals)
+
+
+def test_evaluate_a_create_that_took_effect_then_answered_500_leaves_one_task(
+    machine: Machine,
+) -> None:
+    deal = machine.deal(name="Half done")
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="clickup", kind="apply_then_error", method="POST", path="/task$", count=1)
+    first = machine.evaluate(MONDAY + timedelta(days=7))
+    assert machine.outcome(first) == "partial"
+    assert len(machine.tasks()) == 1  # ClickUp did it, then said 500
+    assert [a["outcome"] for a in machine.actions()] == ["unknown"]  # ambiguous, not failed
+    machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+    [task] = machine.tasks()
+    assert machine.steps(deal)[0]["task_ref"] == task["id"]
+    [action] = machine.actions()
+    assert (action["outcome"], action["attempts"]) == ("confirmed", 1)  # settled, not re-sent

@@ -34,7 +34,7 @@ def test_settling_lost_answer_then_won_closes_the_task(machine: Machine) -> None
     machine.evaluate(MONDAY + timedelta(days=7, hours=2))
     assert machine.watch(deal)["closed_reason"] == "won"
     [task] = machine.tasks()
-    assert task["status"]["status"] == "closed"
+    assert (task["status"]["status"], task["status"]["type"]) == ("complete", "closed")
 
 
 def test_settling_recheck_close_skips_every_open_step(machine: Machine) -> None:
