@@ -110,13 +110,23 @@ class MistralClient:
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self.model = model
+        # The SDK sets one number (its timeout_ms, else 300 s) on every request for every phase,
+        # connect included: a hook puts back a short connect and a completion-sized read.
+        read_s = timeout_ms / 1000
+        timeout = httpx.Timeout(read_s, connect=timeouts.connect_s, pool=timeouts.connect_s)
+
+        def own_timeouts(request: httpx.Request) -> None:
+            request.extensions["timeout"] = timeout.as_dict()
+
         self._http = httpx.Client(
-            transport=transport, timeout=timeouts.httpx(), follow_redirects=True
+            transport=transport,
+            timeout=timeout,
+            follow_redirects=True,
+            event_hooks={"request": [own_timeouts]},
         )
         self._sdk = Mistral(
             api_key=api_key,
             server_url=server_url,
-            timeout_ms=timeout_ms,
             retry_config=retry_config,
             client=self._http,
         )
@@ -183,6 +193,12 @@ def parse_summary(response: models.ChatCompletionResponse) -> Summary:
 
 def sdk_error(exc: Exception) -> IntegrationError:
     """Our error for what the SDK raised once its own retries were spent."""
+    if isinstance(exc, errors.ResponseValidationError) and 200 <= exc.status_code < 300:
+        # A 200 whose body is not a chat completion (truncated, another shape): the service
+        # misspoke, the model did not. Transient: asked again later, never a review item.
+        return TransientError(
+            f"HTTP {exc.status_code} with a body that is not a chat completion", vendor=VENDOR
+        )
     if isinstance(exc, errors.MistralError):
         status = exc.status_code
         text = f"HTTP {status} on chat completion: {exc.body[:300]}"

@@ -146,3 +146,25 @@ def test_summarise_invalid_output_keeps_raw_text(content: str, finish_reason: st
     with pytest.raises(InvalidModelOutput) as caught:
         client.summarise(deal_name="A", emails=EMAILS)
     assert caught.value.raw_text == content
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"id": "x", "choi', b'{"object": "chat.completion"}', b"<html>gateway</html>"]
+)
+def test_summarise_malformed_200_is_transient_not_a_review_item(body: bytes) -> None:
+    headers = {"content-type": "application/json"}
+    client = mistral(lambda _: httpx.Response(200, content=body, headers=headers))
+    with pytest.raises(TransientError):
+        client.summarise(deal_name="Offer", emails=[])
+
+
+def test_summarise_keeps_a_short_connect_timeout() -> None:
+    seen: list[dict[str, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return completion(GOOD)
+
+    mistral(handler).summarise(deal_name="Offer", emails=[])
+    assert seen[0]["connect"] == 5.0
+    assert seen[0]["read"] == 60.0
