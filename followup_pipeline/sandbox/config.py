@@ -67,10 +67,13 @@ class SandboxConfig(BaseModel):
     espocrm_stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES))
     webhook_url: str | None = None
     webhooks: list[WebhookSpec] = Field(default_factory=_default_webhooks)
-    webhook_queue_interval_s: float = Field(default=300.0, gt=0)
+    #: EspoCRM's ProcessWebhookQueue job runs on cron */2: every two minutes.
+    webhook_queue_interval_s: float = Field(default=120.0, gt=0)
     webhook_retry_interval_s: float = Field(default=600.0, ge=0)
     webhook_max_attempts: int = Field(default=4, ge=1)
     webhook_batch_size: int = Field(default=50, ge=1, le=50)
+    #: Items EspoCRM's queue job takes in one run (``webhookQueueEventPortionSize``).
+    webhook_queue_portion: int = Field(default=20, ge=1)
 
     # ClickUp
     clickup_token: SecretStr = SecretStr("pk_sandbox_0000000_SANDBOXTOKEN")

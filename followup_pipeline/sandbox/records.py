@@ -72,6 +72,17 @@ def create_deal(state: SandboxState, data: dict[str, Any], *, webhooks: bool = T
     return record
 
 
+#: EspoCRM's default probability of each stage, set when a deal moves.
+STAGE_PROBABILITY = {
+    "Prospecting": 10,
+    "Qualification": 20,
+    "Proposal": 50,
+    "Negotiation": 80,
+    "Closed Won": 100,
+    "Closed Lost": 0,
+}
+
+
 def update_deal(state: SandboxState, deal_id: str, changes: dict[str, Any]) -> Record:
     """Change a deal's attributes; emit ``update`` and, for a new stage, ``fieldUpdate.stage``."""
     deal = state.deals.get(deal_id)
@@ -87,9 +98,14 @@ def update_deal(state: SandboxState, deal_id: str, changes: dict[str, Any]) -> R
     }
     if not changed:
         return deal
-    changed["modifiedAt"] = state.clock.espo()
+    before = deal["stage"]
     deal.update(changed)
+    deal["modifiedAt"] = state.clock.espo()
     if "stage" in changed:
+        # EspoCRM's side effects of a stage change travel with the update (no modifiedAt does).
+        changed["probability"] = STAGE_PROBABILITY.get(stage, deal.get("probability"))
+        changed["lastStage"] = before if stage == "Closed Lost" else stage
+        deal.update(probability=changed["probability"], lastStage=changed["lastStage"])
         state.webhooks.enqueue("Opportunity.fieldUpdate.stage", {"id": deal_id, "stage": stage})
     state.webhooks.enqueue("Opportunity.update", {"id": deal_id, **changed})
     return deal

@@ -2,8 +2,12 @@
 
 EspoCRM's rules (VENDORS.md): a JSON array of up to 50 items per request; header ``Signature``
 = base64("{id}:{hex hmac}") and legacy ``X-Signature`` = base64("{id}:" + binary hmac); 2xx/3xx is
-success, 410 deletes the webhook, 0/401/403/404/405/408/500/503 are retried (4 attempts in all,
-10 minutes apart), anything else fails at once.
+success, 410 deletes the webhook, 401/403/404/405/408/500/503 are retried (4 attempts in all,
+10 minutes apart; a timeout counts as 408), anything else fails at once, and so does a refused
+connection, a failed DNS lookup or a reset (status 0): while the ingress is down, its webhooks
+are lost for good (``Core/Webhook/Queue.php``, ``Sender.php``). The queue job takes at most
+``webhook_queue_portion`` items a run and sends one batch per webhook; ``flush`` from the control
+API sends everything queued at once.
 """
 
 import asyncio
@@ -25,7 +29,11 @@ if TYPE_CHECKING:
     from followup_pipeline.sandbox.faults import FaultBook
     from followup_pipeline.sandbox.state import Clock
 
-RETRIED_STATUSES = frozenset({0, 401, 403, 404, 405, 408, 500, 503})
+RETRIED_STATUSES = frozenset({401, 403, 404, 405, 408, 500, 503})
+#: The status recorded when no answer came: refused, no such host, reset. Not retried.
+NO_CONNECTION = 0
+#: A timeout is recorded as EspoCRM records it: 408, retried.
+TIMED_OUT = 408
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 TOTAL_TIMEOUT_S = 10.0
 
@@ -96,43 +104,46 @@ class WebhookDispatcher:
                 continue
             self.queue.append(QueueItem(next(self._numbers), hook.id, dict(data)))
 
-    async def flush(self, *, only_due: bool = False) -> list[dict[str, Any]]:
-        """Send what is queued (only items whose retry time has come if ``only_due``)."""
+    async def flush(
+        self, *, only_due: bool = False, portion: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Send what is queued (only items whose retry time has come if ``only_due``). With a
+        ``portion``, as EspoCRM's job does: at most that many items, one batch per webhook."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             results: list[dict[str, Any]] = []
             if not self.url:
                 return results
+            now = time.monotonic()
+            due = [item for item in self.queue if not only_due or item.process_at <= now]
+            if portion is not None:
+                due = due[:portion]
             async with httpx.AsyncClient(timeout=TIMEOUT, transport=self.transport) as client:
                 for hook in list(self.webhooks):
-                    results.extend(await self._flush_hook(client, hook, only_due))
+                    mine = [item for item in due if item.webhook_id == hook.id]
+                    results.extend(
+                        await self._flush_hook(client, hook, mine, once=portion is not None)
+                    )
             return results
 
     async def run(self) -> None:
-        """The queue job: every ``webhook_queue_interval_s``, send the items that are due."""
+        """The queue job: every ``webhook_queue_interval_s``, a portion of the due items."""
         while True:
             await asyncio.sleep(self.config.webhook_queue_interval_s)
-            await self.flush(only_due=True)
+            await self.flush(only_due=True, portion=self.config.webhook_queue_portion)
 
     async def _flush_hook(
-        self, client: httpx.AsyncClient, hook: WebhookSpec, only_due: bool
+        self, client: httpx.AsyncClient, hook: WebhookSpec, items: list[QueueItem], *, once: bool
     ) -> list[dict[str, Any]]:
         results = []
-        sent: set[int] = set()
-        while hook in self.webhooks:
-            now = time.monotonic()
-            batch = [
-                item
-                for item in self.queue
-                if item.webhook_id == hook.id
-                and item.number not in sent
-                and (not only_due or item.process_at <= now)
-            ][: self.config.webhook_batch_size]
-            if not batch:
+        size = self.config.webhook_batch_size
+        for start in range(0, len(items), size):
+            if hook not in self.webhooks:
                 break
-            sent.update(item.number for item in batch)
-            results.extend(await self._deliver(client, hook, batch))
+            results.extend(await self._deliver(client, hook, items[start : start + size]))
+            if once:
+                break
         return results
 
     async def _deliver(
@@ -167,8 +178,10 @@ class WebhookDispatcher:
         try:
             async with asyncio.timeout(TOTAL_TIMEOUT_S):
                 response = await client.post(self.url, content=body, headers=headers)
-        except (httpx.HTTPError, TimeoutError):
-            return 0
+        except (httpx.TimeoutException, TimeoutError):
+            return TIMED_OUT
+        except httpx.HTTPError:
+            return NO_CONNECTION
         return response.status_code
 
     def _fired(self, event: str, body: bytes, kinds: set[str]) -> list[Any]:

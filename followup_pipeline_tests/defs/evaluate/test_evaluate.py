@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.store.db import connection_kwargs
+from followup_pipeline_tests.support import free_port
 
 from .conftest import MONDAY, Machine
 
@@ -335,3 +336,27 @@ def test_evaluate_a_create_that_took_effect_then_answered_500_leaves_one_task(
     assert machine.steps(deal)[0]["task_ref"] == task["id"]
     [action] = machine.actions()
     assert (action["outcome"], action["attempts"]) == ("confirmed", 1)  # settled, not re-sent
+
+
+def test_evaluate_webhooks_lost_while_the_ingress_is_down_are_made_good(
+    machine: Machine,
+) -> None:
+    won, left = machine.deal(name="Won"), machine.deal(name="Left")
+    entering = machine.deal(name="Entering", stage="Prospecting")
+    machine.evaluate(MONDAY)
+    with machine.control() as control:
+        # The ingress is down: nothing listens where EspoCRM sends its webhooks.
+        control.post("/webhooks", json={"url": f"http://127.0.0.1:{free_port()}/webhooks/espocrm"})
+        machine.move(won, "Closed Won")
+        machine.move(left, "Prospecting")
+        machine.move(entering, "Proposal")
+        deliveries = control.post("/webhooks/flush", json={"only_due": True}).json()["deliveries"]
+        queue = control.get("/webhooks").json()["queue"]
+    assert deliveries
+    assert {(d["status"], d["outcome"]) for d in deliveries} == {(0, "failed")}
+    assert queue == []  # EspoCRM does not retry a refused connection: they are lost for good
+    assert machine.db.execute("SELECT count(*) AS n FROM events").fetchone() == {"n": 0}
+    machine.evaluate(MONDAY + timedelta(hours=1))
+    assert machine.watch(won)["closed_reason"] == "won"
+    assert machine.watch(left)["closed_reason"] == "out_of_scope"
+    assert machine.watch(entering)["closed_at"] is None
