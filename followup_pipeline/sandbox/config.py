@@ -87,8 +87,12 @@ class SandboxConfig(BaseModel):
     graph_client_id: str = "sandbox-client"
     graph_client_secret: SecretStr = SecretStr("sandbox-client-secret")
     graph_token_expires_in: int = Field(default=3599, ge=1)
-    graph_messages_per_window: int = Field(default=30, ge=1)
-    graph_rate_window_s: float = Field(default=60.0, gt=0)
+    #: Graph's limits per mailbox: 10,000 requests per 10 minutes, 4 at once (each over: 429).
+    graph_messages_per_window: int = Field(default=10_000, ge=1)
+    graph_rate_window_s: float = Field(default=600.0, gt=0)
+    graph_concurrent_per_mailbox: int = Field(default=4, ge=1)
+    #: How long one send takes in the sandbox (so that concurrent sends can be shown).
+    graph_send_latency_s: float = Field(default=0.0, ge=0)
 
     # Mistral
     mistral_api_key: SecretStr = SecretStr("sandbox-mistral-key")

@@ -1,6 +1,7 @@
 """Each vendor's error shape, as its public contract documents it (VENDORS.md)."""
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -68,12 +69,19 @@ def graph_error(
 
 def login_error(status: int, error: str, description: str) -> Response:
     """The Microsoft identity platform: ``{"error", "error_description", ...}``."""
+    trace, correlation = str(uuid.uuid4()), str(uuid.uuid4())
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    code = int(description.split(":")[0].removeprefix("AADSTS") or 0)
     body = {
         "error": error,
-        "error_description": description,
-        "error_codes": [int(description.split(":")[0].removeprefix("AADSTS") or 0)],
-        "trace_id": str(uuid.uuid4()),
-        "correlation_id": str(uuid.uuid4()),
+        "error_description": (
+            f"{description} Trace ID: {trace} Correlation ID: {correlation} Timestamp: {stamp}"
+        ),
+        "error_codes": [code],
+        "timestamp": stamp,
+        "trace_id": trace,
+        "correlation_id": correlation,
+        "error_uri": f"https://login.microsoftonline.com/error?code={code}",
     }
     return JSONResponse(body, status)
 

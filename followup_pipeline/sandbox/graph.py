@@ -1,9 +1,11 @@
 """The Microsoft Graph double: the client-credentials token and ``users/{id}/sendMail``."""
 
+import asyncio
 import base64
 import hmac
 import json
 import time
+import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -54,7 +56,7 @@ def login_app(state: SandboxState) -> Starlette:
         secret = config.graph_client_secret.get_secret_value().encode()
         if not hmac.compare_digest(form.get("client_secret", "").encode(), secret):
             return login_error(
-                400,
+                401,
                 "invalid_client",
                 "AADSTS7000215: Invalid client secret provided. Ensure the secret being sent "
                 "in the request is the client secret value, not the client secret ID.",
@@ -110,6 +112,8 @@ def graph_app(state: SandboxState) -> Starlette:
     """Graph v1.0 ``sendMail``, to be mounted at ``/graph``."""
     config = state.config
 
+    in_flight: dict[str, int] = {}
+
     async def send_mail(request: Request) -> Response:
         header = request.headers.get("authorization", "")
         if not header.startswith("Bearer ") or not header[7:]:
@@ -127,25 +131,41 @@ def graph_app(state: SandboxState) -> Starlette:
         if problem is not None:
             code = "ErrorInvalidRecipients" if "recipient" in problem else "BadRequest"
             return graph_error(400, code, problem)
-        mailbox = request.path_params["user"]
+        mailbox = request.path_params["user"].lower()
+        if in_flight.get(mailbox, 0) >= config.graph_concurrent_per_mailbox:
+            return graph_error(
+                429, message="Application is over its MailboxConcurrency limit.", retry_after=1
+            )
         allowed, _, reset = state.take_rate(
-            f"graph:{mailbox.lower()}", config.graph_messages_per_window, config.graph_rate_window_s
+            f"graph:{mailbox}", config.graph_messages_per_window, config.graph_rate_window_s
         )
         if not allowed:
             wait = max(1, int(reset - time.time()))
             return graph_error(
-                429, message="Application is over its MailboxConcurrency limit.", retry_after=wait
+                429,
+                message="Application is over its request limit for this mailbox.",
+                retry_after=wait,
             )
+        in_flight[mailbox] = in_flight.get(mailbox, 0) + 1
+        try:  # the send takes its time; sends to the same mailbox meanwhile count against it
+            await asyncio.sleep(config.graph_send_latency_s)
+        finally:
+            in_flight[mailbox] -= 1
         state.outbox.append(
             {
                 "id": state.new_id(32),
-                "mailbox": mailbox,
+                "mailbox": request.path_params["user"],
                 "received_at": state.clock.espo(),
                 "message": body["message"],
                 "save_to_sent_items": body.get("saveToSentItems", True),
             }
         )
-        return Response(status_code=202)
+        # Accepted, not delivered; Graph names the request for support, the client echoed.
+        headers = {
+            "request-id": str(uuid.uuid4()),
+            "client-request-id": request.headers.get("client-request-id", str(uuid.uuid4())),
+        }
+        return Response(status_code=202, headers=headers)
 
     async def refuse(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

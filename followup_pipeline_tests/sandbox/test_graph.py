@@ -1,5 +1,6 @@
 """The Microsoft Graph double: client-credentials token, sendMail 202, errors, throttling."""
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -44,9 +45,13 @@ async def test_graph_token_answers_bearer_with_expiry(make_sandbox: SandboxFacto
 
 async def test_graph_token_wrong_secret_is_invalid_client(sandbox: Sandbox) -> None:
     response = await sandbox.client.post(TOKEN_URL, data={**FORM, "client_secret": "nope"})
-    assert response.status_code == 400
-    assert response.json()["error"] == "invalid_client"
-    assert response.json()["error_description"].startswith("AADSTS7000215")
+    assert response.status_code == 401  # invalid_client is a 401 at the identity platform
+    body = response.json()
+    assert body["error"] == "invalid_client"
+    assert body["error_description"].startswith("AADSTS7000215")
+    assert f"Trace ID: {body['trace_id']}" in body["error_description"]
+    assert body["error_codes"] == [7000215]
+    assert body["error_uri"].endswith("code=7000215")
 
 
 async def test_graph_send_mail_accepts_202_and_records_outbox(sandbox: Sandbox) -> None:
@@ -54,6 +59,7 @@ async def test_graph_send_mail_accepts_202_and_records_outbox(sandbox: Sandbox) 
     response = await sandbox.client.post(SEND_URL, json=MAIL, headers=headers)
     assert response.status_code == 202
     assert response.content == b""
+    assert response.headers["request-id"]
     outbox = (await sandbox.client.get("/_sandbox/outbox")).json()["messages"]
     assert outbox[0]["mailbox"] == "followup@example.com"
     assert outbox[0]["message"]["subject"] == "Morgenliste"
@@ -105,3 +111,17 @@ async def test_graph_send_mail_throttles_with_retry_after(make_sandbox: SandboxF
         limited = await sandbox.client.post(SEND_URL, json=MAIL, headers=headers)
         assert int(limited.headers["Retry-After"]) >= 1
         assert limited.json()["error"]["code"] == "ApplicationThrottled"
+
+
+async def test_graph_send_mail_allows_four_concurrent_sends_per_mailbox(
+    make_sandbox: SandboxFactory,
+) -> None:
+    async with make_sandbox(graph_send_latency_s=0.3) as sandbox:
+        headers = {"Authorization": f"Bearer {await token(sandbox)}"}
+        sends = [sandbox.client.post(SEND_URL, json=MAIL, headers=headers) for _ in range(5)]
+        answers = await asyncio.gather(*sends)
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [202, 202, 202, 202, 429]
+    [limited] = [a for a in answers if a.status_code == 429]
+    assert int(limited.headers["Retry-After"]) >= 1
+    assert "MailboxConcurrency" in limited.json()["error"]["message"]
