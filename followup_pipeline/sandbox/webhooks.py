@@ -19,6 +19,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -39,9 +40,36 @@ TOTAL_TIMEOUT_S = 10.0
 
 
 def php_json(value: Any) -> bytes:
-    """Encode like PHP's ``json_encode`` with default flags: ``\\/`` and ``\\uXXXX`` escapes."""
-    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    return text.replace("/", "\\/").encode("ascii")
+    """Encode like PHP's ``json_encode`` with default flags: ``\\/`` and ``\\uXXXX`` escapes,
+    and floats as PHP writes them (``1000.0`` → ``1000``, ``1e20`` → ``1.0e+20``)."""
+    return _php(value).encode("ascii")
+
+
+def _php(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_php(str(k))}:{_php(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_php(v) for v in value) + "]"
+    if isinstance(value, float):
+        return php_float(value)
+    return json.dumps(value, ensure_ascii=True).replace("/", "\\/")
+
+
+def php_float(number: float) -> str:
+    """A float as PHP's ``json_encode`` writes it (serialize_precision -1): the shortest
+    digits, no ``.0`` on a whole number, and an exponent from 1e15 up and below 1e-4."""
+    if number != number or number in (float("inf"), float("-inf")):
+        return "0"  # PHP refuses NAN and INF (json_encode fails); never sent
+    exact = Decimal(repr(number))
+    position = exact.adjusted() if number else 0
+    if position >= 15 or position < -4:
+        digits = "".join(map(str, exact.normalize().as_tuple().digits))
+        sign = "-" if number < 0 else ""
+        mantissa = f"{digits[0]}.{digits[1:] or '0'}"
+        return f"{sign}{mantissa}e{'+' if position >= 0 else '-'}{abs(position)}"
+    if number == int(number):
+        return str(int(number))
+    return format(exact, "f")
 
 
 def signatures(webhook_id: str, body: bytes, secret: str) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from followup_pipeline.sandbox.webhooks import php_json
 from followup_pipeline_tests.sandbox.conftest import SandboxFactory
 from followup_pipeline_tests.support import served
 
@@ -221,3 +222,21 @@ async def test_webhooks_queue_job_takes_a_portion_of_20_one_batch_per_webhook(
         for _ in range(3):
             await queue.flush(only_due=True, portion=20)
     assert [len(json.loads(r.content)) for r in seen] == [20, 20, 5]
+
+
+@pytest.mark.parametrize(
+    ("number", "php"),
+    [
+        (1000.0, "1000"),
+        (58750.0, "58750"),
+        (1e20, "1.0e+20"),
+        (1.5e20, "1.5e+20"),
+        (1e14, "100000000000000"),
+        (-1e15, "-1.0e+15"),
+        (0.0001, "0.0001"),
+        (0.00001, "1.0e-5"),
+        (123.45, "123.45"),
+    ],
+)
+def test_webhooks_floats_are_written_as_php_writes_them(number: float, php: str) -> None:
+    assert php_json([{"amount": number}]) == f'[{{"amount":{php}}}]'.encode()
