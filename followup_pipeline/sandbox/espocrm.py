@@ -1,4 +1,5 @@
-"""The EspoCRM double: ``/api/v1/Opportunity`` (list, one, linked activity) and ``Metadata``."""
+"""The EspoCRM double: ``/api/v1/Opportunity`` (list, one, linked activity), the activity
+listings ``Email``/``Call``/``Meeting``, ``Lead`` (``sandbox/leads.py``) and ``Metadata``."""
 
 import base64
 import binascii
@@ -12,7 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from followup_pipeline.sandbox import leads
 from followup_pipeline.sandbox.errors import ESPO_ERROR_STATUSES, espo_error
+from followup_pipeline.sandbox.leads import activity_listing
 from followup_pipeline.sandbox.search import search
 from followup_pipeline.sandbox.state import SandboxState
 
@@ -132,8 +135,30 @@ def espocrm_app(state: SandboxState) -> Starlette:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         return espo_error(status if status in ESPO_ERROR_STATUSES else 404)
 
+    def guarded(handler: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            denied = guard(request)
+            if denied is not None:
+                return denied
+            response: Response = await handler(request, state)
+            return response
+
+        return endpoint
+
+    listings = {
+        entity: guarded(activity_listing(link, LINK_ATTRIBUTES[link], LINK_ORDER[link]))
+        for entity, link in (("Email", "emails"), ("Call", "calls"), ("Meeting", "meetings"))
+    }
     return Starlette(
         routes=[
+            *(
+                Route(f"/api/v1/{entity}", view, methods=["GET"])
+                for entity, view in listings.items()
+            ),
+            Route("/api/v1/Lead", guarded(leads.list_leads), methods=["GET"]),
+            Route("/api/v1/Lead", guarded(leads.create_lead), methods=["POST"]),
+            Route("/api/v1/Lead/{id}", guarded(leads.read_lead), methods=["GET"]),
+            Route("/api/v1/Lead/{id}", guarded(leads.update_lead), methods=["PUT"]),
             Route("/api/v1/Opportunity", opportunities, methods=["GET"]),
             Route("/api/v1/Opportunity/{id}", opportunity, methods=["GET"]),
             Route("/api/v1/Opportunity/{id}/{link}", linked, methods=["GET"]),

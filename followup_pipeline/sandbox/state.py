@@ -66,6 +66,7 @@ class SandboxState:
     webhooks: WebhookDispatcher = field(init=False)
     deals: dict[str, Record] = field(default_factory=dict)
     activities: dict[str, dict[str, list[Record]]] = field(default_factory=dict)
+    leads: dict[str, Record] = field(default_factory=dict)
     tasks: dict[str, Record] = field(default_factory=dict)
     comments: dict[str, list[Record]] = field(default_factory=dict)
     outbox: list[Record] = field(default_factory=list)
@@ -82,7 +83,8 @@ class SandboxState:
     def reset(self, seed: int | None = None) -> None:
         """Forget every record, fault, counter and queued webhook; re-seed the random source."""
         self.rng.seed(self.config.seed if seed is None else seed)
-        for store in (self.deals, self.activities, self.tasks, self.comments, self.tokens):
+        stores = (self.deals, self.activities, self.leads, self.tasks, self.comments, self.tokens)
+        for store in stores:
             store.clear()
         self.outbox.clear()
         self.rate_windows.clear()

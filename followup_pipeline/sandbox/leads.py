@@ -1,0 +1,125 @@
+"""EspoCRM's ``Lead`` (list, read, create with its duplicate check, update) and the activity
+listings across deals (``/Email``, ``/Call``, ``/Meeting``), for the EspoCRM double.
+
+The duplicate check is EspoCRM's: a create whose e-mail address (or name) matches a lead answers
+409 with the duplicates as a JSON array, unless the request says ``X-Skip-Duplicate-Check: true``.
+"""
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from followup_pipeline.sandbox.errors import espo_error
+from followup_pipeline.sandbox.search import search
+from followup_pipeline.sandbox.state import SandboxState
+
+LEAD_ATTRIBUTES = [
+    "id",
+    "name",
+    "firstName",
+    "lastName",
+    "emailAddress",
+    "phoneNumber",
+    "accountName",
+    "status",
+    "source",
+    "description",
+    "assignedUserId",
+    "createdAt",
+    "modifiedAt",
+]
+LEAD_STATUSES = ["New", "Assigned", "In Process", "Converted", "Recycled", "Dead"]
+#: Attributes a client may write (the rest are EspoCRM's own).
+WRITABLE = set(LEAD_ATTRIBUTES) - {"id", "name", "createdAt", "modifiedAt"}
+
+
+async def _body(request: Request) -> dict[str, Any] | Response:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return espo_error(400, "Bad JSON.")
+    if not isinstance(body, dict):
+        return espo_error(400, "Bad JSON.")
+    unknown = sorted(set(body) - WRITABLE)
+    if unknown:
+        return espo_error(400, f"Not allowed attributes: {', '.join(unknown)}.")
+    status = body.get("status")
+    if status is not None and status not in LEAD_STATUSES:
+        return espo_error(400, f"Bad value for status: {status!r}.")
+    return body
+
+
+def _name(lead: dict[str, Any]) -> str:
+    return " ".join(p for p in (lead.get("firstName"), lead.get("lastName")) if p) or ""
+
+
+def _duplicates(state: SandboxState, lead: dict[str, Any]) -> list[dict[str, Any]]:
+    email = (lead.get("emailAddress") or "").lower()
+    name = _name(lead).lower()
+    return [
+        other
+        for other in state.leads.values()
+        if (email and (other.get("emailAddress") or "").lower() == email)
+        or (not email and name and _name(other).lower() == name)
+    ]
+
+
+async def list_leads(request: Request, state: SandboxState) -> Response:
+    """``GET /Lead``: the search of every list."""
+    return search(request, state.leads.values(), LEAD_ATTRIBUTES, "createdAt", "desc")
+
+
+async def read_lead(request: Request, state: SandboxState) -> Response:
+    """``GET /Lead/{id}``."""
+    lead = state.leads.get(request.path_params["id"])
+    if lead is None:
+        return espo_error(404, f"Record Lead {request.path_params['id']} not found.")
+    return JSONResponse(lead)
+
+
+async def create_lead(request: Request, state: SandboxState) -> Response:
+    """``POST /Lead``: 409 with the duplicates unless ``X-Skip-Duplicate-Check: true``."""
+    body = await _body(request)
+    if isinstance(body, Response):
+        return body
+    if not body.get("lastName"):
+        return espo_error(400, "Field lastName is required.")
+    skip = request.headers.get("x-skip-duplicate-check", "").lower() == "true"
+    found = [] if skip else _duplicates(state, body)
+    if found:
+        return JSONResponse(found, 409, headers={"X-Status-Reason": "Duplicate."})
+    now, lead_id = state.clock.espo(), state.new_id()
+    lead: dict[str, Any] = dict.fromkeys(LEAD_ATTRIBUTES)
+    lead.update(body)
+    lead.update(id=lead_id, createdAt=now, modifiedAt=now)
+    lead["status"] = lead["status"] or "New"
+    lead["name"] = _name(lead)
+    state.leads[lead_id] = lead
+    return JSONResponse(lead)
+
+
+async def update_lead(request: Request, state: SandboxState) -> Response:
+    """``PUT /Lead/{id}``: the changed attributes; the whole record back."""
+    lead = state.leads.get(request.path_params["id"])
+    if lead is None:
+        return espo_error(404, f"Record Lead {request.path_params['id']} not found.")
+    body = await _body(request)
+    if isinstance(body, Response):
+        return body
+    lead.update(body)
+    lead["name"] = _name(lead)
+    lead["modifiedAt"] = state.clock.espo()
+    return JSONResponse(lead)
+
+
+def activity_listing(link: str, attributes: list[str], order_by: str) -> Any:
+    """``GET /Email`` (``/Call``, ``/Meeting``): every deal's activity of that kind, searched
+    with ``where`` like any list (e.g. ``after`` a moment, ``parentType`` ``equals``)."""
+
+    async def listing(request: Request, state: SandboxState) -> Response:
+        records = [record for links in state.activities.values() for record in links.get(link, [])]
+        return search(request, records, attributes, order_by, "desc")
+
+    return listing
