@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime, timedelta
 from typing import Any
 
+from followup_pipeline.clock import build_clock
+from followup_pipeline.integrations.clickup import ClickUpClient
+from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets, define_cadence
 from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.events import webhook_silence
 from followup_pipeline.store.migrate import available_migrations, current_version, migrate
 
 
@@ -53,7 +58,62 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     except UnknownCadence as error:
         print(f"cadence: FAILED: {error}")
         cadence_ok = False
-    return 0 if version == latest and len(missing) in (0, 4) and cadence_ok else 1
+    with connect(url, autocommit=True) as conn:
+        print(webhook_line(conn, now=build_clock(settings.now).now()))
+    clickup_ok = _check_clickup(settings)
+    checks = (version == latest, len(missing) in (0, 4), cadence_ok, clickup_ok)
+    return 0 if all(checks) else 1
+
+
+#: With no webhook for this long while reconciliation keeps finding deals, say why it may be.
+WEBHOOK_SILENCE = timedelta(days=1)
+
+
+def webhook_line(conn: Any, *, now: datetime) -> str:
+    """The webhooks' line of ``doctor``: when the last one came, and a hint when none came for a
+    day while the CRM's deals changed (EspoCRM refuses private targets it was not told of)."""
+    silence = webhook_silence(conn, since=now - WEBHOOK_SILENCE)
+    last = silence.last_webhook_at
+    if last is not None and now - last < WEBHOOK_SILENCE:
+        return f"webhooks: the last one arrived {last:%Y-%m-%d %H:%M:%S %Z}"
+    if silence.reconciled_since == 0:
+        when = f"since {last:%Y-%m-%d %H:%M %Z}" if last else "ever"
+        return f"webhooks: none {when}; the CRM's watched deals did not change either"
+    return (
+        f"webhooks: WARNING: none for a day while reconciliation opened "
+        f"{silence.reconciled_since} watch(es): EspoCRM 9.3.2+ refuses a webhook target on a "
+        "private address unless it is in webhookAllowedAddressList (Administration > Settings); "
+        "deals still come in, an hour late, through reconciliation"
+    )
+
+
+def _check_clickup(settings: Settings) -> bool:
+    """The ClickUp list exists and has a closed-type status (with real credentials only)."""
+    if settings.clickup_token is None:
+        print("clickup: no credentials set (the sandbox stands in); list not checked")
+        return True
+    client = ClickUpClient(
+        str(settings.clickup_url),
+        settings.clickup_token.get_secret_value(),
+        settings.clickup_list_id,
+        settings.clickup_key_field_id,
+        closed_status=settings.clickup_closed_status,
+        timeouts=settings.vendor_timeouts(),
+    )
+    try:
+        statuses = client.list_statuses()
+        status = client.list_closed_status()
+    except IntegrationError as error:
+        print(f"clickup: FAILED: list {settings.clickup_list_id}: {error}")
+        return False
+    finally:
+        client.close()
+    if status not in statuses:
+        known = ", ".join(repr(name) for name in statuses)
+        print(f"clickup: FAILED: FOLLOWUP_CLICKUP_CLOSED_STATUS {status!r} is not one of {known}")
+        return False
+    print(f"clickup: list {settings.clickup_list_id} closes tasks with status {status!r}")
+    return True
 
 
 def register(commands: Any) -> None:

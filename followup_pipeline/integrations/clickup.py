@@ -213,17 +213,22 @@ class ClickUpClient:
         """One task; ``NotFoundError`` if it does not exist."""
         return parse_task(self._http.json(self._http.request("GET", f"v2/task/{task_id}")))
 
+    def list_statuses(self) -> dict[str, str]:
+        """The list's statuses, name → type (``open``, ``custom``, ``done``, ``closed``)."""
+        body = self._http.json(self._http.request("GET", f"v2/list/{self.list_id}"))
+        statuses = body.get("statuses") if isinstance(body, dict) else None
+        return {
+            str(s["status"]): str(s.get("type"))
+            for s in statuses or []
+            if isinstance(s, dict) and s.get("status")
+        }
+
     def list_closed_status(self) -> str:
         """The list's status of type ``closed`` (statuses belong to each list; a new list's is
         ``complete``), read once; ``PermanentError`` if the list has none."""
         if self.closed_status is None:
-            body = self._http.json(self._http.request("GET", f"v2/list/{self.list_id}"))
-            statuses = body.get("statuses") if isinstance(body, dict) else None
-            closed = [
-                s.get("status")
-                for s in statuses or []
-                if isinstance(s, dict) and s.get("type") == "closed" and s.get("status")
-            ]
+            statuses = self.list_statuses()
+            closed = [name for name, kind in statuses.items() if kind == "closed"]
             if not closed:
                 raise PermanentError(
                     f"ClickUp list {self.list_id} has no status of type closed",

@@ -268,6 +268,22 @@ def invalid_items(conn: psycopg.Connection[Any]) -> list[InvalidItem]:
         return cur.execute(query("invalid_items")).fetchall()
 
 
+@dataclass(frozen=True)
+class WebhookSilence:
+    """When the last EspoCRM webhook arrived, and how many watches reconciliation opened since."""
+
+    last_webhook_at: datetime | None
+    reconciled_since: int
+
+
+def webhook_silence(conn: psycopg.Connection[Any], *, since: datetime) -> WebhookSilence:
+    """The last EspoCRM delivery, and the watches reconciliation opened since ``since``."""
+    with conn.cursor(row_factory=typed_row(WebhookSilence)) as cur:
+        row = cur.execute(query("webhook_silence"), {"since": since}).fetchone()
+    assert row is not None
+    return row
+
+
 def requeue(conn: psycopg.Connection[Any], event_id: int) -> bool:
     """Put a dead or unhandled event back to pending with fresh attempts; False if it changed."""
     return conn.execute(query("events_requeue"), {"id": event_id}).fetchone() is not None

@@ -163,3 +163,11 @@ FROM step_completions c
 JOIN events e ON e.id = c.event_id
 WHERE c.result ->> 'outcome' = 'invalid'
 ORDER BY c.completed_at, c.key;
+
+-- name: webhook_silence
+-- When the last EspoCRM delivery arrived, and how many watches reconciliation opened since the
+-- given moment (deals that changed without a webhook reaching us).
+SELECT
+    (SELECT max(received_at) FROM events WHERE source = 'espocrm') AS last_webhook_at,
+    (SELECT count(*) FROM watches
+      WHERE registered_by = 'reconcile' AND registered_at >= %(since)s) AS reconciled_since;
