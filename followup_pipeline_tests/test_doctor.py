@@ -46,7 +46,8 @@ def test_doctor_fails_on_a_closed_status_the_list_does_not_have(
     monkeypatch.setenv("FOLLOWUP_CLICKUP_CLOSED_STATUS", "closed")
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
-    assert "clickup: FAILED: FOLLOWUP_CLICKUP_CLOSED_STATUS 'closed' is not one of" in out
+    assert "clickup: FAILED: FOLLOWUP_CLICKUP_CLOSED_STATUS 'closed' is no closed-type" in out
+    assert "(closed-type: 'complete')" in out
 
 
 def _reconciled_watch(db: psycopg.Connection[Any], at: datetime) -> None:

@@ -58,8 +58,11 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     except UnknownCadence as error:
         print(f"cadence: FAILED: {error}")
         cadence_ok = False
-    with connect(url, autocommit=True) as conn:
-        print(webhook_line(conn, now=build_clock(settings.now).now()))
+    if settings.espocrm_webhooks:
+        with connect(url, autocommit=True) as conn:
+            print(webhook_line(conn, now=build_clock(settings.now).now()))
+    else:
+        print("webhooks: none configured (FOLLOWUP_ESPOCRM_WEBHOOKS): reconciliation alone")
     clickup_ok = _check_clickup(settings)
     checks = (version == latest, len(missing) in (0, 4), cadence_ok, clickup_ok)
     return 0 if all(checks) else 1
@@ -108,9 +111,13 @@ def _check_clickup(settings: Settings) -> bool:
         return False
     finally:
         client.close()
-    if status not in statuses:
-        known = ", ".join(repr(name) for name in statuses)
-        print(f"clickup: FAILED: FOLLOWUP_CLICKUP_CLOSED_STATUS {status!r} is not one of {known}")
+    kinds = {name.lower(): kind for name, kind in statuses.items()}  # ClickUp ignores case
+    if kinds.get(status.lower()) != "closed":
+        closed = ", ".join(repr(n) for n, kind in statuses.items() if kind == "closed") or "none"
+        print(
+            f"clickup: FAILED: FOLLOWUP_CLICKUP_CLOSED_STATUS {status!r} is no closed-type "
+            f"status of list {settings.clickup_list_id} (closed-type: {closed})"
+        )
         return False
     print(f"clickup: list {settings.clickup_list_id} closes tasks with status {status!r}")
     return True

@@ -15,7 +15,12 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from followup_pipeline.integrations.errors import NotFoundError, PermanentError, schema_error
+from followup_pipeline.integrations.errors import (
+    IntegrationError,
+    NotFoundError,
+    PermanentError,
+    schema_error,
+)
 from followup_pipeline.integrations.http import (
     DEFAULT_TIMEOUTS,
     Clock,
@@ -245,9 +250,14 @@ class ClickUpClient:
         The status change (PUT, idempotent) goes first and may be retried; the comment is a
         POST and is sent once.
         """
-        response = self._http.request(
-            "PUT", f"v2/task/{task_id}", json={"status": closed_status or self.list_closed_status()}
-        )
+        try:
+            status = closed_status or self.list_closed_status()
+        except IntegrationError as error:
+            # About the list, not the task: never to be read as "the task is gone".
+            raise PermanentError(
+                f"the closed status of list {self.list_id} is unreadable: {error}", vendor=VENDOR
+            ) from error
+        response = self._http.request("PUT", f"v2/task/{task_id}", json={"status": status})
         task = parse_task(self._http.json(response))
         self._http.request(
             "POST",

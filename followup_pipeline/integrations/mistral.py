@@ -193,8 +193,8 @@ def parse_summary(response: models.ChatCompletionResponse) -> Summary:
 
 def sdk_error(exc: Exception) -> IntegrationError:
     """Our error for what the SDK raised once its own retries were spent."""
-    if isinstance(exc, errors.ResponseValidationError) and 200 <= exc.status_code < 300:
-        # A 200 whose body is not a chat completion (truncated, another shape): the service
+    if isinstance(exc, errors.MistralError) and 200 <= exc.status_code < 300:
+        # A 200 whose body is not a chat completion (truncated, HTML, another shape): the service
         # misspoke, the model did not. Transient: asked again later, never a review item.
         return TransientError(
             f"HTTP {exc.status_code} with a body that is not a chat completion", vendor=VENDOR

@@ -1,8 +1,9 @@
 """EspoCRM's ``Lead`` (list, read, create with its duplicate check, update) and the activity
 listings across deals (``/Email``, ``/Call``, ``/Meeting``), for the EspoCRM double.
 
-The duplicate check is EspoCRM's: a create whose e-mail address (or name) matches a lead answers
-409 with the duplicates as a JSON array, unless the request says ``X-Skip-Duplicate-Check: true``.
+The duplicate check is EspoCRM's: a create whose e-mail address, or first and last name, matches a
+lead answers 409 with the duplicates as a JSON array, unless the request says
+``X-Skip-Duplicate-Check: true``.
 """
 
 import json
@@ -42,9 +43,8 @@ async def _body(request: Request) -> dict[str, Any] | Response:
         return espo_error(400, "Bad JSON.")
     if not isinstance(body, dict):
         return espo_error(400, "Bad JSON.")
-    unknown = sorted(set(body) - WRITABLE)
-    if unknown:
-        return espo_error(400, f"Not allowed attributes: {', '.join(unknown)}.")
+    # EspoCRM ignores attributes it does not know or that are its own to set.
+    body = {key: value for key, value in body.items() if key in WRITABLE}
     status = body.get("status")
     if status is not None and status not in LEAD_STATUSES:
         return espo_error(400, f"Bad value for status: {status!r}.")
@@ -56,13 +56,18 @@ def _name(lead: dict[str, Any]) -> str:
 
 
 def _duplicates(state: SandboxState, lead: dict[str, Any]) -> list[dict[str, Any]]:
+    """EspoCRM's rule for a person: the same first and last name, or the same e-mail address."""
     email = (lead.get("emailAddress") or "").lower()
-    name = _name(lead).lower()
+    first, last = (lead.get("firstName") or "").lower(), (lead.get("lastName") or "").lower()
     return [
         other
         for other in state.leads.values()
         if (email and (other.get("emailAddress") or "").lower() == email)
-        or (not email and name and _name(other).lower() == name)
+        or (
+            last
+            and (other.get("firstName") or "").lower() == first
+            and (other.get("lastName") or "").lower() == last
+        )
     ]
 
 
@@ -89,7 +94,7 @@ async def create_lead(request: Request, state: SandboxState) -> Response:
     skip = request.headers.get("x-skip-duplicate-check", "").lower() == "true"
     found = [] if skip else _duplicates(state, body)
     if found:
-        return JSONResponse(found, 409, headers={"X-Status-Reason": "Duplicate."})
+        return JSONResponse(found, 409, headers={"X-Status-Reason": "duplicate"})
     now, lead_id = state.clock.espo(), state.new_id()
     lead: dict[str, Any] = dict.fromkeys(LEAD_ATTRIBUTES)
     lead.update(body)

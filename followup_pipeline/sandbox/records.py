@@ -83,6 +83,18 @@ STAGE_PROBABILITY = {
 }
 
 
+def _last_stage(before: str, stage: str, last: str | None) -> str | None:
+    """EspoCRM's ``processLastStage``: the stage itself while the deal is open or won; a lost
+    deal keeps its last stage, except Won → Lost, which takes the open stage of the highest
+    probability."""
+    if stage != "Closed Lost":
+        return stage
+    if before == "Closed Won":
+        open_stages = [s for s in STAGE_PROBABILITY if not s.startswith("Closed ")]
+        return max(open_stages, key=lambda s: STAGE_PROBABILITY[s])
+    return last
+
+
 def update_deal(state: SandboxState, deal_id: str, changes: dict[str, Any]) -> Record:
     """Change a deal's attributes; emit ``update`` and, for a new stage, ``fieldUpdate.stage``."""
     deal = state.deals.get(deal_id)
@@ -102,10 +114,14 @@ def update_deal(state: SandboxState, deal_id: str, changes: dict[str, Any]) -> R
     deal.update(changed)
     deal["modifiedAt"] = state.clock.espo()
     if "stage" in changed:
-        # EspoCRM's side effects of a stage change travel with the update (no modifiedAt does).
-        changed["probability"] = STAGE_PROBABILITY.get(stage, deal.get("probability"))
-        changed["lastStage"] = before if stage == "Closed Lost" else stage
-        deal.update(probability=changed["probability"], lastStage=changed["lastStage"])
+        # EspoCRM's side effects of a stage change travel with the update (no modifiedAt does):
+        # the stage's probability when it changes, and lastStage as processLastStage sets it.
+        probability = STAGE_PROBABILITY.get(stage, deal.get("probability"))
+        if probability != deal.get("probability"):
+            changed["probability"] = deal["probability"] = probability
+        last = _last_stage(before, stage, deal.get("lastStage"))
+        if last != deal.get("lastStage"):
+            changed["lastStage"] = deal["lastStage"] = last
         state.webhooks.enqueue("Opportunity.fieldUpdate.stage", {"id": deal_id, "stage": stage})
     state.webhooks.enqueue("Opportunity.update", {"id": deal_id, **changed})
     return deal

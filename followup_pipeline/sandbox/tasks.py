@@ -174,16 +174,18 @@ def update_task(state: SandboxState, task: Task, body: Any) -> None:
 
 
 def _field_matches(task: Task, rule: Any) -> bool:
-    """ClickUp's custom-field filter: ``=`` is a fuzzy contains (case-insensitive), ``==`` the
-    exact match, ``!=`` its negation (developer.clickup.com, task filters)."""
+    """ClickUp's custom-field filter on text: ``=`` is a fuzzy contains (case-insensitive) and
+    ``!=`` its negation, ``==`` the exact match and ``!==`` its negation (developer.clickup.com,
+    task filters)."""
     operator = rule.get("operator", "=") if isinstance(rule, dict) else None
-    if operator not in ("=", "==", "!="):
+    if operator not in ("=", "!=", "==", "!=="):
         raise TaskError(400, "Custom field filter invalid", "FIELD_050")
     value = next(
         (f.get("value") for f in task["custom_fields"] if f["id"] == rule.get("field_id")), None
     )
-    if operator == "=":
-        return value is not None and str(rule.get("value")).lower() in str(value).lower()
+    if operator in ("=", "!="):
+        contains = value is not None and str(rule.get("value")).lower() in str(value).lower()
+        return contains if operator == "=" else not contains
     equal = value is not None and str(value) == str(rule.get("value"))
     return equal if operator == "==" else not equal
 

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -56,13 +57,15 @@ def _php(value: Any) -> str:
 
 
 def php_float(number: float) -> str:
-    """A float as PHP's ``json_encode`` writes it (serialize_precision -1): the shortest
-    digits, no ``.0`` on a whole number, and an exponent from 1e15 up and below 1e-4."""
+    """A float as PHP's ``json_encode`` writes it (serialize_precision -1, precision 17): the
+    shortest digits, no ``.0`` on a whole number, an exponent from 1e17 up and below 1e-4."""
     if number != number or number in (float("inf"), float("-inf")):
         return "0"  # PHP refuses NAN and INF (json_encode fails); never sent
+    if number == 0:
+        return "-0" if math.copysign(1.0, number) < 0 else "0"
     exact = Decimal(repr(number))
-    position = exact.adjusted() if number else 0
-    if position >= 15 or position < -4:
+    position = exact.adjusted()
+    if position >= 17 or position < -4:
         digits = "".join(map(str, exact.normalize().as_tuple().digits))
         sign = "-" if number < 0 else ""
         mantissa = f"{digits[0]}.{digits[1:] or '0'}"

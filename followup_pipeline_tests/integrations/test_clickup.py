@@ -267,3 +267,13 @@ def test_close_task_of_a_task_that_is_gone_is_told_apart(
     with pytest.raises(IntegrationError) as caught:
         client.close_task(task_id="t1", comment="Deal won")
     assert task_is_gone(caught.value) is gone
+
+
+def test_close_task_a_list_it_cannot_read_is_no_gone_task(sleeps: list[float]) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"err": "Team not authorized", "ECODE": "OAUTH_027"})
+
+    with pytest.raises(PermanentError) as caught:
+        clickup(handler, sleeps).close_task(task_id="t1", comment="Deal won")
+    assert "closed status of list list9" in str(caught.value)
+    assert not task_is_gone(caught.value)

@@ -164,7 +164,8 @@ async def test_clickup_custom_field_filter_equal_is_fuzzy_double_equal_is_exact(
 
     assert await found("=") == ["TASK:1:1x", "task:1:1", "task:1:12"]
     assert await found("==") == ["task:1:1"]
-    assert await found("!=") == ["TASK:1:1x", "task:1:12"]
+    assert await found("!=") == []  # "does not contain"
+    assert await found("!==") == ["TASK:1:1x", "task:1:12"]
 
 
 async def test_clickup_list_has_the_statuses_of_a_new_list(sandbox: Sandbox) -> None:

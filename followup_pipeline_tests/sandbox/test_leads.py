@@ -78,3 +78,16 @@ async def test_leads_duplicate_check_answers_409_with_the_duplicates(sandbox: Sa
         400,
         "Bad value for status: 'Hot'.",
     )
+
+
+async def test_leads_same_name_without_e_mail_is_a_duplicate_and_unknown_fields_are_ignored(
+    sandbox: Sandbox,
+) -> None:
+    body = {"firstName": "Ada", "lastName": "Lovelace", "website": "https://example.com"}
+    first = await sandbox.client.post(f"{API}/Lead", json=body, headers=ESPO)
+    assert first.status_code == 200
+    assert "website" not in first.json()
+    again = await sandbox.client.post(
+        f"{API}/Lead", json={"firstName": "ada", "lastName": "LOVELACE"}, headers=ESPO
+    )
+    assert (again.status_code, again.headers["X-Status-Reason"]) == (409, "duplicate")

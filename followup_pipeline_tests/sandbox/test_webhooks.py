@@ -232,7 +232,11 @@ async def test_webhooks_queue_job_takes_a_portion_of_20_one_batch_per_webhook(
         (1e20, "1.0e+20"),
         (1.5e20, "1.5e+20"),
         (1e14, "100000000000000"),
-        (-1e15, "-1.0e+15"),
+        (-1e15, "-1000000000000000"),
+        (1e16, "10000000000000000"),
+        (1e17, "1.0e+17"),
+        (-0.0, "-0"),
+        (0.1 + 0.2, "0.30000000000000004"),
         (0.0001, "0.0001"),
         (0.00001, "1.0e-5"),
         (123.45, "123.45"),
@@ -240,3 +244,27 @@ async def test_webhooks_queue_job_takes_a_portion_of_20_one_batch_per_webhook(
 )
 def test_webhooks_floats_are_written_as_php_writes_them(number: float, php: str) -> None:
     assert php_json([{"amount": number}]) == f'[{{"amount":{php}}}]'.encode()
+
+
+@pytest.mark.parametrize(
+    ("moves", "last_update"),
+    [
+        (["Proposal"], {"stage": "Proposal", "probability": 50, "lastStage": "Proposal"}),
+        (["Proposal", "Closed Lost"], {"stage": "Closed Lost", "probability": 0}),
+        (
+            ["Closed Won", "Closed Lost"],
+            {"stage": "Closed Lost", "probability": 0, "lastStage": "Negotiation"},
+        ),
+    ],
+)
+async def test_webhooks_update_carries_espocrms_side_effects(
+    make_sandbox: SandboxFactory, moves: list[str], last_update: dict[str, Any]
+) -> None:
+    seen: list[httpx.Request] = []
+    async with make_sandbox(mock([], seen), webhook_url="http://i/h", webhooks=[HOOKS[1]]) as sb:
+        await sb.client.post("/_sandbox/deals", json={"id": "c" * 17, "stage": "Prospecting"})
+        for stage in moves:
+            await sb.client.post(f"/_sandbox/deals/{'c' * 17}/stage", json={"stage": stage})
+        await sb.client.post("/_sandbox/webhooks/flush")
+    updates = [item for request in seen for item in json.loads(request.content)]
+    assert updates[-1] == {"id": "c" * 17, **last_update}

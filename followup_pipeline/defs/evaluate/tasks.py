@@ -107,6 +107,9 @@ class TaskLedger:
                 self.tally.problem(f"{key}: ClickUp unreadable, the step waits: {error}")
                 return "unreadable"
             if not found:
+                # The search proves the attempt did not take effect: it failed, and counts
+                # towards the dead-letter limit (an ambiguous 5xx again and again must end).
+                self._finish(attempt, "failed", error="ClickUp has no task with this key")
                 return "nothing"
             task_id = found[0].id
         self._record_fired(attempt, watch.id, step_no, task_id, "confirmed")
@@ -250,7 +253,9 @@ class TaskLedger:
             self.board.close_task(task_id=row.task_ref, comment=close_comment(row.closed_reason))
         except IntegrationError as error:
             if not task_is_gone(error):
-                self._failed(attempt, spec.key, error)
+                # Closing is no create: settled by trying again (the PUT is idempotent), so it
+                # is failed, never unknown, and ends as a dead letter after its attempts.
+                self._failed(attempt, spec.key, error, ambiguous_allowed=False)
                 return
             # Someone deleted the task (or moved it where we cannot see it): what closing it
             # wanted is already true, so this is done, not a failure that ends a dead letter.
@@ -306,8 +311,10 @@ class TaskLedger:
             )
             steps.fire_step(conn, watch_id=watch_id, step_no=step_no, task_ref=task_id, at=self.now)
 
-    def _failed(self, attempt: Attempt, key: str, error: IntegrationError) -> None:
-        ambiguous = isinstance(error, TransientError) and error.ambiguous
+    def _failed(
+        self, attempt: Attempt, key: str, error: IntegrationError, *, ambiguous_allowed: bool = True
+    ) -> None:
+        ambiguous = ambiguous_allowed and isinstance(error, TransientError) and error.ambiguous
         self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))
         self.tally.count("failed")
         if isinstance(error, TransientError) and error.status == RATE_LIMITED:

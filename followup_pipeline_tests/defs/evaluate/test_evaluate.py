@@ -360,3 +360,18 @@ def test_evaluate_webhooks_lost_while_the_ingress_is_down_are_made_good(
     assert machine.watch(won)["closed_reason"] == "won"
     assert machine.watch(left)["closed_reason"] == "out_of_scope"
     assert machine.watch(entering)["closed_at"] is None
+
+
+def test_evaluate_an_ambiguous_500_again_and_again_ends_as_a_dead_letter(
+    machine: Machine,
+) -> None:
+    machine.settings["action_max_attempts"] = 2
+    machine.deal(name="Never created")
+    machine.evaluate(MONDAY)
+    machine.fault(vendor="clickup", kind="error", status=500, method="POST", path="/task$")
+    for hour in range(3):
+        machine.evaluate(MONDAY + timedelta(days=7, hours=hour))
+    [action] = machine.actions()
+    # Each search found nothing, so each ambiguous attempt counted as failed; then it waits.
+    assert (action["outcome"], action["attempts"]) == ("failed", 2)
+    assert machine.tasks() == []
