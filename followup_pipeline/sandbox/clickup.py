@@ -68,6 +68,9 @@ def clickup_app(state: SandboxState) -> Starlette:
         task = state.tasks.get(task_id)
         if task is None:
             raise TaskError(404, "Task not found, deleted", "ITEM_013")
+        if task["list"]["id"] != state.config.clickup_list_id:
+            # In a list (a team) this token cannot see: ClickUp answers 401, not 404.
+            raise TaskError(401, "Team not authorized", "OAUTH_027")
         return task
 
     async def create(request: Request) -> Response:

@@ -96,6 +96,8 @@ class SandboxConfig(BaseModel):
 
     # Mistral
     mistral_api_key: SecretStr = SecretStr("sandbox-mistral-key")
+    #: Answer 401 and 429 in Mistral's older shapes (``{"detail"}``, ``{"message"}``).
+    mistral_legacy_errors: bool = False
 
     # Sandbox
     seed: int = 0

@@ -123,6 +123,15 @@ def control_app(state: SandboxState) -> Starlette:
     async def clickup_tasks(request: Request) -> Response:
         return JSONResponse({"tasks": list(state.tasks.values()), "comments": state.comments})
 
+    async def move_task(request: Request) -> Response:
+        """Move a task to another list (one this token cannot see), as a person may."""
+        task = state.tasks.get(request.path_params["task_id"])
+        if task is None:
+            return JSONResponse({"error": "no such task"}, 404)
+        body = await request.json()
+        task["list"] = {**task["list"], "id": str(body.get("list_id", "elsewhere"))}
+        return JSONResponse(task)
+
     async def outbox(request: Request) -> Response:
         return JSONResponse({"messages": state.outbox})
 
@@ -182,6 +191,7 @@ def control_app(state: SandboxState) -> Starlette:
         Route("/faults", clear_faults, methods=["DELETE"]),
         Route("/faults/{fault_id}", clear_fault, methods=["DELETE"]),
         Route("/clickup/tasks", clickup_tasks, methods=["GET"]),
+        Route("/clickup/tasks/{task_id}/move", move_task, methods=["POST"]),
         Route("/outbox", outbox, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
         Route("/webhooks", webhooks, methods=["GET"]),

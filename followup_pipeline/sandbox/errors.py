@@ -86,8 +86,20 @@ def login_error(status: int, error: str, description: str) -> Response:
     return JSONResponse(body, status)
 
 
-def mistral_error(status: int, message: Any = None, kind: str | None = None) -> Response:
-    """Mistral: 401 ``{"message": "Unauthorized", ...}``, else ``{"object": "error", ...}``."""
+#: The shapes of Mistral's older 401 and 429 bodies, which clients still meet.
+LEGACY_MISTRAL = {
+    401: {"detail": "Unauthorized"},
+    429: {"message": "Requests rate limit exceeded"},
+}
+
+
+def mistral_error(
+    status: int, message: Any = None, kind: str | None = None, *, legacy: bool = False
+) -> Response:
+    """Mistral: 401 ``{"message": "Unauthorized", ...}``, else ``{"object": "error", ...}``;
+    with ``legacy``, the older 401 and 429 shapes."""
+    if legacy and status in LEGACY_MISTRAL:
+        return JSONResponse(LEGACY_MISTRAL[status], status)
     if status == 401:
         return JSONResponse({"message": "Unauthorized", "request_id": uuid.uuid4().hex}, 401)
     if status == 429:
@@ -109,7 +121,9 @@ def mistral_error(status: int, message: Any = None, kind: str | None = None) -> 
     return JSONResponse(body, status)
 
 
-def vendor_error(vendor: str, status: int, retry_after: int = 1) -> Response:
+def vendor_error(
+    vendor: str, status: int, retry_after: int = 1, *, legacy_mistral: bool = False
+) -> Response:
     """The error an injected fault answers with, in ``vendor``'s shape."""
     if vendor == "espocrm":
         return espo_error(status)
@@ -117,4 +131,4 @@ def vendor_error(vendor: str, status: int, retry_after: int = 1) -> Response:
         return clickup_error(status)
     if vendor == "graph":
         return graph_error(status, retry_after=retry_after if status in (429, 503) else None)
-    return mistral_error(status)
+    return mistral_error(status, legacy=legacy_mistral)

@@ -66,7 +66,12 @@ class VendorGate:
         for fault in fired:
             spec = fault.spec
             if spec.kind in ("error", "outage", "rate_limit"):
-                response = vendor_error(self.vendor, spec.answer_status(), spec.retry_after)
+                response = vendor_error(
+                    self.vendor,
+                    spec.answer_status(),
+                    spec.retry_after,
+                    legacy_mistral=self.state.config.mistral_legacy_errors,
+                )
                 await response(scope, replay, counted)
                 return
         kinds: dict[str, FaultSpec] = {}
@@ -82,7 +87,12 @@ class VendorGate:
                 return None
 
             await self.app(scope, replay, swallow)  # the work is done...
-            response = vendor_error(self.vendor, spec.answer_status(), spec.retry_after)
+            response = vendor_error(
+                self.vendor,
+                spec.answer_status(),
+                spec.retry_after,
+                legacy_mistral=self.state.config.mistral_legacy_errors,
+            )
             await response(scope, replay, counted)  # ...and the answer says it failed
             return
         if "drop_answer" in kinds or "malformed" in kinds:

@@ -91,7 +91,7 @@ def mistral_app(state: SandboxState) -> Starlette:
         header = request.headers.get("authorization", "")
         expected = f"Bearer {state.config.mistral_api_key.get_secret_value()}"
         if not hmac.compare_digest(header.encode(), expected.encode()):
-            return mistral_error(401)
+            return mistral_error(401, legacy=state.config.mistral_legacy_errors)
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):

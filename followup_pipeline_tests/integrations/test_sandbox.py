@@ -9,6 +9,7 @@ from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.errors import (
     InvalidModelOutput,
     NotFoundError,
+    PermanentError,
     TransientError,
 )
 from followup_pipeline.integrations.espocrm import EspoCrmClient
@@ -273,3 +274,31 @@ def test_resources_work_inside_a_dagster_run(sandbox: str, monkeypatch: pytest.M
     )
     assert result.output_for_node("task_per_deal") == 3
     assert len(control(sandbox, "GET", "/clickup/tasks")["tasks"]) == 3
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_mistral_errors_in_either_shape_are_typed(legacy: bool) -> None:
+    from mistralai.client.utils import BackoffStrategy, RetryConfig
+
+    from followup_pipeline.sandbox.app import create_app
+    from followup_pipeline_tests.support import served
+
+    quick = RetryConfig("backoff", BackoffStrategy(1, 1, 1.0, 1), False)
+    with served(create_app(SandboxConfig(mistral_legacy_errors=legacy))) as base:
+        wrong = MistralClient("wrong-key", "m", server_url=f"{base}/mistral", retry_config=quick)
+        try:
+            with pytest.raises(PermanentError) as refused:
+                wrong.summarise(deal_name="ACME", emails=[])
+        finally:
+            wrong.close()
+        assert refused.value.status == 401
+        fault = {"vendor": "mistral", "kind": "rate_limit", "retry_after": 0}
+        control(base, "POST", "/faults", fault)
+        key = DEFAULTS.mistral_api_key.get_secret_value()
+        client = MistralClient(key, "m", server_url=f"{base}/mistral", retry_config=quick)
+        try:
+            with pytest.raises(TransientError) as limited:
+                client.summarise(deal_name="ACME", emails=[])
+        finally:
+            client.close()
+    assert limited.value.status == 429

@@ -375,3 +375,19 @@ def test_evaluate_an_ambiguous_500_again_and_again_ends_as_a_dead_letter(
     # Each search found nothing, so each ambiguous attempt counted as failed; then it waits.
     assert (action["outcome"], action["attempts"]) == ("failed", 2)
     assert machine.tasks() == []
+
+
+def test_evaluate_closing_a_task_moved_out_of_sight_counts_as_closed(machine: Machine) -> None:
+    deal = machine.deal(name="Moved away")
+    machine.evaluate(MONDAY)
+    machine.evaluate(MONDAY + timedelta(days=7))
+    [task] = machine.tasks()
+    with machine.control() as control:
+        control.post(f"/clickup/tasks/{task['id']}/move", json={"list_id": "elsewhere"})
+    machine.move(deal, "Closed Won")
+    result = machine.evaluate(MONDAY + timedelta(days=7, hours=1))
+    assert machine.outcome(result) == "ok"  # ClickUp's 401 OAUTH_027: gone for us, not a failure
+    closes = [a for a in machine.actions() if a["kind"] == "close_task"]
+    assert [(a["outcome"], a["last_error"]) for a in closes] == [
+        ("confirmed", "the task no longer exists in ClickUp")
+    ]
