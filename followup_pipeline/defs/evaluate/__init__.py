@@ -53,6 +53,22 @@ def build_defs(settings: Settings) -> dg.Definitions:
         with postgres.connection() as conn:
             return load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
 
+    def ledger_of(
+        context: dg.OpExecutionContext,
+        postgres: PostgresResource,
+        clickup: ClickUpResource,
+        now: datetime,
+    ) -> TaskLedger:
+        """The task ledger of one op at ``now``."""
+        return TaskLedger(
+            postgres,
+            clickup.get_client(),
+            settings,
+            now=now,
+            run_id=context.run_id,
+            log=context.log,
+        )
+
     @dg.op
     def sync(
         context: dg.OpExecutionContext,
@@ -66,14 +82,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
         if not evaluate_lock.held:
             return _skipped(context, evaluate_lock.holder)
         now = clock.now()
-        tasks = TaskLedger(
-            postgres,
-            clickup.get_client(),
-            settings,
-            now=now,
-            run_id=context.run_id,
-            log=context.log,
-        )
+        tasks = ledger_of(context, postgres, clickup, now)
         reconciler = Reconciler(
             postgres,
             espocrm.get_client(),
@@ -115,14 +124,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
         now = max(clock.now(), datetime.fromisoformat(str(synced["now"])))
         crm = espocrm.get_client()
         calendar = calendar_of(postgres)
-        tasks = TaskLedger(
-            postgres,
-            clickup.get_client(),
-            settings,
-            now=now,
-            run_id=context.run_id,
-            log=context.log,
-        )
+        tasks = ledger_of(context, postgres, clickup, now)
         tally = Tally(context.log, Counter(synced["counts"]), list(synced["problems"]))
         resets = CadenceResetter(postgres, crm, calendar, now=now, log=context.log).run()
         due = DueSteps(postgres, crm, tasks, settings, calendar=calendar, now=now, log=context.log)
