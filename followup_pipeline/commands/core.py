@@ -105,7 +105,7 @@ def _check_clickup(settings: Settings) -> bool:
     )
     try:
         statuses = client.list_statuses()
-        status = client.list_closed_status()
+        status = client.list_closed_status(statuses)  # no second read of the list
     except IntegrationError as error:
         print(f"clickup: FAILED: list {settings.clickup_list_id}: {error}")
         return False

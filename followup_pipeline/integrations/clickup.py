@@ -8,7 +8,7 @@ retried here; the action ledger searches by key before creating again.
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -228,11 +228,12 @@ class ClickUpClient:
             if isinstance(s, dict) and s.get("status")
         }
 
-    def list_closed_status(self) -> str:
+    def list_closed_status(self, statuses: Mapping[str, str] | None = None) -> str:
         """The list's status of type ``closed`` (statuses belong to each list; a new list's is
-        ``complete``), read once; ``PermanentError`` if the list has none."""
+        ``complete``), read once (or from ``statuses`` already read); ``PermanentError`` if the
+        list has none."""
         if self.closed_status is None:
-            statuses = self.list_statuses()
+            statuses = self.list_statuses() if statuses is None else statuses
             closed = [name for name, kind in statuses.items() if kind == "closed"]
             if not closed:
                 raise PermanentError(
