@@ -278,61 +278,61 @@ def test_ingress_health_and_metrics_report_the_event_log(
     assert 89 < float(age.split()[1]) < 120
 
 
-def test_ingress_answers_503_when_a_live_postgres_stops(
-    make_ingress: IngressFactory, tmp_path: Path
-) -> None:
+@pytest.fixture
+def live_cluster(tmp_path: Path) -> Iterator[tuple[EmbeddedCluster, str]]:
+    """A Postgres of the test's own, migrated, that the test may stop and start again."""
     cluster = EmbeddedCluster(tmp_path / "home")
     cluster.acquire()
     try:
         url = cluster.url("followup")
         migrate(url)
-        first, headers = espocrm_delivery(ITEMS, CREATE_HOOK)
-        with make_ingress(url=url, app_kwargs={"db_timeout_s": 0.5}) as client:
-            stored = client.post("/webhooks/espocrm", content=first, headers=headers)
-            assert stored.status_code == 200
-            cluster.stop()
-            second, headers = espocrm_delivery([{**ITEMS[0], "stage": "Negotiation"}], CREATE_HOOK)
-            answer = client.post("/webhooks/espocrm", content=second, headers=headers)
-            assert (answer.status_code, answer.json()["error"]) == (503, "database_unavailable")
-            assert client.get("/healthz").status_code == 503
-            cluster.acquire()  # Postgres is back; EspoCRM retries the 503
-            deadline = time.monotonic() + 30  # the pool reconnects in the background
-            while client.get("/healthz").status_code != 200 and time.monotonic() < deadline:
-                time.sleep(0.5)
-            retried = client.post("/webhooks/espocrm", content=second, headers=headers)
-            assert retried.status_code == 200
-        with psycopg.connect(url) as conn:
-            assert conn.execute("SELECT count(*) FROM followup.events").fetchone() == (2,)
+        yield cluster, url
     finally:
         cluster.stop()
+
+
+def test_ingress_answers_503_when_a_live_postgres_stops(
+    make_ingress: IngressFactory, live_cluster: tuple[EmbeddedCluster, str]
+) -> None:
+    cluster, url = live_cluster
+    first, headers = espocrm_delivery(ITEMS, CREATE_HOOK)
+    with make_ingress(url=url, app_kwargs={"db_timeout_s": 0.5}) as client:
+        stored = client.post("/webhooks/espocrm", content=first, headers=headers)
+        assert stored.status_code == 200
+        cluster.stop()
+        second, headers = espocrm_delivery([{**ITEMS[0], "stage": "Negotiation"}], CREATE_HOOK)
+        answer = client.post("/webhooks/espocrm", content=second, headers=headers)
+        assert (answer.status_code, answer.json()["error"]) == (503, "database_unavailable")
+        assert client.get("/healthz").status_code == 503
+        cluster.acquire()  # Postgres is back; EspoCRM retries the 503
+        deadline = time.monotonic() + 30  # the pool reconnects in the background
+        while client.get("/healthz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        retried = client.post("/webhooks/espocrm", content=second, headers=headers)
+        assert retried.status_code == 200
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM followup.events").fetchone() == (2,)
 
 
 def test_ingress_the_first_delivery_after_postgres_is_back_is_stored(
-    make_ingress: IngressFactory, tmp_path: Path
+    make_ingress: IngressFactory, live_cluster: tuple[EmbeddedCluster, str]
 ) -> None:
-    cluster = EmbeddedCluster(tmp_path / "home")
-    cluster.acquire()
-    try:
-        url = cluster.url("followup")
-        migrate(url)
-        with make_ingress(url=url, app_kwargs={"db_timeout_s": 0.5}) as client:
-            assert client.get("/healthz").status_code == 200
-            cluster.stop()
-            # Six seconds of deliveries into the outage: the pool's doubling backoff (1, 2, 4 s)
-            # would put its next background attempt well after Postgres is back.
-            for n in range(6):
-                body, headers = espocrm_delivery([{"id": f"lost-{n}", "stage": "Proposal"}])
-                assert (
-                    client.post("/webhooks/espocrm", content=body, headers=headers).status_code
-                    == 503
-                )
-                time.sleep(1)
-            cluster.acquire()
-            body, headers = espocrm_delivery([{"id": "back", "stage": "Proposal"}])
-            answer = client.post("/webhooks/espocrm", content=body, headers=headers)
-            assert answer.status_code == 200
-    finally:
+    cluster, url = live_cluster
+    with make_ingress(url=url, app_kwargs={"db_timeout_s": 0.5}) as client:
+        assert client.get("/healthz").status_code == 200
         cluster.stop()
+        # Six seconds of deliveries into the outage: the pool's doubling backoff (1, 2, 4 s)
+        # would put its next background attempt well after Postgres is back.
+        for n in range(6):
+            body, headers = espocrm_delivery([{"id": f"lost-{n}", "stage": "Proposal"}])
+            assert (
+                client.post("/webhooks/espocrm", content=body, headers=headers).status_code == 503
+            )
+            time.sleep(1)
+        cluster.acquire()
+        body, headers = espocrm_delivery([{"id": "back", "stage": "Proposal"}])
+        answer = client.post("/webhooks/espocrm", content=body, headers=headers)
+        assert answer.status_code == 200
 
 
 def test_ingress_refuses_a_chunked_body_over_the_limit(
