@@ -10,8 +10,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
-from typing import Any, TypedDict, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, LiteralString, TypedDict, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -29,6 +29,8 @@ RECONNECT_TIMEOUT_S = 300.0
 
 
 T = TypeVar("T")
+#: Named query parameters (``%(name)s``).
+Params = Mapping[str, object] | None
 
 
 #: SQLSTATEs of a connection that is gone (class 08) or a server going away (57P01-57P03).
@@ -80,6 +82,22 @@ def typed_row(cls: type[T]) -> BaseRowFactory[T]:
         return make
 
     return factory
+
+
+def fetch_one(
+    conn: psycopg.Connection[Any], cls: type[T], sql: LiteralString, params: Params = None
+) -> T | None:
+    """The first row of ``sql`` as a ``cls`` (``typed_row``), or None."""
+    with conn.cursor(row_factory=typed_row(cls)) as cur:
+        return cur.execute(sql, params).fetchone()
+
+
+def fetch_all(
+    conn: psycopg.Connection[Any], cls: type[T], sql: LiteralString, params: Params = None
+) -> list[T]:
+    """Every row of ``sql`` as a ``cls`` (``typed_row``)."""
+    with conn.cursor(row_factory=typed_row(cls)) as cur:
+        return cur.execute(sql, params).fetchall()
 
 
 class StoreError(RuntimeError):

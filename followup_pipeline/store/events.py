@@ -18,7 +18,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from followup_pipeline.store.db import require_transaction, typed_row
+from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction
 from followup_pipeline.store.queries import query
 
 #: EspoCRM retries for about 40 minutes; a redelivery within this window is a duplicate.
@@ -184,8 +184,7 @@ def claim(
         "run": run,
         "exclude": list(exclude),
     }
-    with conn.cursor(row_factory=typed_row(Event)) as cur:
-        rows = cur.execute(query("events_claim"), params).fetchall()
+    rows = fetch_all(conn, Event, query("events_claim"), params)
     return sorted(rows, key=lambda event: event.id)
 
 
@@ -195,16 +194,14 @@ def claim_ids(
     """Lease the named pending events, due or not (a replay); commit it as ``claim``'s."""
     require_transaction(conn, "claim_ids")
     params = {"ids": list(ids), "lease": lease, "run": run}
-    with conn.cursor(row_factory=typed_row(Event)) as cur:
-        rows = cur.execute(query("events_claim_ids"), params).fetchall()
+    rows = fetch_all(conn, Event, query("events_claim_ids"), params)
     return sorted(rows, key=lambda event: event.id)
 
 
 def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[DueEvent]:
     """Ids and attempts of the due events, oldest first."""
     params = {"sources": list(HANDLED_SOURCES), "limit": limit}
-    with conn.cursor(row_factory=typed_row(DueEvent)) as cur:
-        return cur.execute(query("events_due"), params).fetchall()
+    return fetch_all(conn, DueEvent, query("events_due"), params)
 
 
 def start_attempt(conn: psycopg.Connection[Any], event_id: int) -> int:
@@ -246,26 +243,24 @@ def is_complete(conn: psycopg.Connection[Any], key: str) -> bool:
 
 def completions_of(conn: psycopg.Connection[Any], event_id: int) -> list[StepCompletion]:
     """The finished steps of one event, in order."""
-    with conn.cursor(row_factory=typed_row(StepCompletion)) as cur:
-        return cur.execute(query("step_completions_of_event"), {"event_id": event_id}).fetchall()
+    return fetch_all(
+        conn, StepCompletion, query("step_completions_of_event"), {"event_id": event_id}
+    )
 
 
 def event_by_id(conn: psycopg.Connection[Any], event_id: int) -> Event | None:
     """One event, whole."""
-    with conn.cursor(row_factory=typed_row(Event)) as cur:
-        return cur.execute(query("event_by_id"), {"id": event_id}).fetchone()
+    return fetch_one(conn, Event, query("event_by_id"), {"id": event_id})
 
 
 def dead_events(conn: psycopg.Connection[Any]) -> list[DeadEvent]:
     """Dead-lettered events, oldest first."""
-    with conn.cursor(row_factory=typed_row(DeadEvent)) as cur:
-        return cur.execute(query("events_dead_letters")).fetchall()
+    return fetch_all(conn, DeadEvent, query("events_dead_letters"))
 
 
 def invalid_items(conn: psycopg.Connection[Any]) -> list[InvalidItem]:
     """Items recorded as invalid and skipped, oldest first."""
-    with conn.cursor(row_factory=typed_row(InvalidItem)) as cur:
-        return cur.execute(query("invalid_items")).fetchall()
+    return fetch_all(conn, InvalidItem, query("invalid_items"))
 
 
 @dataclass(frozen=True)
@@ -278,8 +273,7 @@ class WebhookSilence:
 
 def webhook_silence(conn: psycopg.Connection[Any], *, since: datetime) -> WebhookSilence:
     """The last EspoCRM delivery, and the watches reconciliation opened since ``since``."""
-    with conn.cursor(row_factory=typed_row(WebhookSilence)) as cur:
-        row = cur.execute(query("webhook_silence"), {"since": since}).fetchone()
+    row = fetch_one(conn, WebhookSilence, query("webhook_silence"), {"since": since})
     assert row is not None
     return row
 

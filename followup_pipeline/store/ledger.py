@@ -15,7 +15,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from followup_pipeline.store.db import require_transaction, storable, typed_row
+from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 
 Kind = Literal["task", "close_task", "report", "alert"]
@@ -86,8 +86,7 @@ class Attempt:
 
 def action_by_key(conn: psycopg.Connection[Any], key: str) -> Action | None:
     """The ledger row of ``key``, if any."""
-    with conn.cursor(row_factory=typed_row(Action)) as cur:
-        return cur.execute(query("action_by_key"), {"key": key}).fetchone()
+    return fetch_one(conn, Action, query("action_by_key"), {"key": key})
 
 
 def age_s(conn: psycopg.Connection[Any], action_id: int) -> float:
@@ -103,15 +102,13 @@ def touch(conn: psycopg.Connection[Any], action_id: int) -> None:
 
 def actions_of_watch(conn: psycopg.Connection[Any], watch_id: int) -> dict[int, Action]:
     """The task actions of a watch, keyed by step number."""
-    with conn.cursor(row_factory=typed_row(Action)) as cur:
-        rows = cur.execute(query("actions_of_watch"), {"watch_id": watch_id}).fetchall()
+    rows = fetch_all(conn, Action, query("actions_of_watch"), {"watch_id": watch_id})
     return {row.step_no: row for row in rows if row.step_no is not None}
 
 
 def dead_actions(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[Action]:
     """Actions that failed ``max_attempts`` times since their last replay, oldest change first."""
-    with conn.cursor(row_factory=typed_row(Action)) as cur:
-        return cur.execute(query("actions_failed"), {"max_attempts": max_attempts}).fetchall()
+    return fetch_all(conn, Action, query("actions_failed"), {"max_attempts": max_attempts})
 
 
 def begin_attempt(

@@ -12,7 +12,7 @@ import psycopg
 from followup_pipeline.domain.cadence import PlannedStep
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.steps import StepState
-from followup_pipeline.store.db import typed_row
+from followup_pipeline.store.db import fetch_all
 from followup_pipeline.store.queries import query
 
 
@@ -91,8 +91,7 @@ def insert_step(conn: psycopg.Connection[Any], *, watch_id: int, step: PlannedSt
 
 def steps_of(conn: psycopg.Connection[Any], watch_id: int) -> list[Step]:
     """Every step of a watch, in order."""
-    with conn.cursor(row_factory=typed_row(Step)) as cur:
-        return cur.execute(query("steps_of_watch"), {"watch_id": watch_id}).fetchall()
+    return fetch_all(conn, Step, query("steps_of_watch"), {"watch_id": watch_id})
 
 
 def fire_step(
@@ -120,11 +119,9 @@ def replan_step(
 
 def open_steps_of_closed_watches(conn: psycopg.Connection[Any]) -> list[OpenStep]:
     """Steps left open on closed watches (their skip had to wait), oldest first."""
-    with conn.cursor(row_factory=typed_row(OpenStep)) as cur:
-        return cur.execute(query("open_steps_of_closed_watches")).fetchall()
+    return fetch_all(conn, OpenStep, query("open_steps_of_closed_watches"))
 
 
 def tasks_to_close(conn: psycopg.Connection[Any]) -> list[TaskToClose]:
     """Fired tasks of closed watches that were not closed in ClickUp yet."""
-    with conn.cursor(row_factory=typed_row(TaskToClose)) as cur:
-        return cur.execute(query("tasks_to_close")).fetchall()
+    return fetch_all(conn, TaskToClose, query("tasks_to_close"))

@@ -15,7 +15,7 @@ from followup_pipeline.domain.cadence import plan_steps
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.store.cadences import Plan
-from followup_pipeline.store.db import require_transaction, storable, typed_row
+from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 from followup_pipeline.store.steps import insert_step
 
@@ -76,16 +76,6 @@ class Subject:
     crm_url: str | None = None
 
 
-def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, object]) -> Watch | None:
-    with conn.cursor(row_factory=typed_row(Watch)) as cur:
-        return cur.execute(query(name), params).fetchone()
-
-
-def _all(conn: psycopg.Connection[Any], name: str, params: dict[str, object]) -> list[Watch]:
-    with conn.cursor(row_factory=typed_row(Watch)) as cur:
-        return cur.execute(query(name), params).fetchall()
-
-
 def open_watch(
     conn: psycopg.Connection[Any],
     *,
@@ -141,37 +131,43 @@ def close_watch(
 
 def watch_by_id(conn: psycopg.Connection[Any], watch_id: int) -> Watch | None:
     """One watch."""
-    return _one(conn, "watch_by_id", {"watch_id": watch_id})
+    return fetch_one(conn, Watch, query("watch_by_id"), {"watch_id": watch_id})
 
 
 def open_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> Watch | None:
     """The open watch of a deal."""
-    return _one(
-        conn, "open_watch_of_subject", {"subject_type": SUBJECT_TYPE, "subject_id": subject_id}
+    return fetch_one(
+        conn,
+        Watch,
+        query("open_watch_of_subject"),
+        {"subject_type": SUBJECT_TYPE, "subject_id": subject_id},
     )
 
 
 def latest_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> Watch | None:
     """The most recent watch of a deal, open or closed."""
-    return _one(
-        conn, "latest_watch_of_subject", {"subject_type": SUBJECT_TYPE, "subject_id": subject_id}
+    return fetch_one(
+        conn,
+        Watch,
+        query("latest_watch_of_subject"),
+        {"subject_type": SUBJECT_TYPE, "subject_id": subject_id},
     )
 
 
 def open_watches(conn: psycopg.Connection[Any]) -> list[Watch]:
     """Every open watch, oldest first."""
-    return _all(conn, "open_watches", {})
+    return fetch_all(conn, Watch, query("open_watches"), {})
 
 
 def due_watches(conn: psycopg.Connection[Any], *, now: datetime) -> list[Watch]:
     """Open watches with an open step due by ``now``'s local date in their own zone."""
-    return _all(conn, "due_watches", {"now": now})
+    return fetch_all(conn, Watch, query("due_watches"), {"now": now})
 
 
 def quiet_watches(conn: psycopg.Connection[Any], *, now: datetime, min_days: int) -> list[Watch]:
     """Open watches whose steps are all done, the last fired ``min_days`` calendar days ago or
     more (and as long since the last reset): the candidates for ``exhausted``."""
-    return _all(conn, "quiet_watches", {"now": now, "min_days": min_days})
+    return fetch_all(conn, Watch, query("quiet_watches"), {"now": now, "min_days": min_days})
 
 
 def count_open_watches(conn: psycopg.Connection[Any]) -> int:
@@ -218,6 +214,5 @@ def list_watches(
     conn: psycopg.Connection[Any], *, include_closed: bool = False, limit: int = 200
 ) -> list[WatchListing]:
     """Watches for the operator, newest first, with their next due date."""
-    with conn.cursor(row_factory=typed_row(WatchListing)) as cur:
-        params = {"all": include_closed, "limit": limit}
-        return cur.execute(query("list_watches"), params).fetchall()
+    params = {"all": include_closed, "limit": limit}
+    return fetch_all(conn, WatchListing, query("list_watches"), params)
