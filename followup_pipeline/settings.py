@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import zoneinfo
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     now: datetime | None = None
     business_hours_start: int = Field(default=7, ge=0, le=23)
     business_hours_end: int = Field(default=19, ge=1, le=24)
+    #: The first day of the Dagster partitions (business hours, business days); unset: the first
+    #: day of the previous month, so the Partitions tab shows recent hours, not years of nights.
+    partitions_start: date | None = None
     #: The row of the table ``cadences`` that plans new watches (seeded: ``default`` = 5, 12, 21).
     cadence_name: str = Field(default="default", min_length=1)
     #: When set, defines the offsets of the cadence ``cadence_name`` (written to its row).
@@ -245,6 +248,14 @@ class Settings(BaseSettings):
                 "FOLLOWUP_NOW needs an offset, e.g. 2026-03-02T09:00:00+01:00 (ISO 8601)"
             )
         return self
+
+    def partitions_start_on(self, today: date | None = None) -> date:
+        """The first day of the partitions: the setting, else the previous month's first day."""
+        if self.partitions_start is not None:
+            return self.partitions_start
+        day = today or datetime.now(zoneinfo.ZoneInfo(self.timezone)).date()
+        previous = day.replace(day=1) - timedelta(days=1)
+        return previous.replace(day=1)
 
     def configured_cadence(self) -> tuple[int, ...] | None:
         """The offsets of ``FOLLOWUP_CADENCE`` when it was set, else None (the table decides)."""

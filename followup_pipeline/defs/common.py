@@ -4,9 +4,13 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import StagePolicy
 from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.db import StoreError
+from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watches import Subject
 
 OUTCOME_TAG = "followup/outcome"
@@ -51,3 +55,21 @@ def subject_of(deal: Deal, settings: Settings) -> Subject:
         assigned_user_name=deal.assigned_user_name,
         crm_url=settings.crm_deal_url(deal.id),
     )
+
+
+def calendar_of(postgres: PostgresResource, settings: Settings) -> BusinessCalendar:
+    """The business calendar: public holidays and the database's local overrides."""
+    with postgres.connection() as conn:
+        return load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+
+
+def business_calendar(
+    context: dg.ScheduleEvaluationContext, postgres: PostgresResource, settings: Settings
+) -> BusinessCalendar:
+    """A schedule's calendar: with the database's local overrides; the package's alone if the
+    database is unreachable (a run on a day off does no harm: there is simply nothing due)."""
+    try:
+        return calendar_of(postgres, settings)
+    except StoreError as error:
+        context.log.warning("holiday overrides unreadable, public holidays only: %s", error)
+        return BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)

@@ -42,8 +42,9 @@ SENSORS = ["crm_events", "alerts"]
 
 @pytest.fixture
 def defs() -> dg.Definitions:
-    """The machine's definitions on default settings."""
-    return build_definitions(load_settings())
+    """The machine's definitions on default settings (partitions from January, for the ticks
+    of March below)."""
+    return build_definitions(load_settings(partitions_start="2026-01-01"))
 
 
 def test_definitions_load_as_a_code_location_would() -> None:
@@ -66,6 +67,73 @@ def test_definitions_resolve_every_job_schedule_and_sensor(defs: dg.Definitions)
     assert {"postgres", "clock", "espocrm", "clickup", "outlook", "mistral"} <= set(
         repository.get_top_level_resources()
     )
+
+
+def test_definitions_every_schedule_and_sensor_runs_by_default(defs: dg.Definitions) -> None:
+    # Nothing is switched on by hand after `make run` (a state set in the UI wins afterwards).
+    repository = defs.get_repository_def()
+    assert sorted(s.name for s in repository.schedule_defs) == sorted(SCHEDULES)
+    assert sorted(s.name for s in repository.sensor_defs) == sorted(SENSORS)
+    for schedule in repository.schedule_defs:
+        assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING, schedule.name
+    for sensor in repository.sensor_defs:
+        assert sensor.default_status == dg.DefaultSensorStatus.RUNNING, sensor.name
+
+
+def test_definitions_evaluate_partitions_are_business_hours_from_a_recent_start() -> None:
+    settings = load_settings()
+    partitions = build_definitions(settings).resolve_job_def("evaluate").partitions_def
+    assert partitions is not None
+    now = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)  # Monday, 13:30 in Berlin
+    keys = partitions.get_partition_keys(current_time=now)
+    # The previous month's first day, at the first business hour: October 2026.
+    assert keys[0] == "2026-10-01-07:00"
+    week = [k for k in keys if "2026-11-23" <= k < "2026-11-30"]
+    assert len(week) == 5 * 12  # Monday to Friday, 07:00 to 18:00
+    assert {k[-5:] for k in week} == {f"{h:02d}:00" for h in range(7, 19)}
+    assert keys[-1] == "2026-11-30-13:00"  # the hour in progress exists
+    later = load_settings(partitions_start="2026-11-02", business_hours_end=17)
+    keys = build_definitions(later).resolve_job_def("evaluate").partitions_def
+    assert keys is not None
+    assert keys.get_partition_keys(current_time=now)[:11] == [
+        *(f"2026-11-02-{h:02d}:00" for h in range(7, 17)),
+        "2026-11-03-07:00",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tick", "expected"),
+    [
+        (datetime(2026, 3, 2, 6, 30, tzinfo=UTC), "2026-03-02"),  # Monday, 07:30 Berlin
+        (datetime(2026, 4, 6, 5, 30, tzinfo=UTC), None),  # Easter Monday (summer time)
+        (datetime(2026, 3, 3, 6, 30, tzinfo=UTC), None),  # a local day off (the holidays table)
+    ],
+)
+def test_definitions_morning_schedule_ticks_on_business_days_only(
+    tick: datetime,
+    expected: str | None,
+    defs: dg.Definitions,
+    db: psycopg.Connection[Any],
+    db_url: str,
+) -> None:
+    db.execute("INSERT INTO holidays (day, kind, name) VALUES ('2026-03-03', 'holiday', 'Offsite')")
+    schedule = defs.resolve_schedule_def("morning_report_weekdays")
+    assert schedule.cron_schedule == "30 7 * * 1-5"
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=tick,
+            repository_def=defs.get_repository_def(),
+            resources={"postgres": PostgresResource(url=db_url)},
+        ) as context,
+    ):
+        result = schedule.evaluate_tick(context)
+    if expected is None:
+        assert not result.run_requests
+        assert "not a business day" in (result.skip_message or "")
+    else:
+        assert [r.partition_key for r in result.run_requests or []] == [expected]
 
 
 def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime(

@@ -9,7 +9,11 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store.alerts import record_run_failure
 
 
-@dg.run_failure_sensor(monitor_all_code_locations=True, name="alerts")
+@dg.run_failure_sensor(
+    monitor_all_code_locations=True,
+    name="alerts",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
 def alerts(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
     """Record every failed run; the fingerprint is the job and the first line of the error."""
     run = context.dagster_run

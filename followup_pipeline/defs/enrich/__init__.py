@@ -28,5 +28,6 @@ def build_defs(settings: Settings) -> dg.Definitions:
         job=enrich,
         cron_schedule="30 * * * *",
         execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
     )
     return dg.Definitions(jobs=[enrich], schedules=[enrich_hourly])

@@ -12,30 +12,46 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from followup_pipeline.defs.common import SINGLETON_TAG, RunCounts, outcome_output
+from followup_pipeline.defs.common import (
+    SINGLETON_TAG,
+    RunCounts,
+    business_calendar,
+    calendar_of,
+    outcome_output,
+)
 from followup_pipeline.defs.evaluate.activity import CadenceResetter
 from followup_pipeline.defs.evaluate.due import DueSteps
 from followup_pipeline.defs.evaluate.reconcile import Reconciler
 from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
-from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.db import StoreError
-from followup_pipeline.store.holidays import load_calendar
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 45 * 60
-PARTITIONS_START = "2026-01-01-00:00"
 LOCK_HELD_ELSEWHERE = "another evaluate run holds the lock"
 
 
-def hourly_partitions(zone: str) -> dg.HourlyPartitionsDefinition:
-    """One partition per hour of the team's time zone: labels for the operator, not windows."""
+def business_hours_cron(settings: Settings) -> str:
+    """Every full hour of the business hours, Monday to Friday (holidays are skipped by the
+    schedule, since a cron cannot know them)."""
+    return f"0 {settings.business_hours_start}-{settings.business_hours_end - 1} * * 1-5"
+
+
+def business_hour_partitions(settings: Settings) -> dg.TimeWindowPartitionsDefinition:
+    """One partition per business hour of the team's time zone, from ``partitions_start``:
+    labels for the operator (the clock decides the work), so the Partitions tab shows failed
+    business hours, not nights and weekends."""
     # end_offset=1: the hour in progress exists, so a tick at 07:00 runs partition 07:00.
-    return dg.HourlyPartitionsDefinition(start_date=PARTITIONS_START, timezone=zone, end_offset=1)
+    return dg.TimeWindowPartitionsDefinition(
+        cron_schedule=business_hours_cron(settings),
+        start=f"{settings.partitions_start_on():%Y-%m-%d}-{settings.business_hours_start:02d}:00",
+        fmt="%Y-%m-%d-%H:%M",
+        timezone=settings.timezone,
+        end_offset=1,
+    )
 
 
 def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts]:
@@ -44,14 +60,11 @@ def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts
     return outcome_output(context, "skipped", {"skipped": 1, "reason": reason})
 
 
-def build_defs(settings: Settings) -> dg.Definitions:
-    """The ``evaluate`` job and its business-hours schedule, in the settings' time zone."""
+def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions:
+    """The ``evaluate`` job and its business-hours schedule, in the settings' time zone
+    (``cron`` replaces the schedule's for a daemon test that cannot wait for the next hour)."""
     zone = settings.timezone
-    partitions = hourly_partitions(zone)
-
-    def calendar_of(postgres: PostgresResource) -> BusinessCalendar:
-        with postgres.connection() as conn:
-            return load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+    partitions = business_hour_partitions(settings)
 
     def ledger_of(
         context: dg.OpExecutionContext,
@@ -88,7 +101,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
             espocrm.get_client(),
             tasks,
             settings,
-            calendar=calendar_of(postgres),
+            calendar=calendar_of(postgres, settings),
             now=now,
             log=context.log,
         )
@@ -123,7 +136,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
             return _skipped(context, evaluate_lock.holder)
         now = max(clock.now(), datetime.fromisoformat(str(synced["now"])))
         crm = espocrm.get_client()
-        calendar = calendar_of(postgres)
+        calendar = calendar_of(postgres, settings)
         tasks = ledger_of(context, postgres, clickup, now)
         tally = Tally(context.log, Counter(synced["counts"]), list(synced["problems"]))
         resets = CadenceResetter(postgres, crm, calendar, now=now, log=context.log).run()
@@ -144,24 +157,12 @@ def build_defs(settings: Settings) -> dg.Definitions:
     def evaluate() -> None:
         evaluate_due(sync())
 
-    def business_calendar(
-        context: dg.ScheduleEvaluationContext, postgres: PostgresResource
-    ) -> BusinessCalendar:
-        """The calendar with the database's local overrides; the package's alone if unreachable
-        (a run on a day off does no harm: there is simply nothing due)."""
-        try:
-            return calendar_of(postgres)
-        except StoreError as error:
-            context.log.warning("holiday overrides unreadable, public holidays only: %s", error)
-            return BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)
-
-    hours = f"{settings.business_hours_start}-{settings.business_hours_end - 1}"
-
     @dg.schedule(
         job=evaluate,
-        cron_schedule=f"0 {hours} * * 1-5",
+        cron_schedule=cron or business_hours_cron(settings),
         execution_timezone=zone,
         name="evaluate_business_hours",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
     )
     def evaluate_business_hours(
         context: dg.ScheduleEvaluationContext, postgres: PostgresResource
@@ -169,7 +170,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
         scheduled = context.scheduled_execution_time
         assert scheduled is not None
         day = scheduled.astimezone(ZoneInfo(zone)).date()
-        if not business_calendar(context, postgres).is_business_day(day):
+        if not business_calendar(context, postgres, settings).is_business_day(day):
             return dg.SkipReason(f"{day} is not a business day")
         key = partitions.get_partition_key_for_timestamp(scheduled.timestamp())
         return dg.RunRequest(partition_key=key)

@@ -42,6 +42,7 @@ class Machine:
             # Settle a row left attempted at once: these tests finish their runs; the kill test
             # (test_kills.py) sets the window of a request still on its way.
             "action_in_flight_s": 0,
+            "partitions_start": "2026-01-01",  # the simulated days are in 2026
         }
         return load_settings(**{**values, **self.settings})
 

@@ -22,8 +22,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.defs.common import OUTCOME_TAG
-from followup_pipeline.defs.evaluate import hourly_partitions
+from followup_pipeline.defs.evaluate import business_hour_partitions
 from followup_pipeline.sandbox.environment import env_lines
+from followup_pipeline.settings import load_settings
 from followup_pipeline.store.db import connection_kwargs
 from followup_pipeline_tests.support import free_port, wait_until
 
@@ -193,7 +194,8 @@ def registered(stack: Stack, sandbox: str) -> Iterator[Machine]:
 
 
 def _partition_keys(count: int) -> list[str]:
-    keys = hourly_partitions("Europe/Berlin").get_partition_keys(current_time=datetime.now(UTC))
+    partitions = business_hour_partitions(load_settings())
+    keys = partitions.get_partition_keys(current_time=datetime.now(UTC))
     return keys[-(count + 3) : -3]
 
 
