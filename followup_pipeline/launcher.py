@@ -4,82 +4,113 @@ One embedded Postgres is started once and its URLs are handed to every child pro
 with credentials in the environment are real; with none, the sandbox stands in for all four; with
 only some, the start is refused and the missing ones named, so fake deals never reach a real
 ClickUp. Ctrl-C stops every child, and Postgres if this process started it.
+
+The console stays quiet: each child writes to its own file under ``FOLLOWUP_HOME/logs/``, and
+the console shows the start-up, the URLs once the UI answers, and one line per finished run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import IO, Any
 
 import httpx
 
 from followup_pipeline.commands.core import prepare_cadence
-from followup_pipeline.settings import ConfigError, Settings, secret_environment
+from followup_pipeline.defs.common import COUNTS_TAG, OUTCOME_TAG
+from followup_pipeline.machine import (
+    install_dagster_home,
+    machine_environment,
+    read_env_file,
+    sandbox_env_file,
+    vendor_mode,
+    workspace_file,
+)
+from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE = REPO_ROOT / "dagster.yaml"
-WORKSPACE = REPO_ROOT / "workspace.yaml"
-READY_TIMEOUT_S = 60.0
-
-
-def install_dagster_home(home: Path) -> Path:
-    """Create ``home/dagster`` and copy the instance template into it."""
-    dagster_home = home / "dagster"
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(TEMPLATE, dagster_home / "dagster.yaml")
-    return dagster_home
-
-
-def vendor_mode(settings: Settings) -> str:
-    """'sandbox' when no vendor credential is set, 'real' when all are; else refuse."""
-    missing = settings.sandbox_credentials_missing()
-    if len(missing) == 4:
-        return "sandbox"
-    if missing:
-        raise ConfigError(
-            "some vendor credentials are set and others are not; set all or none "
-            f"(none starts the sandbox). Missing: {', '.join(missing)}"
-        )
-    return "real"
+READY_TIMEOUT_S = 180.0
+SUPERSEDED_DEV = "ignore:Function `dev_command` is superseded:FutureWarning"
+#: How often the console asks the UI for finished runs.
+RUN_POLL_S = 3.0
+FINISHED_RUNS = """
+query($after: Float!) {
+  runsOrError(filter: {statuses: [SUCCESS, FAILURE, CANCELED], updatedAfter: $after}, limit: 50) {
+    ... on Runs { results { runId jobName status updateTime tags { key value } } }
+  }
+}
+"""
 
 
 def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-def _wait_http(url: str, what: str, process: subprocess.Popen[bytes]) -> None:
+def _say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def _wait_http(url: str, what: str, process: subprocess.Popen[bytes], log_file: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with status {process.returncode}")
+            raise RuntimeError(f"{what} exited with status {process.returncode}; see {log_file}")
         try:
-            httpx.get(url, timeout=1.0)
-            return
+            if httpx.get(url, timeout=5.0).status_code < 500:
+                return
         except httpx.HTTPError:
-            time.sleep(0.3)
+            pass
+        time.sleep(0.3)
     raise RuntimeError(f"{what} did not answer at {url} within {READY_TIMEOUT_S:.0f} s")
 
 
-def _read_env_file(path: Path) -> dict[str, str]:
-    values = {}
-    for line in path.read_text().splitlines():
-        for word in shlex.split(line, comments=True):
-            name, sep, value = word.partition("=")
-            if sep and name.startswith("FOLLOWUP_"):
-                values[name] = value
-    return values
+def run_line(run: dict[str, Any], ui: str) -> str:
+    """The console's line for one finished run: job, outcome and business counts."""
+    tags = {tag["key"]: tag["value"] for tag in run["tags"]}
+    status = str(run["status"])
+    outcome = tags.get(OUTCOME_TAG)
+    what = f"{status.lower()}" + (f", {outcome}" if outcome and status == "SUCCESS" else "")
+    counts = tags.get(COUNTS_TAG, "")
+    line = f"run {run['jobName']} {run['runId'][:8]}: {what}" + (f" ({counts})" if counts else "")
+    if status != "SUCCESS":
+        line += f": {ui}/runs/{run['runId']}"
+    return line
+
+
+class FinishedRuns:
+    """Finished runs from the UI's GraphQL, each reported once."""
+
+    def __init__(self, ui: str) -> None:
+        self.ui = ui
+        self.since = time.time()
+        self.seen: set[str] = set()
+
+    def new(self) -> Iterator[str]:
+        """Lines for the runs that finished since the last call (none if the UI is busy)."""
+        try:
+            answer = httpx.post(
+                f"{self.ui}/graphql",
+                json={"query": FINISHED_RUNS, "variables": {"after": self.since - 30}},
+                timeout=5,
+            ).json()
+            runs = answer["data"]["runsOrError"]["results"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return
+        for run in sorted(runs, key=lambda r: r["updateTime"] or 0):
+            if run["runId"] not in self.seen:
+                self.seen.add(run["runId"])
+                yield run_line(run, self.ui)
 
 
 class Launcher:
@@ -89,46 +120,52 @@ class Launcher:
         self.settings = settings
         self.host = host
         self.port = port
-        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.children: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.cluster: EmbeddedCluster | None = None
         self.env = dict(os.environ)
+        self.logs = settings.home / "logs"
+        self._files: list[IO[bytes]] = []
 
     def _spawn(
         self, what: str, argv: list[str], env: dict[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(argv, env=self.env if env is None else env)
-        self.children.append((what, process))
-        return process
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        path = self.logs / f"{what}.log"
+        output = path.open("ab")
+        output.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} followup dev ---\n".encode())
+        output.flush()
+        self._files.append(output)
+        process = subprocess.Popen(
+            argv,
+            env=self.env if env is None else env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        self.children.append((what, process, path))
+        return process, path
 
     def start_database(self) -> None:
-        if self.settings.database_url is not None:
-            url = self.settings.database_url.get_secret_value()
-            self.env["FOLLOWUP_DATABASE_URL"] = url
-            if self.settings.dagster_pg_url is None:
-                raise ConfigError(
-                    "FOLLOWUP_DAGSTER_PG_URL: with FOLLOWUP_DATABASE_URL set, give Dagster's "
-                    "storage its own postgresql+psycopg2:// URL"
-                )
-        else:
+        if self.settings.database_url is None:
             cluster = EmbeddedCluster(self.settings.home)
             self.cluster = cluster
             if cluster.acquire():
-                log.info("started the embedded Postgres on 127.0.0.1:%s", cluster.port)
-            url = cluster.url("followup")
-            self.env["FOLLOWUP_DATABASE_URL"] = url
-            self.env["FOLLOWUP_DAGSTER_PG_URL"] = cluster.url(
-                "dagster", driver="postgresql+psycopg2"
-            )
+                _say(f"started the embedded Postgres on 127.0.0.1:{cluster.port}")
+        install_dagster_home(self.settings)
+        self.env = machine_environment(self.settings, self.env, secrets=False)
+        url = self.env["FOLLOWUP_DATABASE_URL"]
         applied = migrate(url)
-        log.info("migrations applied: %s", [m.version for m in applied] or "none pending")
         offsets = prepare_cadence(url, self.settings)
-        log.info("cadence %r: business days %s", self.settings.cadence_name, offsets)
+        _say(
+            f"database ready ({len(applied)} migration(s) applied); cadence "
+            f"{self.settings.cadence_name!r}: business days {', '.join(map(str, offsets))}"
+        )
 
     def start_sandbox(self) -> None:
-        env_file = self.settings.home / "sandbox.env"
+        env_file = sandbox_env_file(self.settings)
         port = self.settings.sandbox_port
         webhook = f"http://127.0.0.1:{self.settings.ingress_port}/webhooks/espocrm"
-        process = self._spawn(
+        process, path = self._spawn(
             "sandbox",
             [
                 _bin("followup"),
@@ -141,45 +178,63 @@ class Launcher:
                 webhook,
             ],
         )
-        _wait_http(f"http://127.0.0.1:{port}/_sandbox/stats", "the sandbox", process)
-        self.env.update(_read_env_file(env_file))
+        _wait_http(f"http://127.0.0.1:{port}/_sandbox/stats", "the sandbox", process, path)
+        self.env.update(read_env_file(env_file))
 
     def start_ingress(self) -> None:
         """``followup ingress`` on the configured address, waited for through ``/healthz``."""
         host, port = self.settings.ingress_host, self.settings.ingress_port
-        process = self._spawn(
+        process, path = self._spawn(
             "ingress", [_bin("followup"), "ingress", "--host", host, "--port", str(port)]
         )
-        _wait_http(f"http://{host}:{port}/healthz", "the ingress", process)
+        _wait_http(f"http://{host}:{port}/healthz", "the ingress", process, path)
 
-    def start_dagster(self) -> subprocess.Popen[bytes]:
-        self.env["DAGSTER_HOME"] = str(install_dagster_home(self.settings.home))
-        target = (
-            ["-w", str(WORKSPACE)]
-            if WORKSPACE.exists()
-            else ["-m", "followup_pipeline.definitions"]
-        )
+    def start_dagster(self) -> None:
+        """``dagster dev`` on the machine's workspace, waited for until the UI answers."""
+        argv = [_bin("dagster"), "dev", "-h", self.host, "-p", str(self.port)]
+        workspace = ["-w", str(workspace_file(self.settings))]
         # Only Dagster's processes need the vendor secrets (its resources read them through
         # dg.EnvVar): those from .env or the secrets folder go into its environment alone.
         env = {**secret_environment(self.settings), **self.env}
-        return self._spawn(
-            "dagster",
-            [_bin("dagster"), "dev", "-h", self.host, "-p", str(self.port), *target],
-            env=env,
-        )
+        # `dagster dev` warns that `dg dev` supersedes it (a FutureWarning): silenced by its text.
+        env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), SUPERSEDED_DEV]))
+        process, path = self._spawn("dagster", [*argv, *workspace], env=env)
+        _wait_http(f"{self.ui}/server_info", "the Dagster UI", process, path)
+
+    @property
+    def ui(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     def stop(self) -> None:
-        for _, process in reversed(self.children):
+        # A second Ctrl-C or SIGTERM (a terminal's process group, a supervisor repeating itself)
+        # must not cut the stop short and leave Postgres or a child running without an owner.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        for _, process, _ in reversed(self.children):
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
-        for what, process in reversed(self.children):
+        for what, process, _ in reversed(self.children):
             try:
-                process.wait(timeout=30)
+                process.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in 30 s; killing it", what)
+                log.warning("%s did not stop in 60 s; killing it", what)
                 process.kill()
+        for output in self._files:
+            output.close()
         if self.cluster is not None and self.cluster.release():
-            log.info("stopped the embedded Postgres")
+            _say("stopped the embedded Postgres")
+
+    def watch(self) -> int:
+        """Print one line per finished run until a child exits (its status is returned)."""
+        runs = FinishedRuns(self.ui)
+        while True:
+            for what, process, path in self.children:
+                if process.poll() is not None:
+                    _say(f"{what} exited with status {process.returncode}; see {path}")
+                    return process.returncode or 1
+            for line in runs.new():
+                _say(line)
+            time.sleep(RUN_POLL_S)
 
     def run(self) -> int:
         """Start everything, wait until a child exits or Ctrl-C, then stop everything."""
@@ -190,17 +245,21 @@ class Launcher:
 
         signal.signal(signal.SIGTERM, _interrupt)
         try:
+            _say(f"starting Followup ({mode} vendors) in {self.settings.home}")
             self.start_database()
             if mode == "sandbox":
                 self.start_sandbox()
             self.start_ingress()
-            dagster = self.start_dagster()
-            print(
-                f"Followup is up ({mode} vendors): Dagster UI at http://{self.host}:{self.port}",
-                flush=True,
-            )
-            return dagster.wait()
+            self.start_dagster()
+            ingress = f"http://{self.settings.ingress_host}:{self.settings.ingress_port}"
+            _say(f"Followup is up: Dagster UI at {self.ui}")
+            _say(f"webhooks: {ingress}/webhooks/espocrm; logs in {self.logs}")
+            if mode == "sandbox":
+                _say(f"sandbox vendors at http://127.0.0.1:{self.settings.sandbox_port}")
+            _say("Ctrl-C stops everything; finished runs are listed below")
+            return self.watch()
         except KeyboardInterrupt:
+            _say("stopping")
             return 0
         finally:
             self.stop()

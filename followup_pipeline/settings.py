@@ -327,12 +327,37 @@ def _describe(error: ValidationError) -> str:
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings; raise ``ConfigError`` naming every wrong variable.
 
+    Run inside the checkout (any folder of it), ``.env`` is the checkout's and ``FOLLOWUP_HOME``
+    defaults to the checkout's ``.followup``; elsewhere both are taken from the working folder.
+
     ``FOLLOWUP_SECRETS_DIR`` names a folder of files, one secret a file (Docker/K8s style).
     """
+    checkout = find_checkout(Path.cwd())
+    where: dict[str, Any] = {"_env_file": (checkout or Path.cwd()) / ".env"}
     secrets_dir = os.environ.get(f"{ENV_PREFIX}SECRETS_DIR")
+    if secrets_dir:
+        where["_secrets_dir"] = secrets_dir
     try:
-        if secrets_dir:
-            return Settings(_secrets_dir=secrets_dir, **overrides)
-        return Settings(**overrides)
+        settings = Settings(**where, **overrides)
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
+    if checkout is not None and "home" not in settings.model_fields_set:
+        # From any folder of the checkout, the machine is the checkout's own.
+        settings = settings.model_copy(update={"home": checkout / ".followup"})
+    return settings
+
+
+#: How the checkout's ``pyproject.toml`` names the project.
+PROJECT_LINE = 'name = "followup-pipeline"'
+
+
+def find_checkout(start: Path) -> Path | None:
+    """The checkout that ``start`` lies in (the folder of the project's ``pyproject.toml``)."""
+    for folder in (start, *start.parents):
+        project = folder / "pyproject.toml"
+        try:
+            if PROJECT_LINE in project.read_text(encoding="utf-8"):
+                return folder
+        except OSError:
+            continue
+    return None

@@ -1,7 +1,10 @@
-"""``followup doctor``: the ClickUp list's closed status, and webhooks that stopped coming."""
+"""``followup doctor`` without a running Dagster: each vendor's fault on its own line, the ClickUp
+list's closed status, webhooks that stopped coming, and no machine at all. (All green, with the
+daemon and a switched-off schedule: defs/register/test_daemon.py.)"""
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,34 +12,81 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.commands.core import webhook_line
+from followup_pipeline.commands.doctor import webhook_check
 from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.environment import env_lines
+from followup_pipeline.settings import SECRET_VARIABLES
 
 SANDBOX = SandboxConfig()
 NOW = datetime(2026, 3, 3, 9, 0, tzinfo=UTC)
 
 
 def _sandbox_credentials(monkeypatch: pytest.MonkeyPatch, sandbox: str, db_url: str) -> None:
-    values = {
-        "FOLLOWUP_DATABASE_URL": db_url,
-        "FOLLOWUP_ESPOCRM_URL": f"{sandbox}/espocrm",
-        "FOLLOWUP_CLICKUP_URL": f"{sandbox}/clickup/api",
-        "FOLLOWUP_ESPOCRM_API_KEY": SANDBOX.espocrm_api_key.get_secret_value(),
-        "FOLLOWUP_CLICKUP_TOKEN": SANDBOX.clickup_token.get_secret_value(),
-        "FOLLOWUP_GRAPH_CLIENT_SECRET": SANDBOX.graph_client_secret.get_secret_value(),
-        "FOLLOWUP_MISTRAL_API_KEY": SANDBOX.mistral_api_key.get_secret_value(),
+    """Every vendor setting pointing at the sandbox, as ``followup sandbox --env-file`` writes."""
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    for line in env_lines(SANDBOX, sandbox):
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, shlex.split(value)[0])
+
+
+def _faults(out: str) -> set[str]:
+    """The names of the checks that did not pass."""
+    return {
+        line.split(":")[0].split(maxsplit=1)[1]
+        for line in out.splitlines()
+        if line.startswith(("FAIL ", "WARN "))
     }
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
 
 
 def test_doctor_reads_the_lists_closed_status(
     sandbox: str, db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _sandbox_credentials(monkeypatch, sandbox, db_url)
-    assert main(["doctor"]) == 0
+    main(["doctor"])
     out = capsys.readouterr().out
-    assert "clickup: list sandbox-list closes tasks with status 'complete'" in out
+    assert "ok   clickup: list sandbox-list closes tasks with status 'complete'" in out
+    for vendor in ("espocrm", "clickup", "outlook", "mistral"):
+        assert f"ok   {vendor}: " in out
+    # No daemon, no ingress and no Dagster instance here: exactly those fail.
+    assert _faults(out) == {"dagster", "ingress"}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fault", "words"),
+    [
+        ("FOLLOWUP_CLICKUP_TOKEN", "pk_wrong", "clickup", "401"),
+        ("FOLLOWUP_ESPOCRM_API_KEY", "wrong", "espocrm", "401"),
+        ("FOLLOWUP_GRAPH_CLIENT_SECRET", "wrong", "outlook", "invalid_client"),
+        ("FOLLOWUP_MISTRAL_API_KEY", "wrong", "mistral", "401"),
+        (
+            "FOLLOWUP_WATCHED_STAGES",
+            "Proposal,Negotation",
+            "espocrm",
+            "FOLLOWUP_WATCHED_STAGES 'Negotation': no such stage in the CRM",
+        ),
+        ("FOLLOWUP_CLICKUP_LIST_ID", "no-such-list", "clickup", "no-such-list"),
+    ],
+)
+def test_doctor_names_exactly_the_vendor_at_fault(
+    variable: str,
+    value: str,
+    fault: str,
+    words: str,
+    sandbox: str,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _sandbox_credentials(monkeypatch, sandbox, db_url)
+    monkeypatch.setenv(variable, value)
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert _faults(out) == {"dagster", "ingress", fault}
+    [line] = [line for line in out.splitlines() if line.startswith(f"FAIL {fault}: ")]
+    assert words in line
+    if variable in SECRET_VARIABLES.values():
+        assert value not in out  # no secret echoed
+    assert out.count("\n") == len(out.splitlines())  # one line per check, nothing folded
 
 
 def test_doctor_fails_on_a_closed_status_the_list_does_not_have(
@@ -46,8 +96,18 @@ def test_doctor_fails_on_a_closed_status_the_list_does_not_have(
     monkeypatch.setenv("FOLLOWUP_CLICKUP_CLOSED_STATUS", "closed")
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
-    assert "clickup: FAILED: FOLLOWUP_CLICKUP_CLOSED_STATUS 'closed' is no closed-type" in out
+    assert "FAIL clickup: FOLLOWUP_CLICKUP_CLOSED_STATUS 'closed' is no closed-type" in out
     assert "(closed-type: 'complete')" in out
+
+
+def test_doctor_says_when_there_is_no_machine(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FOLLOWUP_DATABASE_URL", raising=False)
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL database: no machine at" in out
+    assert "FAIL dagster: no instance at" in out
 
 
 def _reconciled_watch(db: psycopg.Connection[Any], at: datetime) -> None:
@@ -62,14 +122,14 @@ def _reconciled_watch(db: psycopg.Connection[Any], at: datetime) -> None:
 def test_doctor_explains_webhooks_that_stopped_while_deals_change(
     db: psycopg.Connection[Any],
 ) -> None:
-    assert "the CRM's watched deals did not change either" in webhook_line(db, now=NOW)
+    assert "the CRM's watched deals did not change either" in webhook_check(db, now=NOW).line()
     _reconciled_watch(db, NOW - timedelta(hours=3))
-    line = webhook_line(db, now=NOW)
-    assert line.startswith("webhooks: WARNING: none for a day while reconciliation opened 1")
+    line = webhook_check(db, now=NOW).line()
+    assert line.startswith("WARN webhooks: none for a day while reconciliation opened 1")
     assert "webhookAllowedAddressList" in line
     db.execute(
         "INSERT INTO events (source, event_type, dedup_key, body, received_at)"
         " VALUES ('espocrm', 'Opportunity.create', 'k', '\\x5b5d', %s)",
         (NOW - timedelta(hours=1),),
     )
-    assert webhook_line(db, now=NOW).startswith("webhooks: the last one arrived")
+    assert webhook_check(db, now=NOW).line().startswith("ok   webhooks: the last one arrived")

@@ -12,11 +12,13 @@ import httpx
 import psycopg
 import pytest
 
-from followup_pipeline.launcher import vendor_mode
+from followup_pipeline.machine import vendor_mode
+from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import ConfigError, load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline_tests.support import free_port, wait_until
 
+SANDBOX = SandboxConfig()
 DAEMON_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
 LOCATION_QUERY = """
 { workspaceOrError { ... on Workspace { locationEntries {
@@ -51,11 +53,12 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
         FOLLOWUP_SANDBOX_PORT=str(free_port()),
         FOLLOWUP_INGRESS_PORT=str(free_port()),
     )
+    console = (tmp_path / "console.txt").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "followup_pipeline.cli", "dev", "--port", str(port)],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=console,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -78,6 +81,9 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
             return bool(entry["loadStatus"] == "LOADED" and loaded)
 
         wait_until(location_loaded, 120, "location_loaded")
+        wait_until(
+            lambda: "Followup is up" in (tmp_path / "console.txt").read_text(), 60, "the URLs"
+        )
         cluster = EmbeddedCluster(home.resolve())
         with psycopg.connect(cluster.url("dagster")) as conn:
             tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}
@@ -86,4 +92,17 @@ def test_launcher_serves_dagster_on_postgres_with_the_daemon(tmp_path: Path) -> 
     finally:
         os.killpg(process.pid, signal.SIGINT) if process.poll() is None else None
         process.wait(timeout=90)
+        console.close()
     assert not EmbeddedCluster(home.resolve()).is_running()
+    # A quiet console: start-up, the URLs once the UI answered, the stop; the children's output
+    # is in their log files. No secret is echoed, the sandbox's included.
+    lines = (tmp_path / "console.txt").read_text().splitlines()
+    assert len(lines) < 20, lines
+    up = next(i for i, line in enumerate(lines) if "Followup is up: Dagster UI at" in line)
+    assert f"http://127.0.0.1:{port}" in lines[up]
+    assert all("Traceback" not in line and "Warning" not in line for line in lines), lines
+    for secret in (SANDBOX.clickup_token, SANDBOX.espocrm_api_key, SANDBOX.mistral_api_key):
+        assert secret.get_secret_value() not in "\n".join(lines)
+    logs = home / "logs"
+    assert {"sandbox.log", "ingress.log", "dagster.log"} <= {p.name for p in logs.iterdir()}
+    assert "Serving dagster-webserver" in (logs / "dagster.log").read_text()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import Any
 
 from followup_pipeline.clock import build_clock
-from followup_pipeline.domain.explain import explain
+from followup_pipeline.domain.calendar import BusinessCalendar, next_business_hour
+from followup_pipeline.domain.explain import CrmAnswer, explain
 from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
+from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.holidays import load_calendar
@@ -95,26 +100,58 @@ def _control(args: argparse.Namespace, settings: Settings) -> int:
 def _explain(args: argparse.Namespace, settings: Settings) -> int:
     now = build_clock(settings.now).now()
     with connect(resolve_database_url(settings), autocommit=True) as conn:
-        lines = explain_deal(
-            conn, args.deal_id, settings=settings, today=local_date(now, settings.timezone)
-        )
+        lines = explain_deal(conn, args.deal_id, settings=settings, now=now)
     print("\n".join(lines))
     return 0
 
 
-def explain_deal(conn: Any, deal_id: str, *, settings: Settings, today: Any) -> list[str]:
-    """The explanation of one deal from the store."""
+def explain_deal(conn: Any, deal_id: str, *, settings: Settings, now: datetime) -> list[str]:
+    """The explanation of one deal from the store (and the CRM, for a deal with no watch)."""
     watch = latest_watch_of(conn, deal_id)
     steps = steps_of(conn, watch.id) if watch else []
     actions = actions_of_watch(conn, watch.id) if watch else {}
+    crm = None
+    if watch is None:
+        calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+        crm = ask_crm(with_sandbox(settings), deal_id, calendar=calendar, now=now)
     return explain(
         deal_id=deal_id,
         watch=watch,
         steps=steps,
         actions=actions,
-        today=today,
+        today=local_date(now, settings.timezone),
         watched_stages=settings.watched_stages,
+        crm=crm,
     )
+
+
+def ask_crm(
+    settings: Settings, deal_id: str, *, calendar: BusinessCalendar, now: datetime
+) -> CrmAnswer:
+    """What the CRM says of a deal Followup has no watch for."""
+    key, hmac = settings.espocrm_api_key, settings.espocrm_hmac_secret
+    client = EspoCrmClient(
+        str(settings.espocrm_url),
+        key.get_secret_value() if key else "",
+        hmac.get_secret_value() if hmac else None,
+        timeouts=settings.vendor_timeouts(),
+    )
+    try:
+        deal = client.get_deal(deal_id=deal_id)
+    except NotFoundError:
+        return CrmAnswer(found=False)
+    except (IntegrationError, ValueError) as error:
+        return CrmAnswer(found=False, error=str(error))
+    finally:
+        client.close()
+    next_run = next_business_hour(
+        now,
+        calendar,
+        zone=settings.timezone,
+        start_hour=settings.business_hours_start,
+        end_hour=settings.business_hours_end,
+    )
+    return CrmAnswer(found=True, name=deal.name, stage=deal.stage, next_evaluate=next_run)
 
 
 def register(commands: Any) -> None:

@@ -14,6 +14,9 @@ from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watches import Subject
 
 OUTCOME_TAG = "followup/outcome"
+#: The run's business counts in one short line (``opened=2 fired=3``), for lists of runs.
+COUNTS_TAG = "followup/counts"
+COUNTS_TAG_MAX = 200
 SINGLETON_TAG = "followup/singleton"
 
 Outcome = Literal["ok", "partial", "skipped"]
@@ -25,9 +28,23 @@ def outcome_output(
     context: dg.OpExecutionContext, outcome: Outcome, counts: RunCounts
 ) -> dg.Output[RunCounts]:
     """Tag the run with its outcome and return the counts as the op's output, with metadata."""
-    context.instance.add_run_tags(context.run_id, {OUTCOME_TAG: outcome})
+    line = counts_line(counts)
+    context.instance.add_run_tags(
+        context.run_id, {OUTCOME_TAG: outcome, **({COUNTS_TAG: line} if line else {})}
+    )
     context.log.info("outcome %s: %s", outcome, dict(counts))
     return dg.Output(dict(counts), metadata={"outcome": outcome, **counts})
+
+
+def counts_line(counts: RunCounts) -> str:
+    """The non-zero numbers of ``counts`` as ``name=value`` words, cut to a tag's length."""
+    words = [
+        f"{name}={value}"
+        for name, value in counts.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and value
+    ]
+    line = " ".join(words)
+    return line if len(line) <= COUNTS_TAG_MAX else line[: COUNTS_TAG_MAX - 1] + "…"
 
 
 NOT_BUILT = "not built"

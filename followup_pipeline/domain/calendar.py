@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import holidays
 
@@ -79,3 +80,17 @@ class BusinessCalendar:
             if self.is_business_day(current):
                 count += 1
         return count
+
+
+def next_business_hour(
+    now: datetime, calendar: BusinessCalendar, *, zone: str, start_hour: int, end_hour: int
+) -> datetime:
+    """The first full hour after ``now`` on a business day (Monday to Friday) between
+    ``start_hour`` and ``end_hour`` in ``zone``: when an hourly business-hours schedule ticks."""
+    local = now.astimezone(ZoneInfo(zone))
+    day, hour = local.date(), max(local.hour + 1, start_hour)
+    for _ in range(366):
+        if hour < end_hour and day.weekday() < 5 and calendar.is_business_day(day):
+            return datetime.combine(day, time(hour), tzinfo=ZoneInfo(zone))
+        day, hour = day + timedelta(days=1), start_hour
+    raise ValueError(f"no business day within a year of {day}")

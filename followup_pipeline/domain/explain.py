@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
@@ -29,16 +30,15 @@ def explain(
     actions: Mapping[int, Action],
     today: date,
     watched_stages: Sequence[str],
+    crm: CrmAnswer | None = None,
 ) -> list[str]:
     """A headline (the answer for today) followed by one line per step.
 
-    ``actions`` maps step numbers to the ledger rows of their tasks.
+    ``actions`` maps step numbers to the ledger rows of their tasks; ``crm`` is what the CRM
+    said of a deal that has no watch.
     """
     if watch is None:
-        return [
-            f"deal {deal_id}: no task — Followup has never seen it in a watched stage "
-            f"({', '.join(watched_stages)})."
-        ]
+        return [unseen(deal_id, crm, watched_stages)]
     name = f"deal {deal_id} ({watch.subject_name}), watch {watch.id}"
     lines = [f"{name}: {_headline(watch, steps, actions, today)}"]
     total = len(steps)
@@ -46,6 +46,37 @@ def explain(
         line = _step_line(step, actions, today, watch.time_zone)
         lines.append(f"  step {step.step_no} of {total}: {line}")
     return lines
+
+
+@dataclass(frozen=True)
+class CrmAnswer:
+    """What the CRM says of a deal without a watch: found (name, stage), not found, or an error;
+    and when the next ``evaluate`` runs."""
+
+    found: bool
+    name: str = ""
+    stage: str = ""
+    error: str | None = None
+    next_evaluate: datetime | None = None
+
+
+def unseen(deal_id: str, crm: CrmAnswer | None, watched_stages: Sequence[str]) -> str:
+    """The answer for a deal that has no watch, with what the CRM says of it."""
+    stages = ", ".join(watched_stages)
+    never = f"deal {deal_id}: no task — Followup has never seen it in a watched stage ({stages})"
+    if crm is None:
+        return f"{never}."
+    if crm.error is not None:
+        return f"{never}; the CRM could not be asked about it: {crm.error}"
+    if not crm.found:
+        return f"deal {deal_id}: no such deal in the CRM."
+    if crm.stage in watched_stages:
+        when = f"{crm.next_evaluate:%a %Y-%m-%d %H:%M}" if crm.next_evaluate else "soon"
+        return (
+            f"deal {deal_id} ({crm.name}): no task yet — not seen yet: the next evaluate at "
+            f"{when} will open it (stage {crm.stage!r})."
+        )
+    return f"{never}; it is in stage {crm.stage!r} now."
 
 
 def _headline(

@@ -135,6 +135,14 @@ class MistralClient:
         """Close the HTTP client handed to the SDK (the SDK does not close what it was given)."""
         self._http.close()
 
+    def available_models(self) -> list[str]:
+        """The models this key may use (``GET /v1/models``): a check of the key and the model."""
+        try:
+            listing = self._sdk.models.list()
+        except (errors.MistralError, errors.NoResponseError, httpx.TransportError) as exc:
+            raise sdk_error(exc, "model list") from exc
+        return [str(getattr(model, "id", "")) for model in listing.data or []]
+
     def summarise(self, *, deal_name: str, emails: Sequence[Email]) -> SummaryResult:
         """Summarise a deal's e-mails in two lines; ``InvalidModelOutput`` if the answer is off."""
         messages: list[models.ChatCompletionRequestMessage] = [
@@ -191,20 +199,20 @@ def parse_summary(response: models.ChatCompletionResponse) -> Summary:
         ) from None
 
 
-def sdk_error(exc: Exception) -> IntegrationError:
-    """Our error for what the SDK raised once its own retries were spent."""
+def sdk_error(exc: Exception, what: str = "chat completion") -> IntegrationError:
+    """Our error for what the SDK raised once its own retries were spent (``what``: the call)."""
     if isinstance(exc, errors.MistralError) and 200 <= exc.status_code < 300:
         # A 200 whose body is not a chat completion (truncated, HTML, another shape): the service
         # misspoke, the model did not. Transient: asked again later, never a review item.
         return TransientError(
-            f"HTTP {exc.status_code} with a body that is not a chat completion", vendor=VENDOR
+            f"HTTP {exc.status_code} with a body that is not a {what}", vendor=VENDOR
         )
     if isinstance(exc, errors.MistralError):
         status = exc.status_code
-        text = f"HTTP {status} on chat completion: {exc.body[:300]}"
+        text = f"HTTP {status} on {what}: {exc.body[:300]}"
         if status in RETRYABLE_STATUSES:
             retry_after = exc.headers.get("Retry-After")
             seconds = float(retry_after) if retry_after and retry_after.isdigit() else None
             return TransientError(text, vendor=VENDOR, status=status, retry_after=seconds)
         return PermanentError(text, vendor=VENDOR, status=status, vendor_message=exc.body[:300])
-    return TransientError(f"{type(exc).__name__} on chat completion", vendor=VENDOR)
+    return TransientError(f"{type(exc).__name__} on {what}", vendor=VENDOR)

@@ -17,6 +17,8 @@ from followup_pipeline.sandbox.summary import model_output
 
 ROLES = {"system", "user", "assistant", "tool"}
 FORMATS = {"text", "json_object", "json_schema"}
+#: What ``GET /v1/models`` lists.
+MODELS = ("mistral-small-latest", "mistral-medium-latest", "mistral-large-latest")
 
 
 def _problem(loc: list[str | int], kind: str, msg: str, value: Any) -> dict[str, Any]:
@@ -87,10 +89,36 @@ def _tokens(text: str) -> int:
 def mistral_app(state: SandboxState) -> Starlette:
     """Mistral's API, to be mounted at ``/mistral``."""
 
-    async def completions(request: Request) -> Response:
+    def authorised(request: Request) -> bool:
         header = request.headers.get("authorization", "")
         expected = f"Bearer {state.config.mistral_api_key.get_secret_value()}"
-        if not hmac.compare_digest(header.encode(), expected.encode()):
+        return hmac.compare_digest(header.encode(), expected.encode())
+
+    async def list_models(request: Request) -> Response:
+        """``GET /v1/models``: the models this key may use (what a key check reads)."""
+        if not authorised(request):
+            return mistral_error(401, legacy=state.config.mistral_legacy_errors)
+        created = int(state.clock.now().timestamp())
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "mistralai",
+                        "type": "base",
+                        "capabilities": {"completion_chat": True, "function_calling": True},
+                        "max_context_length": 131072,
+                    }
+                    for name in MODELS
+                ],
+            }
+        )
+
+    async def completions(request: Request) -> Response:
+        if not authorised(request):
             return mistral_error(401, legacy=state.config.mistral_legacy_errors)
         try:
             body = json.loads(await request.body())
@@ -136,6 +164,9 @@ def mistral_app(state: SandboxState) -> Starlette:
         return mistral_error(status, "Not Found" if status == 404 else "Method Not Allowed")
 
     return Starlette(
-        routes=[Route("/v1/chat/completions", completions, methods=["POST"])],
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/v1/models", list_models, methods=["GET"]),
+        ],
         exception_handlers={HTTPException: refuse},
     )

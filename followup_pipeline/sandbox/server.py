@@ -1,7 +1,6 @@
 """``followup sandbox``: serve the sandbox on loopback and print the settings that use it."""
 
 import argparse
-import sys
 from pathlib import Path
 
 import uvicorn
@@ -11,6 +10,7 @@ from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.demo import demo_data
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.sandbox.records import create_deal
+from followup_pipeline.settings import SECRET_VARIABLES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,6 +28,14 @@ def parser() -> argparse.ArgumentParser:
     return command
 
 
+def masked(line: str) -> str:
+    """An env line with its value hidden when the variable holds a secret."""
+    name, _, _ = line.partition("=")
+    if name in SECRET_VARIABLES.values() or name == "FOLLOWUP_ESPOCRM_WEBHOOKS":
+        return f"{name}=…  (hidden; --env-file FILE writes it)"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     """Load demo data, print (and optionally write) the env lines, then serve until stopped."""
     args = parser().parse_args(argv)
@@ -38,10 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         for deal in demo_data(args.seed, state.clock.now()):
             create_deal(state, deal, webhooks=False)
     lines = env_lines(config, f"http://{args.host}:{args.port}")
-    print("\n".join(lines), flush=True)
     if args.env_file is not None:
         args.env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        print(f"wrote {len(lines)} settings to {args.env_file}", file=sys.stderr)
+        print(f"wrote {len(lines)} settings to {args.env_file}", flush=True)
+    else:
+        # No secret on the console, the sandbox's included: they are in the README, or written
+        # with --env-file.
+        print("\n".join(masked(line) for line in lines), flush=True)
     uvicorn.run(app, host=args.host, port=args.port, ws="none", log_level="info")
     return 0
 

@@ -18,7 +18,7 @@ from psycopg import pq
 from psycopg.rows import BaseRowFactory, RowFactory, RowMaker, dict_row
 from psycopg_pool import ConnectionPool
 
-from followup_pipeline.settings import Settings
+from followup_pipeline.settings import ConfigError, Settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 
 SCHEMA = "followup"
@@ -191,16 +191,30 @@ def translated_errors() -> Iterator[None]:
         raise StoreError(str(error)) from error
 
 
-def resolve_database_url(settings: Settings, *, stop_at_exit: bool = True) -> str:
+def resolve_database_url(
+    settings: Settings, *, stop_at_exit: bool = True, create: bool = False
+) -> str:
     """The configured URL, or the embedded cluster's (started if need be).
 
     This process uses the embedded cluster until it exits; a cluster it started is stopped
-    then, once no other process uses it (ARCHITECTURE.md §6).
+    then, once no other process uses it (ARCHITECTURE.md §6). Only ``create`` makes a new
+    cluster: any other command refuses to run on a machine that does not exist.
     """
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
     cluster = EmbeddedCluster(settings.home)
+    if not create and not cluster.exists():
+        raise ConfigError(no_machine(settings))
     cluster.acquire()
     if stop_at_exit:
         atexit.register(cluster.release)
     return cluster.url("followup")
+
+
+def no_machine(settings: Settings) -> str:
+    """What to say when there is no machine at ``FOLLOWUP_HOME``."""
+    return (
+        f"no machine at {settings.home} (FOLLOWUP_HOME): start one with `make run` in the "
+        "checkout, or point FOLLOWUP_HOME at a machine's folder, or FOLLOWUP_DATABASE_URL at "
+        "its database"
+    )

@@ -75,6 +75,10 @@ class EmbeddedCluster:
     def data_dir(self) -> Path:
         return self.home / "pgdata"
 
+    def exists(self) -> bool:
+        """Whether the cluster was ever created (its data folder is initialised)."""
+        return (self.data_dir / "PG_VERSION").exists()
+
     @property
     def log_file(self) -> Path:
         return self.home / "postgres.log"

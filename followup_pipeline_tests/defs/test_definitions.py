@@ -198,7 +198,9 @@ def dagster_home(
     monkeypatch.setenv(
         "FOLLOWUP_DAGSTER_PG_URL", with_database(storage, name, driver="postgresql+psycopg2")
     )
-    shutil.copyfile(repo_root / "dagster.yaml", tmp_path / "dagster.yaml")
+    shutil.copyfile(
+        repo_root / "followup_pipeline" / "instance" / "dagster.yaml", tmp_path / "dagster.yaml"
+    )
     return tmp_path
 
 

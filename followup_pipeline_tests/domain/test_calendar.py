@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.calendar import BusinessCalendar, next_business_hour
 
 DE = BusinessCalendar("DE")
 BY = BusinessCalendar("DE", "BY")
@@ -100,3 +100,22 @@ def test_calendar_add_business_days_lands_on_business_days(start: date, n: int) 
     assert BY.is_business_day(landed)
     assert landed > start
     assert BY.business_days_between(start, landed) == n
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        ("2026-03-02T09:05:00+01:00", "2026-03-02T10:00:00+01:00"),  # Monday morning
+        ("2026-03-02T06:10:00+01:00", "2026-03-02T07:00:00+01:00"),  # before the first hour
+        ("2026-03-06T18:30:00+01:00", "2026-03-09T07:00:00+01:00"),  # Friday evening
+        ("2026-04-02T18:00:00+02:00", "2026-04-07T07:00:00+02:00"),  # Good Friday, Easter Monday
+        ("2026-03-27T17:59:00+01:00", "2026-03-27T18:00:00+01:00"),  # the last hour of a day
+        ("2026-03-29T01:30:00+01:00", "2026-03-30T07:00:00+02:00"),  # the DST night (Sunday)
+    ],
+)
+def test_calendar_next_business_hour(now: str, expected: str) -> None:
+    calendar = BusinessCalendar("DE")
+    found = next_business_hour(
+        datetime.fromisoformat(now), calendar, zone="Europe/Berlin", start_hour=7, end_hour=19
+    )
+    assert found == datetime.fromisoformat(expected)

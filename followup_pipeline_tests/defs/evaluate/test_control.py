@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -11,7 +12,7 @@ from followup_pipeline.defs import watch_control
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
 
-from .conftest import MONDAY, Machine
+from .conftest import MONDAY, SANDBOX, Machine
 
 ZONE = "Europe/Berlin"
 
@@ -86,10 +87,21 @@ def test_control_explain_five_deals_in_five_states(
     today = timedelta(days=7, hours=1)
     machine.evaluate(MONDAY + today)
 
+    unseen = machine.deal(name="Unseen")  # after the last evaluate
+
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
     monkeypatch.setenv("FOLLOWUP_NOW", (MONDAY + today + timedelta(minutes=5)).isoformat())
+    monkeypatch.setenv("FOLLOWUP_ESPOCRM_URL", f"{machine.sandbox}/espocrm")
+    monkeypatch.setenv("FOLLOWUP_ESPOCRM_API_KEY", SANDBOX.espocrm_api_key.get_secret_value())
+    for name in ("CLICKUP_TOKEN", "GRAPH_CLIENT_SECRET", "MISTRAL_API_KEY"):
+        monkeypatch.setenv(f"FOLLOWUP_{name}", "unused")
+    now = (MONDAY + today + timedelta(minutes=5)).astimezone(ZoneInfo("Europe/Berlin"))
     expected = {
-        never: "never seen it in a watched stage",
+        never: "never seen it in a watched stage (Proposal, Negotiation); it is in stage "
+        "'Qualification' now",
+        unseen: f"not seen yet: the next evaluate at {now:%a %Y-%m-%d} {now.hour + 1:02d}:00 "
+        "will open it",
+        "0123456789abcdef0": "deal 0123456789abcdef0: no such deal in the CRM",
         won: "because the deal was won",
         paused: "paused since 2026-03-05",
         fired: "step 1 fired today",

@@ -113,7 +113,9 @@ def stack(
     sandbox_server: str,
 ) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("dagster-home")
-    shutil.copyfile(repo_root / "dagster.yaml", home / "dagster.yaml")
+    shutil.copyfile(
+        repo_root / "followup_pipeline" / "instance" / "dagster.yaml", home / "dagster.yaml"
+    )
     (home / "workspace.yaml").write_text(WORKSPACE)
     storage = database_factory()
     db_url = database_factory(template_name)

@@ -1,15 +1,18 @@
-"""End to end under a real dagster-daemon on Postgres: a signed webhook becomes a watch row."""
+"""Under a real dagster-daemon on Postgres, with nothing switched on by hand: a signed webhook
+becomes a watch, a schedule tick launches a run, and ``followup doctor`` reports all green, then
+exactly the fault that was made (a schedule switched off, a wrong token, a misspelt stage)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +20,28 @@ import httpx
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
 
+from followup_pipeline.cli import main
+from followup_pipeline.machine import install_dagster_home
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.sandbox.webhooks import php_json, signatures
+from followup_pipeline.settings import load_settings
 from followup_pipeline_tests.support import free_port
 
 from ...conftest import with_database
 
+pytestmark = pytest.mark.slow
+
 HOOK = {"id": "6650a1b2c3d4e5f00", "event": "Opportunity.create", "secret": "daemon-secret"}
 TIMEOUT_S = 120
+TICKING = """load_from:
+  - python_module:
+      module_name: followup_pipeline_tests.defs.ticking
+      location_name: followup
+      working_directory: {root}
+"""
 
 
 def _poll(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -40,60 +57,93 @@ def _poll(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"gave up waiting for {what} after {timeout} s")
 
 
-@pytest.fixture
+@dataclass
+class Machine:
+    """The ingress and dagster-daemon as processes on Postgres, vendors in the sandbox."""
+
+    ingress: str
+    db_url: str
+    dagster_db: str
+    env: dict[str, str]
+
+    def post_webhook(self, deal_id: str, name: str) -> None:
+        body = php_json([{"id": deal_id, "name": name, "stage": "Proposal"}])
+        signature, _ = signatures(HOOK["id"], body, HOOK["secret"])
+        answer = httpx.post(
+            f"{self.ingress}/webhooks/espocrm", content=body, headers={"Signature": signature}
+        )
+        assert answer.status_code == 200, answer.text
+
+    def dagster_rows(self, query: str) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dagster_db) as conn:
+            return conn.execute(query).fetchall()
+
+
+@pytest.fixture(scope="module")
 def machine(
-    tmp_path: Path, repo_root: Path, db_url: str, database_factory: Callable[..., str]
-) -> Iterator[tuple[str, str]]:
-    """The ingress and dagster-daemon as processes on Postgres; (ingress URL, Dagster DB URL)."""
+    tmp_path_factory: pytest.TempPathFactory,
+    database_factory: Callable[..., str],
+    template_name: str,
+    sandbox_server: str,
+    repo_root: Path,
+) -> Iterator[Machine]:
+    """One machine for the module: starting the daemon costs seconds, a tick up to a minute."""
+    root = tmp_path_factory.mktemp("daemon")
     storage = database_factory()
     dagster_url = with_database(
         storage, str(conninfo_to_dict(storage)["dbname"]), driver="postgresql+psycopg2"
     )
-    shutil.copyfile(repo_root / "dagster.yaml", tmp_path / "dagster.yaml")
-    workspace = tmp_path / "workspace.yaml"
-    workspace.write_text(
-        "load_from:\n  - python_module:\n      module_name: followup_pipeline.definitions\n"
-        "      location_name: followup\n"
-    )
+    db_url = database_factory(template_name)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FOLLOWUP_", "DAGSTER_"))}
+    for line in env_lines(SandboxConfig(), sandbox_server):
+        name, _, value = line.partition("=")
+        env[name] = shlex.split(value)[0]
     env.update(
-        DAGSTER_HOME=str(tmp_path),
-        FOLLOWUP_HOME=str(tmp_path / "home"),
+        FOLLOWUP_HOME=str(root / "home"),
         FOLLOWUP_DATABASE_URL=db_url,
         FOLLOWUP_DAGSTER_PG_URL=dagster_url,
         FOLLOWUP_ESPOCRM_WEBHOOKS=json.dumps([HOOK]),
         FOLLOWUP_EVENTS_SENSOR_INTERVAL_S="2",
         FOLLOWUP_INGRESS_PORT=str(port),
-        FOLLOWUP_ESPOCRM_URL="http://127.0.0.1:9/espocrm",
-        FOLLOWUP_ESPOCRM_API_KEY="unused",
-        FOLLOWUP_CLICKUP_TOKEN="unused",
-        FOLLOWUP_GRAPH_CLIENT_SECRET="unused",
-        FOLLOWUP_MISTRAL_API_KEY="unused",
     )
+    # The machine's DAGSTER_HOME (as `followup dev` makes it); the daemon loads the ticking
+    # location under the machine's location name.
+    home = install_dagster_home(load_settings(home=root / "home"))
+    env["DAGSTER_HOME"] = str(home)
+    (root / "ticking.yaml").write_text(TICKING.format(root=json.dumps(str(repo_root))))
     bin_dir = Path(sys.executable).parent
+    logs = [(root / "ingress.log").open("wb"), (root / "daemon.log").open("wb")]
     processes = [
         subprocess.Popen(
             [str(bin_dir / "followup"), "ingress"],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=logs[0],
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         ),
         subprocess.Popen(
-            [str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)],
+            [str(bin_dir / "dagster-daemon"), "run", "-w", str(root / "ticking.yaml")],
             env=env,
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            cwd=root,
+            stdout=logs[1],
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         ),
     ]
+    running = Machine(
+        ingress=f"http://127.0.0.1:{port}",
+        db_url=db_url,
+        dagster_db=with_database(storage, str(conninfo_to_dict(storage)["dbname"])),
+        env=env,
+    )
     try:
-        yield (
-            f"http://127.0.0.1:{port}",
-            with_database(storage, str(conninfo_to_dict(storage)["dbname"])),
+        _poll(
+            lambda: httpx.get(f"{running.ingress}/healthz", timeout=2).status_code == 200,
+            30,
+            "the ingress",
         )
+        yield running
     finally:
         for process in processes:
             if process.poll() is None:
@@ -104,32 +154,96 @@ def machine(
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        for log in logs:
+            log.close()
 
 
-@pytest.mark.slow
-def test_daemon_turns_a_signed_webhook_into_a_watch(
-    machine: tuple[str, str], db: psycopg.Connection[Any]
-) -> None:
-    ingress, dagster_db = machine
-    _poll(lambda: httpx.get(f"{ingress}/healthz", timeout=2).status_code == 200, 30, "the ingress")
-    body = php_json([{"id": "deal-daemon", "name": "Daemon deal", "stage": "Proposal"}])
-    signature, _ = signatures(HOOK["id"], body, HOOK["secret"])
-    answer = httpx.post(
-        f"{ingress}/webhooks/espocrm", content=body, headers={"Signature": signature}
-    )
-    assert answer.status_code == 200, answer.text
-    watch = _poll(
-        lambda: db.execute("SELECT * FROM watches WHERE subject_id = 'deal-daemon'").fetchone(),
-        TIMEOUT_S,
-        "the watch",
-    )
-    assert watch["registered_by"] == "webhook"
-    assert db.execute("SELECT status FROM events").fetchone() == {"status": "done"}
+def test_daemon_turns_a_signed_webhook_into_a_watch(machine: Machine) -> None:
+    machine.post_webhook("deal-daemon", "Daemon deal")
+    with psycopg.connect(machine.db_url, autocommit=True, row_factory=dict_row) as db:
+        watch = _poll(
+            lambda: db.execute(
+                "SELECT * FROM followup.watches WHERE subject_id = 'deal-daemon'"
+            ).fetchone(),
+            TIMEOUT_S,
+            "the watch",
+        )
+        assert watch["registered_by"] == "webhook"
+        events = db.execute("SELECT status FROM followup.events").fetchall()
+        assert {row["status"] for row in events} == {"done"}
 
     def succeeded() -> bool:
-        with psycopg.connect(dagster_db) as conn:
-            query = "SELECT status FROM runs WHERE pipeline_name = 'register'"
-            statuses = {row[0] for row in conn.execute(query).fetchall()}
-        return "SUCCESS" in statuses
+        rows = machine.dagster_rows("SELECT status FROM runs WHERE pipeline_name = 'register'")
+        return "SUCCESS" in {row[0] for row in rows}
 
     _poll(succeeded, 30, "a successful register run")
+
+
+def test_daemon_schedule_ticks_unattended(machine: Machine) -> None:
+    # Nobody switched the schedule on: its default status is RUNNING, and the daemon ticks it.
+    def launched() -> list[tuple[Any, ...]]:
+        return machine.dagster_rows(
+            "SELECT r.status FROM runs r JOIN run_tags t ON t.run_id = r.run_id"
+            " WHERE t.key = 'dagster/schedule_name' AND t.value = 'evaluate_business_hours'"
+        )
+
+    rows = _poll(launched, 150, "a run launched by the evaluate schedule's tick")
+    assert rows[0][0] in {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "SUCCESS"}
+
+
+def _doctor(
+    machine: Machine,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    **changed: str,
+) -> tuple[int, set[str], str]:
+    with monkeypatch.context() as patch:
+        for name, value in {**machine.env, **changed}.items():
+            if name.startswith("FOLLOWUP_"):
+                patch.setenv(name, value)
+        status = main(["doctor"])
+    out = capsys.readouterr().out
+    faults = {
+        line.split(":")[0].split(maxsplit=1)[1]
+        for line in out.splitlines()
+        if line.startswith(("FAIL ", "WARN "))
+    }
+    return status, faults, out
+
+
+def test_daemon_doctor_all_green_then_exactly_each_fault(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machine.post_webhook("deal-doctor", "Doctor deal")
+    status, faults, out = _doctor(machine, monkeypatch, capsys)
+    assert (status, faults) == (0, set()), out
+    for line in (
+        "ok   schedule evaluate_business_hours: running",
+        "ok   sensor alerts: running",
+        "ok   daemon: SCHEDULER, SENSOR, QUEUED_RUN_COORDINATOR, BACKFILL beating",
+        f"ok   ingress: {machine.ingress}/healthz healthy",
+        "ok   webhooks: the last one arrived",
+        "ok   mistral: key accepted",
+    ):
+        assert line in out, out
+
+    wrong = {"FOLLOWUP_CLICKUP_TOKEN": "pk_wrong_token"}
+    status, faults, out = _doctor(machine, monkeypatch, capsys, **wrong)
+    assert (status, faults) == (1, {"clickup"}), out
+    assert "pk_wrong_token" not in out
+    misspelt = {"FOLLOWUP_WATCHED_STAGES": "Proposal,Negociation"}
+    status, faults, out = _doctor(machine, monkeypatch, capsys, **misspelt)
+    assert (status, faults) == (1, {"espocrm"}), out
+    assert "'Negociation': no such stage in the CRM" in out
+
+    # Switched off as an operator would, from the CLI (the UI's toggle stores the same state).
+    stop = subprocess.run(
+        [str(Path(sys.executable).with_name("followup")), "dagster", "schedule", "stop",
+         "enrich_hourly"],
+        env={**machine.env, "DAGSTER_HOME": ""},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    status, faults, out = _doctor(machine, monkeypatch, capsys)
+    assert (status, faults) == (1, {"schedule enrich_hourly"}), out
+    assert "FAIL schedule enrich_hourly: stopped" in out

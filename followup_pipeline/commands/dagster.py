@@ -1,0 +1,54 @@
+"""``followup dagster …``: any Dagster CLI command on this machine's instance.
+
+``dagster job backfill``, ``job execute`` or ``run list`` need ``DAGSTER_HOME``, both database URLs
+and every setting the definitions read (the sandbox's, when it stands in for the vendors). This
+command sets them as ``followup dev`` does and names the machine's code location where a command
+loads it, so an operator's second shell needs nothing exported.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from followup_pipeline.machine import (
+    dagster_argv,
+    install_dagster_home,
+    machine_environment,
+    sandbox_env_file,
+    vendor_mode,
+    with_sandbox,
+    workspace_file,
+)
+from followup_pipeline.settings import ConfigError, Settings
+from followup_pipeline.store.db import resolve_database_url
+
+
+def run_dagster(argv: list[str], settings: Settings) -> int:
+    """Run ``dagster ARGV`` with the machine's environment; its exit status."""
+    resolve_database_url(settings)  # refuses a machine that does not exist; starts a stopped one
+    if vendor_mode(settings) == "sandbox" and not sandbox_env_file(settings).exists():
+        raise ConfigError(
+            f"no vendor credentials are set and there are no sandbox settings at "
+            f"{sandbox_env_file(settings)}: start the machine once with `make run`, or set the "
+            "vendor credentials (README, 'Pointing it at real systems')"
+        )
+    settings = with_sandbox(settings)
+    install_dagster_home(settings)
+    env = machine_environment(settings, dict(os.environ))
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    return subprocess.run(
+        [dagster, *dagster_argv(argv, workspace_file(settings))], env=env, check=False
+    ).returncode
+
+
+def register(commands: Any) -> None:
+    """Add ``dagster`` (for ``--help``; ``cli.main`` hands its arguments to Dagster unparsed)."""
+    commands.add_parser(
+        "dagster",
+        help="run a Dagster CLI command on this machine's instance, e.g. "
+        "`followup dagster job backfill -j evaluate --partitions …`",
+    )

@@ -1,0 +1,352 @@
+"""``followup doctor``: one line per check of the whole machine, non-zero exit on any fault.
+
+Settings, the database and its schema, the cadence row, each schedule's and sensor's state, the
+daemon's heartbeat, the ingress, the last webhook, and each vendor's credentials and
+configuration (the CRM knows the configured stages, the ClickUp list exists and can close tasks,
+Graph grants a token, Mistral accepts the key and knows the model). Run from any folder of the
+checkout with nothing exported: it reads the machine as ``followup dagster`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import httpx
+from mistralai.client.utils import BackoffStrategy, RetryConfig
+
+from followup_pipeline.clock import build_clock
+from followup_pipeline.integrations.clickup import ClickUpClient
+from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.integrations.http import Timeouts
+from followup_pipeline.integrations.mistral import MistralClient
+from followup_pipeline.integrations.outlook import OutlookClient
+from followup_pipeline.machine import (
+    LOCATION,
+    dagster_home,
+    database_urls,
+    vendor_mode,
+    with_sandbox,
+)
+from followup_pipeline.settings import ConfigError, Settings
+from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
+from followup_pipeline.store.db import StoreError, connect, resolve_database_url
+from followup_pipeline.store.events import webhook_silence
+from followup_pipeline.store.migrate import available_migrations, current_version
+
+Level = Literal["ok", "WARN", "FAIL"]
+#: The daemons a machine needs, and how old their last heartbeat may be (they beat every 30 s).
+DAEMONS = ("SCHEDULER", "SENSOR", "QUEUED_RUN_COORDINATOR", "BACKFILL")
+HEARTBEAT_LATE = timedelta(minutes=2)
+#: How long a vendor may take to answer the doctor.
+DOCTOR_TIMEOUT_S = 10.0
+NO_RETRY = RetryConfig("none", BackoffStrategy(0, 0, 1.0, 0), retry_connection_errors=False)
+#: With no webhook for this long while reconciliation keeps finding deals, say why it may be.
+WEBHOOK_SILENCE = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    level: Level
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.level:<4} {self.name}: {self.detail}"
+
+
+def ok(name: str, detail: str) -> Check:
+    return Check("ok", name, detail)
+
+
+def fail(name: str, detail: str) -> Check:
+    return Check("FAIL", name, detail)
+
+
+def examine(settings: Settings) -> Iterator[Check]:
+    """Every check of the machine, in the order an operator reads them."""
+    try:
+        mode = vendor_mode(settings)
+    except ConfigError as error:
+        yield fail("vendors", str(error))
+        return
+    settings = with_sandbox(settings)
+    yield ok(
+        "settings",
+        f"time zone {settings.timezone}, holidays {settings.holiday_country}, "
+        f"watched stages {', '.join(settings.watched_stages)}, {mode} vendors",
+    )
+    try:
+        url = resolve_database_url(settings)
+        yield from _database(url, settings)
+    except (ConfigError, StoreError) as error:
+        yield fail("database", str(error))
+    yield from _dagster(settings)
+    yield _ingress(settings)
+    yield from _vendor("espocrm", lambda: _espocrm(settings))
+    yield from _vendor("clickup", lambda: _clickup(settings))
+    yield from _vendor("outlook", lambda: _outlook(settings))
+    yield from _vendor("mistral", lambda: _mistral(settings))
+
+
+def _database(url: str, settings: Settings) -> Iterator[Check]:
+    version, latest = current_version(url), available_migrations()[-1].version
+    if version == latest:
+        yield ok("database", f"reachable, schema version {version}")
+    else:
+        yield fail(
+            "database", f"schema version {version} of {latest}: run `followup migrate` to update"
+        )
+    with connect(url, autocommit=True) as conn:
+        try:
+            offsets = cadence_offsets(conn, settings.cadence_name)
+            days = ", ".join(map(str, offsets))
+            yield ok("cadence", f"{settings.cadence_name!r}: business days {days}")
+        except UnknownCadence as error:
+            yield fail("cadence", str(error))
+        if settings.espocrm_webhooks:
+            yield webhook_check(conn, now=build_clock(settings.now).now())
+        else:
+            yield ok(
+                "webhooks", "none configured (FOLLOWUP_ESPOCRM_WEBHOOKS): reconciliation alone"
+            )
+
+
+def webhook_check(conn: Any, *, now: datetime) -> Check:
+    """When the last webhook came, and a warning when none came for a day while the CRM's deals
+    changed (EspoCRM refuses private targets it was not told of)."""
+    silence = webhook_silence(conn, since=now - WEBHOOK_SILENCE)
+    last = silence.last_webhook_at
+    if last is not None and now - last < WEBHOOK_SILENCE:
+        return ok("webhooks", f"the last one arrived {last:%Y-%m-%d %H:%M:%S %Z}")
+    if silence.reconciled_since == 0:
+        when = f"since {last:%Y-%m-%d %H:%M %Z}" if last else "ever"
+        return ok("webhooks", f"none {when}; the CRM's watched deals did not change either")
+    return Check(
+        "WARN",
+        "webhooks",
+        f"none for a day while reconciliation opened {silence.reconciled_since} watch(es): "
+        "EspoCRM 9.3.2+ refuses a webhook target on a private address unless it is in "
+        "webhookAllowedAddressList (Administration > Settings); deals still come in, an hour "
+        "late, through reconciliation",
+    )
+
+
+def _dagster(settings: Settings) -> Iterator[Check]:
+    """Each schedule's and sensor's state, and the daemons' heartbeats."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    from followup_pipeline.defs import build_definitions
+
+    home = dagster_home(settings)
+    if not (home / "dagster.yaml").exists():
+        yield fail("dagster", f"no instance at {home}: start the machine with `make run`")
+        return
+    try:
+        _, storage = database_urls(settings)
+        overrides = {"storage": {"postgres": {"postgres_url": storage}}}
+        instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides))
+    except Exception as error:  # Dagster raises many kinds here; each is a failed check
+        yield fail("dagster", f"instance at {home} unreadable: {type(error).__name__}: {error}")
+        return
+    with instance:
+        repository = build_definitions(settings).get_repository_def()
+        stored = {
+            state.instigator_name: state
+            for state in instance.all_instigator_state()
+            if state.origin.repository_origin.code_location_origin.location_name == LOCATION
+        }
+        instigators: list[tuple[str, Any]] = [
+            *(("schedule", d) for d in repository.schedule_defs),
+            *(("sensor", d) for d in repository.sensor_defs),
+        ]
+        for kind, definition in instigators:
+            yield _instigator(kind, definition, stored.get(definition.name))
+        yield _heartbeats(dict(instance.get_daemon_heartbeats()))
+
+
+def _instigator(kind: str, definition: Any, state: Any) -> Check:
+    """A schedule or sensor: running, or stopped (nothing will start it)."""
+    stored = str(state.status.value) if state is not None else "DECLARED_IN_CODE"
+    running = (
+        stored == "RUNNING"
+        if stored != "DECLARED_IN_CODE"
+        else str(definition.default_status.value) == "RUNNING"
+    )
+    name = f"{kind} {definition.name}"
+    if running:
+        return ok(name, "running")
+    return fail(
+        name,
+        f"stopped: nothing starts it until it is switched on again (Dagster UI > Automation, "
+        f"or `followup dagster {kind} start {definition.name}`)",
+    )
+
+
+def _heartbeats(beats: dict[str, Any]) -> Check:
+    now = time.time()
+    late = []
+    for daemon in DAEMONS:
+        beat = beats.get(daemon)
+        if beat is None:
+            late.append(f"{daemon} never")
+        elif now - beat.timestamp > HEARTBEAT_LATE.total_seconds():
+            late.append(f"{daemon} {int(now - beat.timestamp)} s ago")
+    if late:
+        return fail(
+            "daemon",
+            f"no recent heartbeat ({', '.join(late)}): schedules and sensors do not fire; "
+            "is the machine running (`make run`)?",
+        )
+    oldest = max(now - beats[d].timestamp for d in DAEMONS)
+    return ok("daemon", f"{', '.join(DAEMONS)} beating (oldest {int(oldest)} s ago)")
+
+
+def _ingress(settings: Settings) -> Check:
+    url = f"http://{settings.ingress_host}:{settings.ingress_port}/healthz"
+    try:
+        answer = httpx.get(url, timeout=5)
+    except httpx.HTTPError as error:
+        return fail("ingress", f"{url} does not answer ({type(error).__name__}): webhooks are lost")
+    if answer.status_code != 200:
+        return fail("ingress", f"{url} answered {answer.status_code}: {answer.text[:200]}")
+    return ok("ingress", f"{url} healthy")
+
+
+def _vendor(name: str, check: Callable[[], Check]) -> Iterator[Check]:
+    """Run one vendor's check; the vendor's error (a refused credential, a missing list, no
+    answer) is its failure."""
+    try:
+        yield check()
+    except (IntegrationError, ValueError) as error:
+        yield fail(name, str(error))
+
+
+def _no_wait(seconds: float) -> None:
+    """A doctor answers now: a vendor's retries are not waited for."""
+
+
+def _timeouts(settings: Settings) -> Timeouts:
+    """The vendor clients' timeouts, at most ten seconds to answer."""
+    configured = settings.vendor_timeouts()
+    return Timeouts(min(configured.read_s, DOCTOR_TIMEOUT_S), configured.connect_s)
+
+
+def _espocrm(settings: Settings) -> Check:
+    key = settings.espocrm_api_key
+    hmac = settings.espocrm_hmac_secret
+    client = EspoCrmClient(
+        str(settings.espocrm_url),
+        key.get_secret_value() if key else "",
+        hmac.get_secret_value() if hmac else None,
+        sleep=_no_wait,
+        timeouts=_timeouts(settings),
+    )
+    try:
+        valid = client.stage_options()
+    finally:
+        client.close()
+    configured = {
+        "FOLLOWUP_WATCHED_STAGES": settings.watched_stages,
+        "FOLLOWUP_WON_STAGE": [settings.won_stage],
+        "FOLLOWUP_LOST_STAGE": [settings.lost_stage],
+    }
+    bad = [f"{name} {s!r}" for name, stages in configured.items() for s in stages if s not in valid]
+    if bad:
+        return fail(
+            "espocrm",
+            f"{'; '.join(bad)}: no such stage in the CRM "
+            f"(its stages: {', '.join(repr(v) for v in valid)})",
+        )
+    return ok("espocrm", f"{settings.espocrm_url}: credentials accepted, the stages exist")
+
+
+def _clickup(settings: Settings) -> Check:
+    token = settings.clickup_token
+    client = ClickUpClient(
+        str(settings.clickup_url),
+        token.get_secret_value() if token else "",
+        settings.clickup_list_id,
+        settings.clickup_key_field_id,
+        closed_status=settings.clickup_closed_status,
+        sleep=_no_wait,
+        timeouts=_timeouts(settings),
+    )
+    try:
+        statuses = client.list_statuses()
+        status = client.list_closed_status(statuses)  # no second read of the list
+    finally:
+        client.close()
+    kinds = {name.lower(): kind for name, kind in statuses.items()}  # ClickUp ignores case
+    if kinds.get(status.lower()) != "closed":
+        closed = ", ".join(repr(n) for n, kind in statuses.items() if kind == "closed") or "none"
+        return fail(
+            "clickup",
+            f"FOLLOWUP_CLICKUP_CLOSED_STATUS {status!r} is no closed-type status of list "
+            f"{settings.clickup_list_id} (closed-type: {closed})",
+        )
+    return ok("clickup", f"list {settings.clickup_list_id} closes tasks with status {status!r}")
+
+
+def _outlook(settings: Settings) -> Check:
+    secret = settings.graph_client_secret
+    client = OutlookClient(
+        str(settings.graph_login_url),
+        str(settings.graph_url),
+        settings.graph_tenant_id,
+        settings.graph_client_id,
+        secret.get_secret_value() if secret else "",
+        settings.graph_sender,
+        sleep=_no_wait,
+        timeouts=_timeouts(settings),
+    )
+    try:
+        client.access_token()
+    finally:
+        client.close()
+    sender = settings.graph_sender
+    return ok("outlook", f"app {settings.graph_client_id} gets a token; mail goes from {sender}")
+
+
+def _mistral(settings: Settings) -> Check:
+    key = settings.mistral_api_key
+    client = MistralClient(
+        key.get_secret_value() if key else "",
+        settings.mistral_model,
+        server_url=str(settings.mistral_url).rstrip("/"),
+        retry_config=NO_RETRY,
+        timeouts=_timeouts(settings),
+    )
+    try:
+        models = client.available_models()
+    finally:
+        client.close()
+    if settings.mistral_model not in models:
+        model = settings.mistral_model
+        return fail("mistral", f"FOLLOWUP_MISTRAL_MODEL {model!r} is not among the key's models")
+    return ok("mistral", f"key accepted, model {settings.mistral_model} available")
+
+
+def _doctor(args: argparse.Namespace, settings: Settings) -> int:
+    checks = list(examine(settings))
+    for check in checks:
+        print(check.line(), flush=True)
+    faults = [c for c in checks if c.level != "ok"]
+    print(f"{len(checks) - len(faults)} ok, {len(faults)} fault(s)")
+    return 1 if faults else 0
+
+
+def register(commands: Any) -> None:
+    """Add ``doctor``."""
+    doctor = commands.add_parser(
+        "doctor", help="check the whole machine: settings, database, Dagster, ingress, vendors"
+    )
+    doctor.set_defaults(handler=_doctor)

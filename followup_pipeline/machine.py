@@ -1,0 +1,148 @@
+"""Where a machine lives, and the environment its Dagster processes need.
+
+``followup dev`` starts the machine; ``followup dagster …`` and ``followup doctor`` work on the
+same machine from another shell with nothing exported: the same ``DAGSTER_HOME``, the same
+database URLs, the sandbox's settings (when the sandbox stands in for the vendors) and the
+secrets read from ``.env`` or the secrets folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from importlib import resources
+from pathlib import Path
+
+from followup_pipeline.settings import ConfigError, Settings, load_settings, secret_environment
+from followup_pipeline.store.embedded import EmbeddedCluster
+
+#: The code location's name: runs, schedules' states and backfills are stored under it, so
+#: every process that loads the definitions must use the same one.
+LOCATION = "followup"
+MODULE = "followup_pipeline.definitions"
+
+
+def workspace_yaml(working_directory: Path) -> str:
+    """The workspace: the definitions module as the location ``followup``. The code server's
+    working directory is put on ``sys.path``: it is ``DAGSTER_HOME``, never the operator's folder
+    (in ``followup_pipeline/store/`` a ``holidays.py`` would shadow the ``holidays`` package)."""
+    return (
+        "load_from:\n"
+        "  - python_module:\n"
+        f"      module_name: {MODULE}\n"
+        f"      location_name: {LOCATION}\n"
+        f"      working_directory: {json.dumps(str(working_directory))}\n"
+    )
+
+
+def dagster_home(settings: Settings) -> Path:
+    """``FOLLOWUP_HOME/dagster``: the machine's ``DAGSTER_HOME``."""
+    return settings.home / "dagster"
+
+
+def install_dagster_home(settings: Settings) -> Path:
+    """Create ``DAGSTER_HOME`` with the instance template and the workspace; return it."""
+    home = dagster_home(settings)
+    home.mkdir(parents=True, exist_ok=True)
+    template = resources.files("followup_pipeline") / "instance" / "dagster.yaml"
+    with resources.as_file(template) as path:
+        shutil.copyfile(path, home / "dagster.yaml")
+    (home / "workspace.yaml").write_text(workspace_yaml(home), encoding="utf-8")
+    return home
+
+
+def workspace_file(settings: Settings) -> Path:
+    """The workspace file that names the code location ``followup``."""
+    return dagster_home(settings) / "workspace.yaml"
+
+
+def vendor_mode(settings: Settings) -> str:
+    """'sandbox' when no vendor credential is set, 'real' when all are; else refuse."""
+    missing = settings.sandbox_credentials_missing()
+    if len(missing) == 4:
+        return "sandbox"
+    if missing:
+        raise ConfigError(
+            "some vendor credentials are set and others are not; set all or none "
+            f"(none starts the sandbox). Missing: {', '.join(missing)}"
+        )
+    return "real"
+
+
+def sandbox_env_file(settings: Settings) -> Path:
+    """Where ``followup dev`` keeps the settings that point the machine at its sandbox."""
+    return settings.home / "sandbox.env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The ``FOLLOWUP_*`` assignments of a shell-quoted env file."""
+    values = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for word in shlex.split(line, comments=True):
+            name, sep, value = word.partition("=")
+            if sep and name.startswith("FOLLOWUP_"):
+                values[name] = value
+    return values
+
+
+def with_sandbox(settings: Settings) -> Settings:
+    """The settings as the running machine has them: with the sandbox's URLs and credentials
+    when no vendor credential is configured and ``followup dev`` started a sandbox."""
+    path = sandbox_env_file(settings)
+    if vendor_mode(settings) != "sandbox" or not path.exists():
+        return settings
+    values = read_env_file(path)
+    overrides = {name.removeprefix("FOLLOWUP_").lower(): value for name, value in values.items()}
+    return load_settings(**{"home": settings.home, **overrides})
+
+
+def database_urls(settings: Settings) -> tuple[str, str]:
+    """(the machine's database URL, Dagster's storage URL); the embedded cluster's unless
+    ``FOLLOWUP_DATABASE_URL`` is set. The cluster must exist and run (``acquire`` it first)."""
+    if settings.database_url is not None:
+        if settings.dagster_pg_url is None:
+            raise ConfigError(
+                "FOLLOWUP_DAGSTER_PG_URL: with FOLLOWUP_DATABASE_URL set, give Dagster's "
+                "storage its own postgresql+psycopg2:// URL"
+            )
+        return settings.database_url.get_secret_value(), settings.dagster_pg_url.get_secret_value()
+    cluster = EmbeddedCluster(settings.home)
+    return cluster.url("followup"), cluster.url("dagster", driver="postgresql+psycopg2")
+
+
+def machine_environment(
+    settings: Settings, base: dict[str, str], *, secrets: bool = True
+) -> dict[str, str]:
+    """``base`` plus what a process of this machine reads: ``DAGSTER_HOME``, the home, both
+    database URLs, the sandbox's settings and, with ``secrets``, the secrets read from ``.env``
+    or the secrets folder (which only Dagster's processes need, for ``dg.EnvVar``)."""
+    database, storage = database_urls(settings)
+    env = dict(base)
+    path = sandbox_env_file(settings)
+    if vendor_mode(settings) == "sandbox" and path.exists():
+        env.update(read_env_file(path))
+    if secrets:
+        env.update(secret_environment(settings))
+    env.update(
+        DAGSTER_HOME=str(dagster_home(settings)),
+        FOLLOWUP_HOME=str(settings.home),
+        FOLLOWUP_DATABASE_URL=database,
+        FOLLOWUP_DAGSTER_PG_URL=storage,
+    )
+    return env
+
+
+#: ``dagster`` command groups whose commands load the code location (``-w`` is added to them).
+LOCATION_GROUPS = ("job", "schedule", "sensor", "asset", "definitions")
+TARGET_OPTIONS = ("-w", "--workspace", "-m", "--module-name", "-f", "--python-file", "--grpc")
+
+
+def dagster_argv(argv: list[str], workspace: Path) -> list[str]:
+    """``argv`` for the ``dagster`` CLI, with the machine's workspace where a command loads the
+    code location and none was named."""
+    if not argv or argv[0] not in LOCATION_GROUPS or len(argv) < 2:
+        return argv
+    if argv[1].startswith("-") or any(a.split("=")[0] in TARGET_OPTIONS for a in argv):
+        return argv
+    return [*argv, "-w", str(workspace)]

@@ -1,0 +1,15 @@
+"""A code location for the daemon tests: the machine's definitions, with ``evaluate``'s schedule
+on a test-only cron (every minute), so a test sees an unattended tick without waiting for the next
+business hour. Everything else is the machine's own, default states included."""
+
+import dagster as dg
+
+from followup_pipeline.defs import CAPABILITIES, build_resources, evaluate
+from followup_pipeline.settings import load_settings
+
+settings = load_settings()
+defs = dg.Definitions.merge(
+    *(capability.build_defs(settings) for capability in CAPABILITIES if capability is not evaluate),
+    evaluate.build_defs(settings, cron="* * * * *"),
+    dg.Definitions(resources=build_resources(settings)),
+)
