@@ -6,11 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast schema lint typecheck pytest bench clean
 
+# The install's own output goes to a log (the console stays short); its tail is shown if it fails.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing into $(VENV) (about a minute the first time; log: $(VENV)/install.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(BIN)/python -m pip install --upgrade pip && $(BIN)/python -m pip install -e '.[dev]'; } \
+		> $(VENV)/install.log 2>&1 || { tail -n 30 $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/followup dev

@@ -11,7 +11,7 @@ the console shows the start-up, the URLs once the UI answers, and one line per f
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,9 +38,8 @@ from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
-log = logging.getLogger(__name__)
-
 READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 60
 SUPERSEDED_DEV = "ignore:Function `dev_command` is superseded:FutureWarning"
 #: How often the console asks the UI for finished runs.
 RUN_POLL_S = 3.0
@@ -73,6 +72,12 @@ def _wait_http(url: str, what: str, process: subprocess.Popen[bytes], log_file: 
             pass
         time.sleep(0.3)
     raise RuntimeError(f"{what} did not answer at {url} within {READY_TIMEOUT_S:.0f} s")
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Send ``signum`` to the child's process group (it leads one); gone already is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
 
 
 def run_line(run: dict[str, Any], ui: str) -> str:
@@ -135,12 +140,15 @@ class Launcher:
         output.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} followup dev ---\n".encode())
         output.flush()
         self._files.append(output)
+        # Each child leads its own process group: a stop reaches its own children too (the
+        # webserver, daemon and code server of `dagster dev`), as Ctrl-C in a terminal would.
         process = subprocess.Popen(
             argv,
             env=self.env if env is None else env,
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.children.append((what, process, path))
         return process, path
@@ -212,13 +220,14 @@ class Launcher:
             signal.signal(signum, signal.SIG_IGN)
         for _, process, _ in reversed(self.children):
             if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+                _signal_group(process, signal.SIGINT)
         for what, process, _ in reversed(self.children):
             try:
-                process.wait(timeout=60)
+                process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in 60 s; killing it", what)
-                process.kill()
+                _say(f"{what} did not stop in {STOP_TIMEOUT_S} s; killing it")
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
         for output in self._files:
             output.close()
         if self.cluster is not None and self.cluster.release():
@@ -243,7 +252,11 @@ class Launcher:
         def _interrupt(signum: int, frame: FrameType | None) -> None:
             raise KeyboardInterrupt
 
+        # Both stop the machine. Setting SIGINT's handler here also gives the children SIGINT's
+        # default back: started from a background shell, this process inherits SIGINT ignored,
+        # and so would `dagster dev`, which would then never hear the stop.
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         try:
             _say(f"starting Followup ({mode} vendors) in {self.settings.home}")
             self.start_database()

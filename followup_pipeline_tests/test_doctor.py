@@ -16,6 +16,7 @@ from followup_pipeline.commands.doctor import webhook_check
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.settings import SECRET_VARIABLES
+from followup_pipeline_tests.support import free_port
 
 SANDBOX = SandboxConfig()
 NOW = datetime(2026, 3, 3, 9, 0, tzinfo=UTC)
@@ -24,6 +25,7 @@ NOW = datetime(2026, 3, 3, 9, 0, tzinfo=UTC)
 def _sandbox_credentials(monkeypatch: pytest.MonkeyPatch, sandbox: str, db_url: str) -> None:
     """Every vendor setting pointing at the sandbox, as ``followup sandbox --env-file`` writes."""
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_INGRESS_PORT", str(free_port()))  # no ingress listens there
     for line in env_lines(SANDBOX, sandbox):
         name, _, value = line.partition("=")
         monkeypatch.setenv(name, shlex.split(value)[0])
@@ -110,12 +112,12 @@ def test_doctor_says_when_there_is_no_machine(
     assert "FAIL dagster: no instance at" in out
 
 
-def _reconciled_watch(db: psycopg.Connection[Any], at: datetime) -> None:
+def _reconciled_watch(db: psycopg.Connection[Any], at: datetime, deal: str) -> None:
     db.execute(
         "INSERT INTO watches (subject_id, subject_name, stage, cadence_name, offsets, time_zone,"
-        " base_on, registered_at, registered_by) VALUES ('d1', 'Offer', 'Proposal', 'default',"
+        " base_on, registered_at, registered_by) VALUES (%s, 'Offer', 'Proposal', 'default',"
         " '{5,12,21}', 'Europe/Berlin', %s, %s, 'reconcile')",
-        (at.date(), at),
+        (deal, at.date(), at),
     )
 
 
@@ -123,7 +125,10 @@ def test_doctor_explains_webhooks_that_stopped_while_deals_change(
     db: psycopg.Connection[Any],
 ) -> None:
     assert "the CRM's watched deals did not change either" in webhook_check(db, now=NOW).line()
-    _reconciled_watch(db, NOW - timedelta(hours=3))
+    # The machine's first reconciliation brings in the deals that were there: no webhook was due.
+    _reconciled_watch(db, NOW - timedelta(hours=3), "d0")
+    assert "did not change either" in webhook_check(db, now=NOW).line()
+    _reconciled_watch(db, NOW - timedelta(hours=1), "d1")  # a deal that changed since
     line = webhook_check(db, now=NOW).line()
     assert line.startswith("WARN webhooks: none for a day while reconciliation opened 1")
     assert "webhookAllowedAddressList" in line

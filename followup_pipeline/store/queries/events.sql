@@ -166,8 +166,12 @@ ORDER BY c.completed_at, c.key;
 
 -- name: webhook_silence
 -- When the last EspoCRM delivery arrived, and how many watches reconciliation opened since the
--- given moment (deals that changed without a webhook reaching us).
+-- given moment (deals that changed without a webhook reaching us). The machine's first
+-- reconciliation, which brings in the deals that were there before it (no webhook was due for
+-- them), does not count: its watches are those of the first hour of the oldest one.
 SELECT
     (SELECT max(received_at) FROM events WHERE source = 'espocrm') AS last_webhook_at,
     (SELECT count(*) FROM watches
-      WHERE registered_by = 'reconcile' AND registered_at >= %(since)s) AS reconciled_since;
+      WHERE registered_by = 'reconcile' AND registered_at >= %(since)s
+        AND registered_at > (SELECT min(registered_at) FROM watches) + interval '1 hour'
+    ) AS reconciled_since;
