@@ -33,12 +33,14 @@ from followup_pipeline.machine import (
     sandbox_env_file,
     vendor_mode,
     workspace_file,
+    write_addresses,
 )
 from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
-READY_TIMEOUT_S = 180.0
+#: Longer than Dagster's own wait for its code server (``local_startup_timeout``, 180 s).
+READY_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 60
 SUPERSEDED_DEV = "ignore:Function `dev_command` is superseded:FutureWarning"
 #: How often the console asks the UI for finished runs.
@@ -60,18 +62,24 @@ def _say(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
+class StartError(RuntimeError):
+    """A child did not come up (it exited, or did not answer in time)."""
+
+
 def _wait_http(url: str, what: str, process: subprocess.Popen[bytes], log_file: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with status {process.returncode}; see {log_file}")
+            raise StartError(f"{what} exited with status {process.returncode}; see {log_file}")
         try:
             if httpx.get(url, timeout=5.0).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise RuntimeError(f"{what} did not answer at {url} within {READY_TIMEOUT_S:.0f} s")
+    raise StartError(
+        f"{what} did not answer at {url} within {READY_TIMEOUT_S:.0f} s; see {log_file}"
+    )
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
@@ -265,6 +273,7 @@ class Launcher:
             self.start_ingress()
             self.start_dagster()
             ingress = f"http://{self.settings.ingress_host}:{self.settings.ingress_port}"
+            write_addresses(self.settings, ui=self.ui, ingress=ingress)
             _say(f"Followup is up: Dagster UI at {self.ui}")
             _say(f"webhooks: {ingress}/webhooks/espocrm; logs in {self.logs}")
             if mode == "sandbox":
@@ -274,5 +283,8 @@ class Launcher:
         except KeyboardInterrupt:
             _say("stopping")
             return 0
+        except StartError as error:
+            _say(f"could not start: {error}")
+            return 1
         finally:
             self.stop()

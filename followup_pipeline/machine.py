@@ -133,16 +133,52 @@ def machine_environment(
     return env
 
 
-#: ``dagster`` command groups whose commands load the code location (``-w`` is added to them).
-LOCATION_GROUPS = ("job", "schedule", "sensor", "asset", "definitions")
-TARGET_OPTIONS = ("-w", "--workspace", "-m", "--module-name", "-f", "--python-file", "--grpc")
+#: ``dagster`` commands that load the code location from a workspace (``-w``), and those that
+#: take only a Python module (``-m``; ``job execute`` runs in this process, no location needed).
+#: Checked against Dagster 1.13's ``--help``; any other command is passed on unchanged.
+WORKSPACE_COMMANDS = {
+    ("job", "list"), ("job", "print"), ("job", "launch"), ("job", "backfill"),
+    ("schedule", "list"), ("schedule", "start"), ("schedule", "stop"), ("schedule", "logs"),
+    ("schedule", "preview"), ("schedule", "restart"),
+    ("sensor", "list"), ("sensor", "start"), ("sensor", "stop"), ("sensor", "preview"),
+    ("sensor", "cursor"), ("definitions", "validate"),
+}  # fmt: skip
+MODULE_COMMANDS = {
+    ("job", "execute"), ("job", "scaffold_config"), ("asset", "materialize"), ("asset", "list"),
+}  # fmt: skip
+TARGET_OPTIONS = (
+    "-w", "--workspace", "-m", "--module-name", "-f", "--python-file", "--package-name",
+    "--grpc-port", "--grpc-socket", "--grpc-host", "--autoload-defs-module-name",
+)  # fmt: skip
 
 
-def dagster_argv(argv: list[str], workspace: Path) -> list[str]:
-    """``argv`` for the ``dagster`` CLI, with the machine's workspace where a command loads the
-    code location and none was named."""
-    if not argv or argv[0] not in LOCATION_GROUPS or len(argv) < 2:
+def dagster_argv(argv: list[str], home: Path) -> list[str]:
+    """``argv`` for the ``dagster`` CLI, naming the machine's code location (``home``'s
+    workspace, or its module run from ``home``) where a command loads one and none was named."""
+    command = tuple(argv[:2])
+    if any(a.split("=")[0] in TARGET_OPTIONS for a in argv) or "--help" in argv:
         return argv
-    if argv[1].startswith("-") or any(a.split("=")[0] in TARGET_OPTIONS for a in argv):
-        return argv
-    return [*argv, "-w", str(workspace)]
+    if command in WORKSPACE_COMMANDS:
+        return [*argv, "-w", str(home / "workspace.yaml")]
+    if command in MODULE_COMMANDS:
+        return [*argv, "-m", MODULE, "-d", str(home)]
+    return argv
+
+
+def addresses_file(settings: Settings) -> Path:
+    """Where ``followup dev`` notes the addresses it serves, for the commands of another shell."""
+    return settings.home / "machine.json"
+
+
+def write_addresses(settings: Settings, **urls: str) -> None:
+    """Note the machine's addresses (``ui``, ``ingress``, ``sandbox``) for other shells."""
+    addresses_file(settings).write_text(json.dumps(urls, indent=2) + "\n", encoding="utf-8")
+
+
+def read_addresses(settings: Settings) -> dict[str, str]:
+    """The addresses the last ``followup dev`` served on; empty if it never ran here."""
+    try:
+        found = json.loads(addresses_file(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}

@@ -243,6 +243,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "FOLLOWUP_BUSINESS_HOURS_END must be after FOLLOWUP_BUSINESS_HOURS_START"
             )
+        if self.partitions_start is not None and self.partitions_start > date.today():
+            raise ValueError(
+                f"FOLLOWUP_PARTITIONS_START {self.partitions_start} is in the future: the "
+                "schedules could not name the partition of their ticks"
+            )
         if self.now is not None and self.now.tzinfo is None:
             raise ValueError(
                 "FOLLOWUP_NOW needs an offset, e.g. 2026-03-02T09:00:00+01:00 (ISO 8601)"
@@ -352,12 +357,16 @@ PROJECT_LINE = 'name = "followup-pipeline"'
 
 
 def find_checkout(start: Path) -> Path | None:
-    """The checkout that ``start`` lies in (the folder of the project's ``pyproject.toml``)."""
-    for folder in (start, *start.parents):
-        project = folder / "pyproject.toml"
-        try:
-            if PROJECT_LINE in project.read_text(encoding="utf-8"):
-                return folder
-        except OSError:
-            continue
-    return None
+    """The checkout this package runs from, when ``start`` lies in it; else None.
+
+    Only the package's own checkout counts: a ``pyproject.toml`` that merely names the project
+    in some parent folder (``/tmp`` is anyone's) never supplies a ``.env`` or a home.
+    """
+    own = Path(__file__).absolute().parent.parent
+    try:
+        if PROJECT_LINE not in (own / "pyproject.toml").read_text(encoding="utf-8"):
+            return None
+    except OSError:
+        return None  # installed as a package, not run from a checkout
+    start = start.absolute()
+    return own if start == own or own in start.parents else None

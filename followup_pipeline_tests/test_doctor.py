@@ -88,7 +88,9 @@ def test_doctor_names_exactly_the_vendor_at_fault(
     assert words in line
     if variable in SECRET_VARIABLES.values():
         assert value not in out  # no secret echoed
-    assert out.count("\n") == len(out.splitlines())  # one line per check, nothing folded
+    *checks, summary = out.splitlines()
+    assert all(line.startswith(("ok   ", "WARN ", "FAIL ")) for line in checks), out
+    assert summary == f"{len(checks) - 3} ok, 3 fault(s)"  # one line per check, nothing folded
 
 
 def test_doctor_fails_on_a_closed_status_the_list_does_not_have(

@@ -9,6 +9,7 @@ loads it, so an operator's second shell needs nothing exported.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,12 @@ from typing import Any
 
 from followup_pipeline.machine import (
     dagster_argv,
+    dagster_home,
     install_dagster_home,
     machine_environment,
     sandbox_env_file,
     vendor_mode,
     with_sandbox,
-    workspace_file,
 )
 from followup_pipeline.settings import ConfigError, Settings
 from followup_pipeline.store.db import resolve_database_url
@@ -29,6 +30,9 @@ from followup_pipeline.store.db import resolve_database_url
 
 def run_dagster(argv: list[str], settings: Settings) -> int:
     """Run ``dagster ARGV`` with the machine's environment; its exit status."""
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    if not argv or argv[-1] in ("--help", "-h"):
+        return subprocess.run([dagster, *argv], check=False).returncode  # no machine needed
     resolve_database_url(settings)  # refuses a machine that does not exist; starts a stopped one
     if vendor_mode(settings) == "sandbox" and not sandbox_env_file(settings).exists():
         raise ConfigError(
@@ -39,10 +43,14 @@ def run_dagster(argv: list[str], settings: Settings) -> int:
     settings = with_sandbox(settings)
     install_dagster_home(settings)
     env = machine_environment(settings, dict(os.environ))
-    dagster = str(Path(sys.executable).with_name("dagster"))
-    return subprocess.run(
-        [dagster, *dagster_argv(argv, workspace_file(settings))], env=env, check=False
-    ).returncode
+    # Ctrl-C reaches the child from the terminal; this process waits for it to finish its own
+    # stop instead of killing it (subprocess.run would, a quarter of a second later).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = subprocess.Popen([dagster, *dagster_argv(argv, dagster_home(settings))], env=env)
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def register(commands: Any) -> None:

@@ -12,6 +12,7 @@ from followup_pipeline.domain.explain import CrmAnswer, explain
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
@@ -98,6 +99,9 @@ def _control(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _explain(args: argparse.Namespace, settings: Settings) -> int:
+    if not DEAL_ID.fullmatch(args.deal_id):
+        print(f"followup: {args.deal_id!r} is no CRM id (up to 64 of A-Z a-z 0-9 _ -)")
+        return 2
     now = build_clock(settings.now).now()
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         lines = explain_deal(conn, args.deal_id, settings=settings, now=now)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -95,7 +96,8 @@ class EspoCrmClient:
 
     def get_deal(self, *, deal_id: str) -> Deal:
         """One deal; ``NotFoundError`` if it was deleted, ``SchemaError`` if it broke schema."""
-        raw = self._http.json(self._get(f"Opportunity/{deal_id}", {}))
+        # One path segment, whatever the id holds: never another endpoint of the API.
+        raw = self._http.json(self._get(f"Opportunity/{quote(deal_id, safe='')}", {}))
         listing = parse_records(Deal, [raw])
         if listing.invalid:
             raise listing.invalid[0]

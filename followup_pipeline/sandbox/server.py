@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             create_deal(state, deal, webhooks=False)
     lines = env_lines(config, f"http://{args.host}:{args.port}")
     if args.env_file is not None:
+        # Readable by its owner only: it holds the sandbox's secrets.
+        args.env_file.touch(mode=0o600)
+        args.env_file.chmod(0o600)
         args.env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"wrote {len(lines)} settings to {args.env_file}", flush=True)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import shutil
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.common import OUTCOME_TAG, SINGLETON_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource
-from followup_pipeline.settings import load_settings
+from followup_pipeline.settings import ConfigError, load_settings
 
 from ..conftest import with_database
 
@@ -80,14 +80,36 @@ def test_definitions_every_schedule_and_sensor_runs_by_default(defs: dg.Definiti
         assert sensor.default_status == dg.DefaultSensorStatus.RUNNING, sensor.name
 
 
+@pytest.mark.parametrize(
+    ("today", "expected"),
+    [
+        (date(2026, 11, 30), date(2026, 10, 1)),
+        (date(2026, 12, 1), date(2026, 11, 1)),
+        (date(2026, 1, 15), date(2025, 12, 1)),
+        (date(2026, 3, 31), date(2026, 2, 1)),
+    ],
+)
+def test_definitions_partitions_start_by_default_on_the_previous_months_first_day(
+    today: date, expected: date
+) -> None:
+    assert load_settings().partitions_start_on(today) == expected
+    assert load_settings(partitions_start="2026-06-15").partitions_start_on(today) == date(
+        2026, 6, 15
+    )
+
+
+def test_definitions_partitions_start_in_the_future_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"FOLLOWUP_PARTITIONS_START .* is in the future"):
+        load_settings(partitions_start=date.today() + timedelta(days=1))
+
+
 def test_definitions_evaluate_partitions_are_business_hours_from_a_recent_start() -> None:
-    settings = load_settings()
+    settings = load_settings(partitions_start="2026-10-01")
     partitions = build_definitions(settings).resolve_job_def("evaluate").partitions_def
     assert partitions is not None
     now = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)  # Monday, 13:30 in Berlin
     keys = partitions.get_partition_keys(current_time=now)
-    # The previous month's first day, at the first business hour: October 2026.
-    assert keys[0] == "2026-10-01-07:00"
+    assert keys[0] == "2026-10-01-07:00"  # the first business hour of the first day
     week = [k for k in keys if "2026-11-23" <= k < "2026-11-30"]
     assert len(week) == 5 * 12  # Monday to Friday, 07:00 to 18:00
     assert {k[-5:] for k in week} == {f"{h:02d}:00" for h in range(7, 19)}

@@ -112,6 +112,9 @@ def test_control_explain_five_deals_in_five_states(
         assert main(["watches", "explain", deal]) == 0
         out = capsys.readouterr().out
         assert words in out, out
+    # An id that is no CRM id is refused before any request (it could name another endpoint).
+    assert main(["watches", "explain", "../../x%2F"]) == 2
+    assert "is no CRM id" in capsys.readouterr().out
 
 
 def test_control_failed_action_becomes_a_dead_letter_and_replays_once(

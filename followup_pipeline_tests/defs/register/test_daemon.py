@@ -13,8 +13,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import psycopg
@@ -94,6 +96,15 @@ def machine(
         storage, str(conninfo_to_dict(storage)["dbname"]), driver="postgresql+psycopg2"
     )
     db_url = database_factory(template_name)
+    # The test cron ticks every minute, but the schedule still skips days off: today and
+    # tomorrow (a run near midnight) are made workdays, as an operator's override would.
+    today = datetime.now(ZoneInfo("Europe/Berlin")).date()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for day in (today, today + timedelta(days=1)):
+            conn.execute(
+                "INSERT INTO followup.holidays (day, kind, name) VALUES (%s, 'workday', 'test')",
+                (day,),
+            )
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FOLLOWUP_", "DAGSTER_"))}
     for line in env_lines(SandboxConfig(), sandbox_server):
