@@ -141,6 +141,22 @@ class Settings(BaseSettings):
     mistral_api_key: SecretStr | None = None
     mistral_model: str = "mistral-small-latest"
 
+    # --- enrichment (two-line summaries) ---------------------------------------------------------
+    #: Off: the enrich job calls no model and writes nothing (``dry_run`` does not stop it).
+    enrich_enabled: bool = True
+    #: A deal's e-mails of this many days, at most this many (the newest), go to the model.
+    enrich_lookback_days: int = Field(default=30, ge=1, le=365)
+    enrich_max_emails: int = Field(default=8, ge=1, le=50)
+    #: Each e-mail's text is cut to this many characters after trimming.
+    enrich_email_max_chars: int = Field(default=1500, ge=200, le=20000)
+    #: A summary line may be at most this long.
+    enrich_line_max_chars: int = Field(default=160, ge=40, le=1000)
+    #: Model calls and tokens one run may spend; the rest waits for the next run.
+    enrich_budget_calls: int = Field(default=100, ge=1)
+    enrich_budget_tokens: int = Field(default=200_000, ge=1)
+    #: Mask e-mail addresses, phone numbers and IBANs before any text leaves for the model.
+    enrich_mask_personal_data: bool = True
+
     # --- the vendor clients ----------------------------------------------------------------------
     #: Seconds a vendor client waits for an answer (and to send a body).
     vendor_timeout_s: float = Field(default=30.0, gt=0)

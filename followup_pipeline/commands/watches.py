@@ -16,6 +16,7 @@ from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.enrichments import latest_summary
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.ledger import actions_of_watch
 from followup_pipeline.store.steps import steps_of
@@ -46,6 +47,7 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
             return 1
         steps = steps_of(conn, args.watch_id)
         actions = actions_of_watch(conn, args.watch_id)
+        summary = latest_summary(conn, watch.subject_id)
     for key in (
         "id",
         "subject_id",
@@ -64,6 +66,11 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
         "crm_url",
     ):
         print(f"{key:>14}: {getattr(watch, key)}")
+    if summary:
+        print(f"{'summary':>14}: {summary[0]}")
+        print(f"{'':>14}  {summary[1]}")
+    else:
+        print(f"{'summary':>14}: none yet (enrich summarises deals whose e-mails changed)")
     for step in steps:
         action = actions.get(step.step_no)
         ledger = f"{action.outcome} {action.provider_ref or ''}".strip() if action else "—"

@@ -105,4 +105,6 @@ class Metrics:
             lines.append(
                 f"followup_events_oldest_pending_age_seconds {gauges['oldest_pending_s']!r}"
             )
+            family("followup_review_items_open", "gauge", "Model answers waiting for a review.")
+            lines.append(f"followup_review_items_open {_number(gauges['review_open'])}")
         return "\n".join(lines) + "\n"

@@ -10,8 +10,7 @@
     └── PermanentError               skip the item: 400, 401, 403, 409, 422, …
         │                             .status, .vendor_message
         ├── NotFoundError            404: the object is gone
-        ├── SchemaError              a record broke its schema: .record_id, .field, .raw
-        └── InvalidModelOutput       the model's answer did not parse: .raw_text
+        └── SchemaError              a record broke its schema: .record_id, .field, .raw
 
 Messages carry the vendor, the status and the vendor's own reason, never a credential.
 """
@@ -79,14 +78,6 @@ class SchemaError(PermanentError):
         self.field = field
         self.problem = problem
         self.raw = raw
-
-
-class InvalidModelOutput(PermanentError):
-    """The language model answered something that does not fit the expected shape."""
-
-    def __init__(self, message: str, *, vendor: str, raw_text: str) -> None:
-        super().__init__(message, vendor=vendor)
-        self.raw_text = raw_text
 
 
 def schema_error(raw: Any, exc: ValidationError, *, vendor: str) -> SchemaError:

@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -44,9 +44,17 @@ DEAL_FIELDS = (
     "assignedUserId,assignedUserName,description,createdAt,modifiedAt"
 )
 EMAIL_FIELDS = (
-    "id,name,subject,fromAddress,to,dateSent,status,body,bodyPlain,isHtml,parentType,parentId"
+    "id,name,subject,fromAddress,to,dateSent,status,body,bodyPlain,isHtml,parentType,parentId,"
+    "createdAt"
 )
+#: Only which deal an e-mail belongs to, and when it came: what a listing of changes needs.
+EMAIL_CHANGE_FIELDS = "id,parentType,parentId,createdAt,dateSent"
 ACTIVITY_FIELDS = "id,name,status,dateStart"
+
+
+def espo_datetime(moment: datetime) -> str:
+    """A moment as EspoCRM writes one: UTC, ``YYYY-MM-DD HH:MM:SS``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def hmac_header(*, api_key: str, secret: str, method: str, path: str) -> str:
@@ -112,6 +120,19 @@ class EspoCrmClient:
         # (no dateSent) must not pass a date filter either.
         recent = [e for e in listing.records if e.date_sent is not None and e.date_sent > since]
         return Listing[Email](records=recent, invalid=listing.invalid)
+
+    def list_emails_since(self, *, since: datetime) -> Listing[Email]:
+        """Every deal's e-mails created after ``since``, in one listing (``GET /Email``): what
+        changed, whatever the number of deals (VENDORS.md, "Activity since a moment")."""
+        where = {
+            "where[0][type]": "after",
+            "where[0][attribute]": "createdAt",
+            "where[0][value]": espo_datetime(since),
+            "where[1][type]": "equals",
+            "where[1][attribute]": "parentType",
+            "where[1][value]": "Opportunity",
+        }
+        return self._listing("Email", Email, EMAIL_CHANGE_FIELDS, "createdAt", where)
 
     def list_calls(self, *, deal_id: str) -> Listing[Call]:
         """The calls linked to a deal."""

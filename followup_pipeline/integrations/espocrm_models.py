@@ -78,6 +78,7 @@ class Email(EspoRecord):
     is_html: bool | None = None
     parent_type: str | None = None
     parent_id: str | None = None
+    created_at: EspoOptionalDateTime = None
 
 
 class Call(EspoRecord):

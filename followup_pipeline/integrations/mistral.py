@@ -2,27 +2,26 @@
 
 The SDK shares our httpx stack (a client with our transport can be handed in) and retries 429 and
 5xx itself with the ``RetryConfig`` below, honouring ``Retry-After``; a completion has no side
-effect, so its POST may be retried. Answers that do not fit the schema raise ``InvalidModelOutput``
-with the raw text, for the review list.
+effect, so its POST may be retried. The answer comes back unchecked: ``domain.summaries`` decides
+whether it is a usable summary or a review item (with the raw text).
 """
 
-import html
-import re
+import hashlib
+import json
 from collections.abc import Sequence
 
 import httpx
 from mistralai.client import Mistral, errors, models
 from mistralai.client.utils import BackoffStrategy, RetryConfig
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict
 
+from followup_pipeline.domain.emails import MailText
 from followup_pipeline.integrations import prompts
 from followup_pipeline.integrations.errors import (
     IntegrationError,
-    InvalidModelOutput,
     PermanentError,
     TransientError,
 )
-from followup_pipeline.integrations.espocrm_models import Email
 from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, RETRYABLE_STATUSES, Timeouts
 
 VENDOR = "mistral"
@@ -40,18 +39,6 @@ RETRY = RetryConfig(
     ),
     retry_connection_errors=True,
 )
-#: Only the latest e-mails go to the model, each cut to this many characters.
-MAX_EMAILS = 10
-MAX_EMAIL_CHARS = 3_000
-
-
-class Summary(BaseModel):
-    """Two lines about a deal: where it stands, and the next step."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    line1: str = Field(min_length=1, max_length=400)
-    line2: str = Field(min_length=1, max_length=400)
 
 
 class TokenUsage(BaseModel):
@@ -64,36 +51,45 @@ class TokenUsage(BaseModel):
     total_tokens: int = 0
 
 
-class SummaryResult(BaseModel):
-    """A summary, the model that wrote it and what it cost."""
+class ModelAnswer(BaseModel):
+    """What the model answered, unchecked (``domain.summaries`` checks it), and what it cost."""
 
     model_config = ConfigDict(frozen=True)
 
-    summary: Summary
+    text: str
+    finish_reason: str | None
     model: str
     usage: TokenUsage
 
 
-def email_text(email: Email) -> str:
-    """The plain text of an e-mail, tags stripped when only HTML is at hand, cut to size."""
-    text = email.body_plain or ""
-    if not text and email.body:
-        text = html.unescape(re.sub(r"<[^>]+>", " ", email.body)) if email.is_html else email.body
-    return re.sub(r"\s+", " ", text).strip()[:MAX_EMAIL_CHARS]
-
-
-def summary_prompt(*, deal_name: str, emails: Sequence[Email]) -> str:
-    """The user message for ``summarise``: the deal and its latest e-mails, oldest first."""
+def summary_prompt(*, deal_name: str, mails: Sequence[MailText]) -> str:
+    """The user message: the deal and its e-mails, oldest first, as prepared by the caller."""
     parts = [
         prompts.SUMMARY_EMAIL_TEMPLATE.format(
-            date=e.date_sent.strftime("%Y-%m-%d %H:%M") if e.date_sent else "unsent",
-            sender=e.from_address or "unknown",
-            subject=e.subject or e.name or "",
-            body=email_text(e),
+            number=number,
+            date=m.sent_at.strftime("%Y-%m-%d %H:%M") if m.sent_at else "unsent",
+            sender=m.sender,
+            subject=m.subject,
+            body=m.body,
         )
-        for e in list(emails)[-MAX_EMAILS:]
+        for number, m in enumerate(mails, start=1)
     ]
-    return prompts.SUMMARY_USER_TEMPLATE.format(deal_name=deal_name, emails="\n".join(parts))
+    return prompts.SUMMARY_USER_TEMPLATE.format(deal_name=deal_name, emails="\n\n".join(parts))
+
+
+def summary_messages(*, deal_name: str, mails: Sequence[MailText]) -> list[dict[str, str]]:
+    """Exactly the messages a summary request sends."""
+    return [
+        {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT},
+        {"role": "user", "content": summary_prompt(deal_name=deal_name, mails=mails)},
+    ]
+
+
+def input_hash(model: str, messages: Sequence[dict[str, str]]) -> str:
+    """The hash of everything a summary request sends: the same hash, the same answer to expect."""
+    payload = {"model": model, "schema": prompts.SUMMARY_SCHEMA, "messages": list(messages)}
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class MistralClient:
@@ -143,18 +139,20 @@ class MistralClient:
             raise sdk_error(exc, "model list") from exc
         return [str(getattr(model, "id", "")) for model in listing.data or []]
 
-    def summarise(self, *, deal_name: str, emails: Sequence[Email]) -> SummaryResult:
-        """Summarise a deal's e-mails in two lines; ``InvalidModelOutput`` if the answer is off."""
-        messages: list[models.ChatCompletionRequestMessage] = [
-            models.SystemMessage(content=prompts.SUMMARY_SYSTEM_PROMPT),
-            models.UserMessage(content=summary_prompt(deal_name=deal_name, emails=emails)),
+    def summarise(self, *, messages: Sequence[dict[str, str]]) -> ModelAnswer:
+        """Ask for a two-line summary (JSON schema, strict); the answer comes back unchecked."""
+        sdk_messages: list[models.ChatCompletionRequestMessage] = [
+            models.SystemMessage(content=m["content"])
+            if m["role"] == "system"
+            else models.UserMessage(content=m["content"])
+            for m in messages
         ]
         try:
             response = self._sdk.chat.complete(
                 model=self.model,
                 max_tokens=300,
                 temperature=0.2,
-                messages=messages,
+                messages=sdk_messages,
                 response_format=models.ResponseFormat(
                     type="json_schema",
                     json_schema=models.JSONSchema(
@@ -171,7 +169,8 @@ class MistralClient:
             completion_tokens=response.usage.completion_tokens or 0,
             total_tokens=response.usage.total_tokens or 0,
         )
-        return SummaryResult(summary=parse_summary(response), model=response.model, usage=usage)
+        text, finish = answer_text(response)
+        return ModelAnswer(text=text, finish_reason=finish, model=response.model, usage=usage)
 
 
 def answer_text(response: models.ChatCompletionResponse) -> tuple[str, str | None]:
@@ -183,20 +182,6 @@ def answer_text(response: models.ChatCompletionResponse) -> tuple[str, str | Non
     if isinstance(content, list):
         content = "".join(getattr(chunk, "text", "") for chunk in content)
     return str(content or ""), str(choice.finish_reason)
-
-
-def parse_summary(response: models.ChatCompletionResponse) -> Summary:
-    """The ``Summary`` in a completion; ``InvalidModelOutput`` keeps the raw text otherwise."""
-    text, finish = answer_text(response)
-    if finish == "length":
-        raise InvalidModelOutput("answer cut off at max_tokens", vendor=VENDOR, raw_text=text)
-    try:
-        return Summary.model_validate_json(text)
-    except ValidationError as exc:
-        problem = exc.errors()[0]["msg"]
-        raise InvalidModelOutput(
-            f"answer is not a two-line summary: {problem}", vendor=VENDOR, raw_text=text
-        ) from None
 
 
 def sdk_error(exc: Exception, what: str = "chat completion") -> IntegrationError:

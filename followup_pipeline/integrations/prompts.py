@@ -21,7 +21,7 @@ E-mails, oldest first:
 {emails}"""
 
 SUMMARY_EMAIL_TEMPLATE = """\
---- {date} | from {sender} | subject: {subject}
+E-mail {number}: sent {date}, from {sender}, subject: {subject}
 {body}"""
 
 #: The JSON schema the summary must follow (``response_format`` json_schema, strict).

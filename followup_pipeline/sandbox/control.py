@@ -135,6 +135,9 @@ def control_app(state: SandboxState) -> Starlette:
     async def outbox(request: Request) -> Response:
         return JSONResponse({"messages": state.outbox})
 
+    async def model_requests(request: Request) -> Response:
+        return JSONResponse({"requests": state.model_requests})
+
     async def stats(request: Request) -> Response:
         requests = {vendor: dict(counter) for vendor, counter in state.stats.items()}
         total = sum(sum(counter.values()) for counter in state.stats.values())
@@ -193,6 +196,7 @@ def control_app(state: SandboxState) -> Starlette:
         Route("/clickup/tasks", clickup_tasks, methods=["GET"]),
         Route("/clickup/tasks/{task_id}/move", move_task, methods=["POST"]),
         Route("/outbox", outbox, methods=["GET"]),
+        Route("/mistral/requests", model_requests, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
         Route("/webhooks", webhooks, methods=["GET"]),
         Route("/webhooks", configure_webhooks, methods=["POST"]),

@@ -127,6 +127,7 @@ def mistral_app(state: SandboxState) -> Starlette:
         problems = validation_problems(body)
         if problems:
             return mistral_error(422, {"detail": problems})
+        state.model_requests.append(body)
         content = request.scope.get(INVALID_OUTPUT_KEY) or model_output(
             body["messages"], body.get("response_format")
         )

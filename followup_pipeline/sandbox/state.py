@@ -70,6 +70,8 @@ class SandboxState:
     tasks: dict[str, Record] = field(default_factory=dict)
     comments: dict[str, list[Record]] = field(default_factory=dict)
     outbox: list[Record] = field(default_factory=list)
+    #: Every chat-completion request body Mistral received, as sent (what left the machine).
+    model_requests: list[Record] = field(default_factory=list)
     tokens: dict[str, float] = field(default_factory=dict)
     rate_windows: dict[str, RateWindow] = field(default_factory=dict)
     stats: dict[str, Counter[str]] = field(default_factory=dict)
@@ -87,6 +89,7 @@ class SandboxState:
         for store in stores:
             store.clear()
         self.outbox.clear()
+        self.model_requests.clear()
         self.rate_windows.clear()
         self.stats.clear()
         self.faults.clear()

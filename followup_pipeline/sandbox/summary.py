@@ -5,8 +5,8 @@ import re
 from typing import Any
 
 _HEADER = re.compile(
-    r"^\s*(from|to|cc|date|subject|von|an|datum|betreff|sent|gesendet|e-?mail \d+|#+.*|-{3,}.*)"
-    r"\s*[:#-]",
+    r"^\s*(deal|from|to|cc|date|subject|von|an|datum|betreff|sent|gesendet|e-?mail \d+|#+.*"
+    r"|-{3,}.*)\s*[:#-]",
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)", re.DOTALL)

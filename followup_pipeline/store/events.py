@@ -292,13 +292,15 @@ def complete(
 
 
 def gauges(conn: psycopg.Connection[Any]) -> dict[str, float]:
-    """Dead letters, pending events, and the age in seconds of the oldest pending one."""
+    """Dead letters, pending events, the age in seconds of the oldest pending one, and the open
+    review items."""
     row = conn.execute(query("events_gauges")).fetchone()
     assert row is not None
     return {
         "dead": float(row["dead"]),
         "pending": float(row["pending"]),
         "oldest_pending_s": float(row["oldest_pending_s"] or 0.0),
+        "review_open": float(row["review_open"]),
     }
 
 

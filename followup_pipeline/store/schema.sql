@@ -94,6 +94,13 @@ CREATE TABLE followup.deal_marks (
     last_received_at timestamp with time zone NOT NULL
 );
 
+CREATE TABLE followup.enrich_queue (
+    subject_type text DEFAULT 'Opportunity'::text NOT NULL,
+    subject_id text NOT NULL,
+    changed_at timestamp with time zone NOT NULL,
+    queued_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE followup.enrichments (
     id bigint NOT NULL,
     subject_type text DEFAULT 'Opportunity'::text NOT NULL,
@@ -104,7 +111,9 @@ CREATE TABLE followup.enrichments (
     model text NOT NULL,
     prompt_tokens integer,
     completion_tokens integer,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    source text DEFAULT 'model'::text NOT NULL,
+    CONSTRAINT enrichments_source_valid CHECK ((source = ANY (ARRAY['model'::text, 'review'::text])))
 );
 
 ALTER TABLE followup.enrichments ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -156,6 +165,12 @@ CREATE TABLE followup.holidays (
     CONSTRAINT holidays_kind_valid CHECK ((kind = ANY (ARRAY['holiday'::text, 'workday'::text])))
 );
 
+CREATE TABLE followup.job_cursors (
+    name text NOT NULL,
+    "position" timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE followup.review_items (
     id bigint NOT NULL,
     subject_type text DEFAULT 'Opportunity'::text NOT NULL,
@@ -165,7 +180,13 @@ CREATE TABLE followup.review_items (
     raw_output text NOT NULL,
     error text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    resolved_at timestamp with time zone
+    resolved_at timestamp with time zone,
+    deal_name text,
+    source_text text,
+    prompt_tokens integer,
+    completion_tokens integer,
+    resolution text,
+    CONSTRAINT review_items_resolution_valid CHECK ((resolution = ANY (ARRAY['accepted'::text, 'rejected'::text])))
 );
 
 ALTER TABLE followup.review_items ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -278,6 +299,9 @@ ALTER TABLE ONLY followup.cadences
 ALTER TABLE ONLY followup.deal_marks
     ADD CONSTRAINT deal_marks_pkey PRIMARY KEY (subject_type, subject_id);
 
+ALTER TABLE ONLY followup.enrich_queue
+    ADD CONSTRAINT enrich_queue_pkey PRIMARY KEY (subject_type, subject_id);
+
 ALTER TABLE ONLY followup.enrichments
     ADD CONSTRAINT enrichments_pkey PRIMARY KEY (id);
 
@@ -289,6 +313,9 @@ ALTER TABLE ONLY followup.events
 
 ALTER TABLE ONLY followup.holidays
     ADD CONSTRAINT holidays_pkey PRIMARY KEY (day);
+
+ALTER TABLE ONLY followup.job_cursors
+    ADD CONSTRAINT job_cursors_pkey PRIMARY KEY (name);
 
 ALTER TABLE ONLY followup.review_items
     ADD CONSTRAINT review_items_pkey PRIMARY KEY (id);
@@ -311,6 +338,8 @@ ALTER TABLE ONLY followup.watches
 CREATE INDEX actions_open ON followup.actions USING btree (outcome) WHERE (outcome = ANY (ARRAY['attempted'::text, 'unknown'::text, 'failed'::text]));
 
 CREATE INDEX alerts_fingerprint ON followup.alerts USING btree (fingerprint, occurred_at DESC);
+
+CREATE INDEX enrich_queue_oldest ON followup.enrich_queue USING btree (changed_at);
 
 CREATE INDEX events_dead ON followup.events USING btree (id) WHERE (status = 'dead'::text);
 

@@ -30,6 +30,7 @@ JOBS = [
     "weekly_report",
     "replay",
     "watch_control",
+    "review",
 ]
 SCHEDULES = [
     "evaluate_business_hours",

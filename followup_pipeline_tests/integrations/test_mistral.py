@@ -8,29 +8,28 @@ import httpx
 import pytest
 from mistralai.client.utils import BackoffStrategy, RetryConfig
 
+from followup_pipeline.domain.emails import mail_text
 from followup_pipeline.integrations import prompts
-from followup_pipeline.integrations.errors import (
-    InvalidModelOutput,
-    PermanentError,
-    TransientError,
-)
-from followup_pipeline.integrations.espocrm_models import Email
-from followup_pipeline.integrations.mistral import MistralClient
+from followup_pipeline.integrations.errors import PermanentError, TransientError
+from followup_pipeline.integrations.mistral import MistralClient, input_hash, summary_messages
 
 Handler = Callable[[httpx.Request], httpx.Response]
 QUICK_RETRY = RetryConfig("backoff", BackoffStrategy(1, 5, 1.5, 50, jitter_ms=0), True)
-EMAILS = [
-    Email.model_validate(
-        {
-            "id": "e1",
-            "subject": "Offer",
-            "fromAddress": "buyer@acme.test",
-            "dateSent": "2026-11-02 10:00:00",
-            "body": "<p>We need a &amp; discount</p>",
-            "isHtml": True,
-        }
+MAILS = [
+    mail_text(
+        sent_at=None,
+        sender="Buyer",
+        subject="Offer",
+        body="<p>We need a &amp; discount</p>",
+        is_html=True,
+        max_chars=2000,
+        mask=True,
     )
 ]
+
+
+def messages(deal_name: str = "A") -> list[dict[str, str]]:
+    return summary_messages(deal_name=deal_name, mails=MAILS)
 
 
 def completion(content: str, finish_reason: str = "stop") -> httpx.Response:
@@ -73,8 +72,8 @@ def test_summarise_returns_parsed_summary_and_usage() -> None:
         sent.append(request)
         return completion(GOOD)
 
-    result = mistral(handler).summarise(deal_name="ACME rollout", emails=EMAILS)
-    assert result.summary.line1 == "ACME asks for a discount."
+    result = mistral(handler).summarise(messages=messages("ACME rollout"))
+    assert result.text == GOOD  # unchecked: domain.summaries decides
     assert result.usage.total_tokens == 150
     request = sent[0]
     assert request.url.path == "/mistral/v1/chat/completions"
@@ -102,15 +101,15 @@ def test_summarise_retries_an_injected_429() -> None:
         calls.append(request)
         return limited if len(calls) == 1 else completion(GOOD)
 
-    result = mistral(handler).summarise(deal_name="ACME", emails=EMAILS)
-    assert result.summary.line2 == "Send a revised offer."
+    result = mistral(handler).summarise(messages=messages())
+    assert result.text == GOOD
     assert len(calls) == 2
 
 
 def test_summarise_persistent_429_is_transient() -> None:
     limited = httpx.Response(429, json={"message": "Rate limit exceeded"})
     with pytest.raises(TransientError) as caught:
-        mistral(lambda _: limited, retry_config=QUICK_RETRY).summarise(deal_name="A", emails=[])
+        mistral(lambda _: limited, retry_config=QUICK_RETRY).summarise(messages=messages())
     assert caught.value.status == 429
 
 
@@ -119,7 +118,7 @@ def test_summarise_timeout_is_transient() -> None:
         raise httpx.ReadTimeout("slow", request=request)
 
     with pytest.raises(TransientError):
-        mistral(handler, retry_config=QUICK_RETRY).summarise(deal_name="A", emails=[])
+        mistral(handler, retry_config=QUICK_RETRY).summarise(messages=messages())
 
 
 @pytest.mark.parametrize(
@@ -128,24 +127,16 @@ def test_summarise_timeout_is_transient() -> None:
 )
 def test_summarise_refusals_are_permanent(status: int, body: Any) -> None:
     with pytest.raises(PermanentError) as caught:
-        mistral(lambda _: httpx.Response(status, json=body)).summarise(deal_name="A", emails=[])
+        mistral(lambda _: httpx.Response(status, json=body)).summarise(messages=messages())
     assert caught.value.status == status
     assert "KEY-SECRET" not in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    ("content", "finish_reason"),
-    [
-        ("Here is your summary: ACME wants a discount.", "stop"),
-        (json.dumps({"line1": "only one line"}), "stop"),
-        ('{"line1": "ACME asks', "length"),
-    ],
-)
-def test_summarise_invalid_output_keeps_raw_text(content: str, finish_reason: str) -> None:
-    client = mistral(lambda _: completion(content, finish_reason))
-    with pytest.raises(InvalidModelOutput) as caught:
-        client.summarise(deal_name="A", emails=EMAILS)
-    assert caught.value.raw_text == content
+def test_summarise_hash_covers_exactly_what_is_sent() -> None:
+    one = input_hash("mistral-small-latest", messages("ACME"))
+    assert one == input_hash("mistral-small-latest", messages("ACME"))
+    assert one != input_hash("mistral-small-latest", messages("ACME GmbH"))
+    assert one != input_hash("mistral-large-latest", messages("ACME"))
 
 
 @pytest.mark.parametrize(
@@ -155,7 +146,7 @@ def test_summarise_malformed_200_is_transient_not_a_review_item(body: bytes) -> 
     headers = {"content-type": "application/json"}
     client = mistral(lambda _: httpx.Response(200, content=body, headers=headers))
     with pytest.raises(TransientError):
-        client.summarise(deal_name="Offer", emails=[])
+        client.summarise(messages=messages())
 
 
 def test_summarise_keeps_a_short_connect_timeout() -> None:
@@ -165,6 +156,6 @@ def test_summarise_keeps_a_short_connect_timeout() -> None:
         seen.append(request.extensions["timeout"])
         return completion(GOOD)
 
-    mistral(handler).summarise(deal_name="Offer", emails=[])
+    mistral(handler).summarise(messages=messages())
     assert seen[0]["connect"] == 5.0
     assert seen[0]["read"] == 60.0

@@ -5,15 +5,16 @@ from typing import Any
 import httpx
 import pytest
 
+from followup_pipeline.domain.emails import MailText
+from followup_pipeline.domain.summaries import SummaryContext, SummaryRejected, check_summary
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.errors import (
-    InvalidModelOutput,
     NotFoundError,
     PermanentError,
     TransientError,
 )
 from followup_pipeline.integrations.espocrm import EspoCrmClient
-from followup_pipeline.integrations.mistral import MistralClient
+from followup_pipeline.integrations.mistral import MistralClient, summary_messages
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.sandbox.config import SandboxConfig
 
@@ -187,20 +188,22 @@ def test_outlook_sends_mail(sandbox: str, sleeps: list[float]) -> None:
     assert "Morning list" in str(outbox[0])
 
 
-def test_mistral_sdk_gets_a_parsed_summary(sandbox: str) -> None:
-    from followup_pipeline.integrations.espocrm_models import Email
+def _messages(*bodies: str) -> list[dict[str, str]]:
+    mails = [MailText(sent_at=None, sender="buyer", subject="Offer", body=b) for b in bodies]
+    return summary_messages(deal_name="ACME", mails=mails)
 
-    emails = [
-        Email(id="e1", subject="Offer", body_plain="We like the offer. Price is high."),
-        Email(id="e2", subject="Re: Offer", body_plain="Can you send a revised quote? Thanks."),
-    ]
+
+def test_mistral_sdk_gets_a_summary_that_passes_the_check(sandbox: str) -> None:
+    messages = _messages("We like the offer. Price is high.", "Can you send a revised quote?")
     client = mistral(sandbox)
     try:
-        result = client.summarise(deal_name="ACME", emails=emails)
+        result = client.summarise(messages=messages)
     finally:
         client.close()
-    assert result.summary.line1
-    assert result.summary.line2
+    context = SummaryContext(deal_name="ACME", source_text=messages[-1]["content"])
+    checked = check_summary(result.text, context)
+    assert checked.line1 == "We like the offer."
+    assert checked.line2 == "Can you send a revised quote?"
     assert result.usage.total_tokens > 0
 
 
@@ -209,7 +212,7 @@ def test_mistral_sdk_retries_an_injected_429(sandbox: str) -> None:
     control(sandbox, "POST", "/faults", fault)
     client = mistral(sandbox)
     try:
-        assert client.summarise(deal_name="ACME", emails=[]).summary.line1
+        assert client.summarise(messages=_messages("Price is high.")).text
     finally:
         client.close()
     stats = control(sandbox, "GET", "/stats")["requests"]["mistral"]
@@ -217,7 +220,7 @@ def test_mistral_sdk_retries_an_injected_429(sandbox: str) -> None:
     assert stats.get("200") == 1
 
 
-def test_mistral_invalid_output_keeps_raw_text(sandbox: str) -> None:
+def test_mistral_invalid_output_comes_back_raw_and_fails_the_check(sandbox: str) -> None:
     fault = {
         "vendor": "mistral",
         "kind": "invalid_output",
@@ -227,11 +230,12 @@ def test_mistral_invalid_output_keeps_raw_text(sandbox: str) -> None:
     control(sandbox, "POST", "/faults", fault)
     client = mistral(sandbox)
     try:
-        with pytest.raises(InvalidModelOutput) as caught:
-            client.summarise(deal_name="ACME", emails=[])
+        answer = client.summarise(messages=_messages("Price is high."))
     finally:
         client.close()
-    assert caught.value.raw_text == "Sure! Two lines."
+    assert answer.text == "Sure! Two lines."
+    with pytest.raises(SummaryRejected):
+        check_summary(answer.text, SummaryContext(deal_name="ACME", source_text=""))
 
 
 def test_resources_work_inside_a_dagster_run(sandbox: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,7 +292,7 @@ def test_mistral_errors_in_either_shape_are_typed(legacy: bool) -> None:
         wrong = MistralClient("wrong-key", "m", server_url=f"{base}/mistral", retry_config=quick)
         try:
             with pytest.raises(PermanentError) as refused:
-                wrong.summarise(deal_name="ACME", emails=[])
+                wrong.summarise(messages=_messages("Price is high."))
         finally:
             wrong.close()
         assert refused.value.status == 401
@@ -298,7 +302,7 @@ def test_mistral_errors_in_either_shape_are_typed(legacy: bool) -> None:
         client = MistralClient(key, "m", server_url=f"{base}/mistral", retry_config=quick)
         try:
             with pytest.raises(TransientError) as limited:
-                client.summarise(deal_name="ACME", emails=[])
+                client.summarise(messages=_messages("Price is high."))
         finally:
             client.close()
     assert limited.value.status == 429

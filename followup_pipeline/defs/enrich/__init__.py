@@ -1,33 +1,111 @@
-"""Enrichment: two-line summaries of each open deal's new e-mails, hourly at :30.
-
-Not built yet: the job runs and says so (outcome ``skipped``, reason ``not built``), so no run
-claims to have summarised anything.
+"""Enrichment: a checked two-line summary of each open deal whose e-mails changed, hourly at :30
+on business days (``summariser.py``), and the ``review`` job that settles what the check refused.
 """
+
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from followup_pipeline.defs.common import RunCounts, not_built
+from followup_pipeline.defs.common import RunCounts, business_calendar, outcome_output
+from followup_pipeline.defs.enrich.summariser import Summariser
+from followup_pipeline.integrations.resources import EspoCrmResource, MistralResource
+from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.review import ReviewError, decide
+
+#: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
+MAX_RUNTIME_S = 50 * 60
 
 
-@dg.op
-def summarise_new_emails(context: dg.OpExecutionContext) -> dg.Output[RunCounts]:
-    """Summarise new e-mails: not built yet, the run is ``skipped``."""
-    return not_built(context, "summaries of new e-mails")
+class ReviewConfig(dg.Config):
+    """Settle one review item: ``accept`` (optionally with corrected lines) or ``reject``."""
+
+    item_id: int
+    action: str
+    line1: str | None = None
+    line2: str | None = None
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
-    """The ``enrich`` job and its hourly schedule in the team's time zone."""
+    """The ``enrich`` job and schedule, and the ``review`` job."""
+    zone = settings.timezone
 
-    @dg.job(description="Summarise each open deal's new e-mails in two lines (not built yet).")
+    @dg.op
+    def summarise_new_emails(
+        context: dg.OpExecutionContext,
+        postgres: PostgresResource,
+        espocrm: EspoCrmResource,
+        mistral: MistralResource,
+        clock: ClockResource,
+    ) -> dg.Output[RunCounts]:
+        """Queue the deals whose e-mails changed, then summarise them within the budget."""
+        if not settings.enrich_enabled:
+            reason = "FOLLOWUP_ENRICH_ENABLED=false: no model call"
+            context.log.info("skipped: %s", reason)
+            return outcome_output(context, "skipped", {"reason": reason})
+        summariser = Summariser(
+            postgres,
+            espocrm.get_client(),
+            mistral.get_client(),
+            settings,
+            now=clock.now(),
+            log=context.log,
+        )
+        tally = summariser.run()
+        tally.counts.update(summariser.tokens)
+        return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())
+
+    @dg.job(
+        description="Summarise each open deal's new e-mails in two checked lines.",
+        tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+    )
     def enrich() -> None:
         summarise_new_emails()
 
-    enrich_hourly = dg.ScheduleDefinition(
-        name="enrich_hourly",
+    @dg.schedule(
         job=enrich,
-        cron_schedule="30 * * * *",
-        execution_timezone=settings.timezone,
+        cron_schedule="30 * * * 1-5",
+        execution_timezone=zone,
+        name="enrich_hourly",
         default_status=dg.DefaultScheduleStatus.RUNNING,
     )
-    return dg.Definitions(jobs=[enrich], schedules=[enrich_hourly])
+    def enrich_hourly(
+        context: dg.ScheduleEvaluationContext, postgres: PostgresResource
+    ) -> dg.RunRequest | dg.SkipReason:
+        """Every hour at :30 on business days (weekends and holidays are skipped)."""
+        scheduled = context.scheduled_execution_time
+        assert scheduled is not None
+        day = scheduled.astimezone(ZoneInfo(zone)).date()
+        if not business_calendar(context, postgres, settings).is_business_day(day):
+            return dg.SkipReason(f"{day} is not a business day")
+        return dg.RunRequest()
+
+    @dg.op
+    def settle_review_item(
+        context: dg.OpExecutionContext,
+        config: ReviewConfig,
+        postgres: PostgresResource,
+        clock: ClockResource,
+    ) -> dg.Output[RunCounts]:
+        """Accept or reject one review item, as ``followup review accept|reject`` does."""
+        lines = (config.line1, config.line2) if config.line1 or config.line2 else None
+        try:
+            with postgres.connection() as conn, conn.transaction():
+                said = decide(
+                    conn,
+                    config.item_id,
+                    action=config.action,
+                    lines=lines,
+                    max_chars=settings.enrich_line_max_chars,
+                    now=clock.now(),
+                )
+        except ReviewError as error:
+            raise dg.Failure(description=str(error)) from None
+        context.log.info(said)
+        return outcome_output(context, "ok", {"item": config.item_id, config.action: 1})
+
+    @dg.job(description="Accept or reject a review item (Launchpad: ops.settle_review_item).")
+    def review() -> None:
+        settle_review_item()
+
+    return dg.Definitions(jobs=[enrich, review], schedules=[enrich_hourly])

@@ -130,12 +130,14 @@ SELECT id, source, event_type, received_at, attempts, dead_step, last_error
 FROM events WHERE status = 'dead' ORDER BY id;
 
 -- name: events_gauges
--- For /metrics: the dead-letter count and the age in seconds of the oldest pending event.
+-- For /metrics: the dead-letter count, the age in seconds of the oldest pending event, and the
+-- model answers waiting for an operator's review.
 SELECT
     (SELECT count(*) FROM events WHERE status = 'dead') AS dead,
     (SELECT count(*) FROM events WHERE status = 'pending') AS pending,
     (SELECT extract(epoch FROM now() - min(received_at)) FROM events WHERE status = 'pending')
-        AS oldest_pending_s;
+        AS oldest_pending_s,
+    (SELECT count(*) FROM review_items WHERE resolved_at IS NULL) AS review_open;
 
 -- name: database_ping
 -- The health check: the database answers.

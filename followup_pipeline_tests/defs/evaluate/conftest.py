@@ -12,9 +12,13 @@ import httpx
 import psycopg
 import pytest
 
-from followup_pipeline.defs import evaluate
+from followup_pipeline.defs import enrich, evaluate
 from followup_pipeline.defs.common import OUTCOME_TAG
-from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.integrations.resources import (
+    ClickUpResource,
+    EspoCrmResource,
+    MistralResource,
+)
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import Settings, load_settings
@@ -61,6 +65,11 @@ class Machine:
                 token=SANDBOX.clickup_token.get_secret_value(),
                 list_id=SANDBOX.clickup_list_id,
             ),
+            "mistral": MistralResource(
+                base_url=f"{self.sandbox}/mistral",
+                api_key=SANDBOX.mistral_api_key.get_secret_value(),
+                model="mistral-small-latest",
+            ),
         }
 
     def job(
@@ -85,6 +94,23 @@ class Machine:
         return job.execute_in_process(
             raise_on_error=raise_on_error, instance=self.instance, **kwargs
         )
+
+    def enrich(self, now: datetime, **kwargs: Any) -> dg.ExecuteInProcessResult:
+        """One ``enrich`` run whose clock says ``now``."""
+        job = self.job(enrich, "enrich", self.resources(now))
+        return job.execute_in_process(instance=self.instance, **kwargs)
+
+    def email(self, deal_id: str, body: str, **fields: Any) -> None:
+        """Link an e-mail to a deal in the sandbox's CRM."""
+        with self.control() as control:
+            email = {"subject": "Re: offer", "fromAddress": "buyer@acme.example", "body": body}
+            answer = control.post(f"/deals/{deal_id}/emails", json={**email, **fields})
+            answer.raise_for_status()
+
+    def model_requests(self) -> list[dict[str, Any]]:
+        """Every chat-completion body the sandbox's Mistral received."""
+        with self.control() as control:
+            return list(control.get("/mistral/requests").json()["requests"])
 
     def outcome(self, result: dg.ExecuteInProcessResult) -> str:
         """The run's ``followup/outcome`` tag."""

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.defs import build_definitions, enrich, evaluate, report
+from followup_pipeline.defs import build_definitions, evaluate, report
 from followup_pipeline.defs.common import OUTCOME_TAG
 
 from .conftest import MONDAY, Machine
@@ -31,7 +31,7 @@ def test_build_dotenv_zone_reaches_schedules_and_ops_alike(machine: Machine) -> 
 
 @pytest.mark.parametrize(
     ("capability", "job_name", "partition"),
-    [(enrich, "enrich", None), (report, "morning_report", "2026-03-02")],
+    [(report, "morning_report", "2026-03-02"), (report, "weekly_report", "2026-03-06")],
 )
 def test_build_shell_jobs_say_they_are_not_built(
     machine: Machine, capability: Any, job_name: str, partition: str | None

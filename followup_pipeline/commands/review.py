@@ -1,0 +1,81 @@
+"""``followup review list [--all] | show ID | accept ID [--line1 … --line2 …] | reject ID``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from followup_pipeline.clock import build_clock
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.enrichments import review_item, review_items
+from followup_pipeline.store.review import ReviewError, decide
+
+
+def _list(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        items = review_items(conn, include_resolved=args.all)
+    for item in items:
+        state = item.resolution or "open"
+        print(f"{item.id:>5}  {item.created_at:%Y-%m-%d %H:%M}  {state:<8}  deal {item.subject_id}")
+        print(f"       {item.error}")
+    print(f"{len(items)} review item(s)")
+    return 0
+
+
+def _show(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        item = review_item(conn, args.item_id)
+    if item is None:
+        print(f"followup: no review item {args.item_id}")
+        return 1
+    print(f"review item {item.id}: deal {item.subject_id} ({item.deal_name})")
+    print(f"  state:  {item.resolution or 'open'}")
+    print(f"  model:  {item.model}, {item.created_at:%Y-%m-%d %H:%M:%S %Z}")
+    print(f"  reason: {item.error}")
+    print(f"  answer: {item.raw_output!r}")
+    print(f"  input:  {item.input_hash}")
+    print("  what was sent (after trimming and masking):")
+    for line in (item.source_text or "").splitlines():
+        print(f"    {line}")
+    return 0
+
+
+def _decide(args: argparse.Namespace, settings: Settings) -> int:
+    now = build_clock(settings.now).now()
+    lines = (args.line1, args.line2) if args.line1 or args.line2 else None
+    with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
+        try:
+            said = decide(
+                conn,
+                args.item_id,
+                action=args.action,
+                lines=lines,
+                max_chars=settings.enrich_line_max_chars,
+                now=now,
+            )
+        except ReviewError as error:
+            print(f"followup: {error}")
+            return 1
+    print(said)
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add ``review`` and its sub-commands."""
+    review = commands.add_parser("review", help="model answers the summary check refused")
+    sub = review.add_subparsers(dest="review_command", required=True)
+    listing = sub.add_parser("list", help="open review items (all with --all)")
+    listing.add_argument("--all", action="store_true", help="include settled items")
+    listing.set_defaults(handler=_list)
+    show = sub.add_parser("show", help="one item: the answer, the reason, what was sent")
+    show.add_argument("item_id", type=int)
+    show.set_defaults(handler=_show)
+    accept = sub.add_parser("accept", help="store the item's lines (or yours) as the summary")
+    accept.add_argument("item_id", type=int)
+    accept.add_argument("--line1", help="the first line, corrected")
+    accept.add_argument("--line2", help="the second line, corrected")
+    accept.set_defaults(handler=_decide, action="accept")
+    reject = sub.add_parser("reject", help="no summary until the deal's e-mails change")
+    reject.add_argument("item_id", type=int)
+    reject.set_defaults(handler=_decide, action="reject", line1=None, line2=None)

@@ -1,0 +1,221 @@
+"""Enrichment: a checked two-line summary of each open deal whose e-mails changed.
+
+What changed is read in one listing (the e-mails created since the job's cursor, every deal at
+once); the open deals among them, and every watch opened since, wait in ``enrich_queue`` until
+summarised. The cursor moves in the same transaction that queues them, so a later failure loses
+nothing: a deal leaves the queue only when it was summarised, sent to review, found unchanged,
+found without e-mails, or its watch closed. The queue is worked oldest change first, within the
+run's budget of calls and tokens; the rest waits for the next run.
+
+No wasted calls: the hash of exactly what would be sent is compared with the input of the
+deal's latest summary or review item; the same input makes no call.
+"""
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+from followup_pipeline.defs.evaluate.ports import Log
+from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.domain.emails import MailText, mail_text
+from followup_pipeline.domain.summaries import SummaryContext, SummaryRejected, check_summary
+from followup_pipeline.integrations.errors import IntegrationError, PermanentError
+from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.integrations.espocrm_models import Email
+from followup_pipeline.integrations.mistral import (
+    MistralClient,
+    ModelAnswer,
+    input_hash,
+    summary_messages,
+)
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import enrichments as store
+from followup_pipeline.store.enrichments import NewSummary, OpenWatch
+
+CURSOR = "enrich"
+#: The listing of changes reaches back this far before the cursor (clocks disagree a little).
+OVERLAP = timedelta(minutes=5)
+#: A refused key refuses every call: the run stops asking.
+REFUSED = {401, 403}
+
+
+class Summariser:
+    """One enrich run at ``now``."""
+
+    def __init__(
+        self,
+        postgres: PostgresResource,
+        crm: EspoCrmClient,
+        model: MistralClient,
+        settings: Settings,
+        *,
+        now: datetime,
+        log: Log,
+    ) -> None:
+        self.postgres = postgres
+        self.crm = crm
+        self.model = model
+        self.settings = settings
+        self.now = now
+        self.tally = Tally(log)
+        self.tokens = Counter[str]()
+
+    def run(self) -> Tally:
+        """Queue what changed, then summarise the queue within the budget."""
+        if self.queue_changes():
+            self.work_queue()
+        return self.tally
+
+    def queue_changes(self) -> bool:
+        """Queue the open deals with new e-mails and the watches opened since the cursor; move
+        the cursor. False when the CRM could not be read (nothing moves, the next run retries)."""
+        with self.postgres.connection() as conn:
+            cursor = store.cursor(conn, CURSOR)
+        lookback = timedelta(days=self.settings.enrich_lookback_days)
+        since = cursor - OVERLAP if cursor else self.now - lookback
+        try:
+            listing = self.crm.list_emails_since(since=since)
+        except IntegrationError as error:
+            self.tally.problem(f"CRM unreachable, no new e-mails read this run: {error}")
+            return False
+        for broken in listing.invalid:
+            self.tally.problem(f"an e-mail broke its schema and is left out: {broken}")
+        changed: dict[str, datetime] = {}
+        for email in listing.records:
+            if email.parent_id:
+                when = email.created_at or self.now
+                changed[email.parent_id] = min(changed.get(email.parent_id, when), when)
+        self.tally.count("new_emails", len(listing.records))
+        with self.postgres.connection() as conn, conn.transaction():
+            opened_since = cursor - OVERLAP if cursor else None
+            watches = store.open_watches(conn, subject_ids=list(changed), opened_since=opened_since)
+            for watch in watches:
+                store.enqueue(
+                    conn, watch.subject_id, changed_at=changed.get(watch.subject_id, self.now)
+                )
+            store.set_cursor(conn, CURSOR, self.now)
+        self.tally.count("queued", len(watches))
+        return True
+
+    def work_queue(self) -> None:
+        """Summarise the waiting deals, oldest change first, until the budget is spent."""
+        with self.postgres.connection() as conn:
+            waiting = store.queued(conn)
+        calls = 0
+        for index, item in enumerate(waiting):
+            with self.postgres.connection() as conn:
+                watch = store.open_watch(conn, item.subject_id)
+            if watch is None:
+                self._done(item.subject_id, "closed_meanwhile")
+                continue
+            spent = self.tokens["prompt_tokens"] + self.tokens["completion_tokens"]
+            if calls >= self.settings.enrich_budget_calls or (
+                spent >= self.settings.enrich_budget_tokens
+            ):
+                self.tally.count("deferred_by_budget", len(waiting) - index)
+                return
+            self.tally.count("looked_at")
+            try:
+                called = self.summarise(watch)
+            except PermanentError as error:
+                self.tally.count("failed")
+                self.tally.problem(f"deal {watch.subject_id}: {error}")
+                if error.status in REFUSED:
+                    self.tally.count("deferred_by_refusal", len(waiting) - index - 1)
+                    return
+                continue
+            except IntegrationError as error:
+                self.tally.count("failed")
+                self.tally.problem(f"deal {watch.subject_id}: {error}; it waits for the next run")
+                continue
+            calls += called
+
+    def recent_mails(self, deal_id: str) -> list[MailText]:
+        """The deal's newest e-mails of the look-back window, oldest first, made fit to send."""
+        since = self.now - timedelta(days=self.settings.enrich_lookback_days)
+        emails: list[Email] = self.crm.list_emails(deal_id=deal_id, since=since).records
+        newest = sorted(emails, key=lambda e: e.date_sent or self.now)
+        s = self.settings
+        return [
+            mail_text(
+                sent_at=e.date_sent,
+                sender=e.from_address,
+                subject=e.subject or e.name,
+                # EspoCRM's own plain text when it has one, else the body (HTML made text).
+                body=e.body_plain or e.body,
+                is_html=not e.body_plain and bool(e.is_html),
+                max_chars=s.enrich_email_max_chars,
+                mask=s.enrich_mask_personal_data,
+            )
+            for e in newest[-s.enrich_max_emails :]
+        ]
+
+    def summarise(self, watch: OpenWatch) -> int:
+        """Summarise one deal if its input changed; the number of model calls made (0 or 1)."""
+        mails = self.recent_mails(watch.subject_id)
+        if not mails:
+            self._done(watch.subject_id, "without_emails")
+            return 0
+        messages = summary_messages(deal_name=watch.subject_name, mails=mails)
+        digest = input_hash(self.model.model, messages)
+        with self.postgres.connection() as conn:
+            latest = store.latest_input_hash(conn, watch.subject_id)
+        if digest == latest:
+            self._done(watch.subject_id, "unchanged")
+            return 0
+        answer = self.model.summarise(messages=messages)
+        self.tokens.update(
+            prompt_tokens=answer.usage.prompt_tokens,
+            completion_tokens=answer.usage.completion_tokens,
+        )
+        self.keep(watch, answer, digest, source_text=messages[-1]["content"])
+        return 1
+
+    def keep(self, watch: OpenWatch, answer: ModelAnswer, digest: str, source_text: str) -> None:
+        """Store the answer as the deal's summary, or as a review item saying why not."""
+        context = SummaryContext(
+            deal_name=watch.subject_name,
+            source_text=source_text,
+            max_chars=self.settings.enrich_line_max_chars,
+        )
+        reason = None
+        if answer.finish_reason == "length":
+            reason = "the answer was cut off at max_tokens"
+        else:
+            try:
+                checked = check_summary(answer.text, context)
+            except SummaryRejected as rejected:
+                reason = rejected.reason
+        usage = answer.usage
+        with self.postgres.connection() as conn, conn.transaction():
+            if reason is None:
+                summary = NewSummary(
+                    subject_id=watch.subject_id,
+                    input_hash=digest,
+                    line1=checked.line1,
+                    line2=checked.line2,
+                    model=answer.model,
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                )
+                store.store_summary(conn, summary, now=self.now)
+            else:
+                store.store_review_item(
+                    conn,
+                    subject_id=watch.subject_id,
+                    deal_name=watch.subject_name,
+                    input_hash=digest,
+                    model=answer.model,
+                    raw_output=answer.text,
+                    reason=reason,
+                    source_text=source_text,
+                    tokens=(usage.prompt_tokens, usage.completion_tokens),
+                    now=self.now,
+                )
+            store.dequeue(conn, watch.subject_id)
+        self.tally.count("summarised" if reason is None else "sent_to_review")
+
+    def _done(self, subject_id: str, why: str) -> None:
+        with self.postgres.connection() as conn:
+            store.dequeue(conn, subject_id)
+        self.tally.count(why)
