@@ -43,7 +43,8 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
 
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
     now = build_clock(settings.now).now()
-    lines = (args.line1, args.line2) if args.line1 or args.line2 else None
+    given = args.line1 is not None or args.line2 is not None
+    lines = (args.line1, args.line2) if given else None
     with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
         try:
             said = decide(

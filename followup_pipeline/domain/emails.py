@@ -33,11 +33,15 @@ SIGN_OFFS = re.compile(
     re.IGNORECASE,
 )
 
-EMAIL_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?\b")
-#: Phone numbers: a leading + or 0, then at least 7 more digits with spaces, dashes, slashes,
-#: dots or brackets between them (dates and amounts do not start that way or are shorter).
-PHONE = re.compile(r"(?<![\w.])(?:\+|00|0)[\d][\d ()/.-]{6,}\d(?![\w])")
+EMAIL_ADDRESS = re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")
+#: An IBAN: a country code (either case), two check digits, then 11 to 30 upper-case letters or
+#: digits, in groups separated by nothing, spaces (also non-breaking), or dashes.
+IBAN = re.compile(r"(?<![\w])[A-Za-z]{2}[ \u00a0-]?\d{2}(?:[ \u00a0-]?[A-Z0-9]){11,30}(?![\w])")
+#: A phone number: an optional "+" or "00" and country code, or a leading 0, or a bracketed area
+#: code, then at least 7 more digits with spaces, dashes, slashes, dots or brackets between them.
+PHONE = re.compile(r"(?<![\w+])(?:\+|00|0|\()[\d][\d \u00a0()/.-]{5,}\d(?![\w])")
+#: What a phone pattern also matches but is no phone number: a date (05.04.2026, 2026-04-05).
+DATE = re.compile(r"\d{1,2}\.\d{1,2}\.(?:\d{2}|\d{4})|\d{4}-\d{2}-\d{2}")
 
 
 @dataclass(frozen=True)
@@ -112,11 +116,16 @@ def without_signature(text: str) -> str:
     return text
 
 
+def _phone(match: re.Match[str]) -> str:
+    found = match.group(0)
+    return found if DATE.fullmatch(found.strip()) else "[phone]"
+
+
 def masked(text: str) -> str:
     """The text with e-mail addresses, IBANs and phone numbers replaced by placeholders."""
     text = EMAIL_ADDRESS.sub("[e-mail]", text)
     text = IBAN.sub("[IBAN]", text)
-    return PHONE.sub("[phone]", text)
+    return PHONE.sub(_phone, text)
 
 
 def mail_text(
@@ -134,6 +143,8 @@ def mail_text(
     text = without_signature(without_quotes(text))
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(line.rstrip() for line in text.splitlines()))
     text = text.strip()
+    if len(text) > 2 * max_chars:  # bounds the masking's work; the cap below cuts it anyway
+        text = text[: 2 * max_chars]
     sender_text, subject_text = sender or "unknown", subject or ""
     if mask:  # before the cap, so that no address is cut in half and left unmasked
         text, sender_text, subject_text = masked(text), masked(sender_text), masked(subject_text)

@@ -113,7 +113,9 @@ class EspoCrmClient:
 
     def list_emails(self, *, deal_id: str, since: datetime | None = None) -> Listing[Email]:
         """The e-mails of a deal, oldest first; with ``since``, only those sent after it."""
-        listing = self._listing(f"Opportunity/{deal_id}/emails", Email, EMAIL_FIELDS, "dateSent")
+        listing = self._listing(
+            f"Opportunity/{quote(deal_id, safe='')}/emails", Email, EMAIL_FIELDS, "dateSent"
+        )
         if since is None:
             return listing
         # Filtered here, not with a `where` clause: a deal has few e-mails, and unsent drafts
@@ -136,11 +138,13 @@ class EspoCrmClient:
 
     def list_calls(self, *, deal_id: str) -> Listing[Call]:
         """The calls linked to a deal."""
-        return self._listing(f"Opportunity/{deal_id}/calls", Call, ACTIVITY_FIELDS, "dateStart")
+        return self._listing(
+            f"Opportunity/{quote(deal_id, safe='')}/calls", Call, ACTIVITY_FIELDS, "dateStart"
+        )
 
     def list_meetings(self, *, deal_id: str) -> Listing[Meeting]:
         """The meetings linked to a deal."""
-        path = f"Opportunity/{deal_id}/meetings"
+        path = f"Opportunity/{quote(deal_id, safe='')}/meetings"
         return self._listing(path, Meeting, ACTIVITY_FIELDS, "dateStart")
 
     def stage_options(self) -> list[str]:

@@ -25,6 +25,9 @@ from followup_pipeline.integrations.errors import (
 from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, RETRYABLE_STATUSES, Timeouts
 
 VENDOR = "mistral"
+#: What every summary request asks for besides its messages (part of the input hash).
+MAX_TOKENS = 300
+TEMPERATURE = 0.2
 #: A summary call may take a while on a busy model; this bounds each attempt.
 TIMEOUT_MS = 60_000
 #: Backoff in ms: 0.5 s doubling to 10 s, at most 60 s in all, with up to 0.5 s jitter.
@@ -77,17 +80,26 @@ def summary_prompt(*, deal_name: str, mails: Sequence[MailText]) -> str:
     return prompts.SUMMARY_USER_TEMPLATE.format(deal_name=deal_name, emails="\n\n".join(parts))
 
 
-def summary_messages(*, deal_name: str, mails: Sequence[MailText]) -> list[dict[str, str]]:
-    """Exactly the messages a summary request sends."""
+def summary_messages(
+    *, deal_name: str, mails: Sequence[MailText], max_chars: int = 160
+) -> list[dict[str, str]]:
+    """Exactly the messages a summary request sends (``max_chars``: the longest line allowed)."""
     return [
-        {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT},
+        {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT.format(max_chars=max_chars)},
         {"role": "user", "content": summary_prompt(deal_name=deal_name, mails=mails)},
     ]
 
 
 def input_hash(model: str, messages: Sequence[dict[str, str]]) -> str:
     """The hash of everything a summary request sends: the same hash, the same answer to expect."""
-    payload = {"model": model, "schema": prompts.SUMMARY_SCHEMA, "messages": list(messages)}
+    payload = {
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "temperature": TEMPERATURE,
+        "schema_name": prompts.SUMMARY_SCHEMA_NAME,
+        "schema": prompts.SUMMARY_SCHEMA,
+        "messages": list(messages),
+    }
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -150,8 +162,8 @@ class MistralClient:
         try:
             response = self._sdk.chat.complete(
                 model=self.model,
-                max_tokens=300,
-                temperature=0.2,
+                max_tokens=MAX_TOKENS,
+                temperature=TEMPERATURE,
                 messages=sdk_messages,
                 response_format=models.ResponseFormat(
                     type="json_schema",

@@ -94,12 +94,18 @@ LEGACY_MISTRAL = {
 
 
 def mistral_error(
-    status: int, message: Any = None, kind: str | None = None, *, legacy: bool = False
+    status: int,
+    message: Any = None,
+    kind: str | None = None,
+    *,
+    legacy: bool = False,
+    retry_after: int | None = None,
 ) -> Response:
     """Mistral: 401 ``{"message": "Unauthorized", ...}``, else ``{"object": "error", ...}``;
-    with ``legacy``, the older 401 and 429 shapes."""
+    with ``legacy``, the older 401 and 429 shapes; a 429 (or 503) may say ``Retry-After``."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     if legacy and status in LEGACY_MISTRAL:
-        return JSONResponse(LEGACY_MISTRAL[status], status)
+        return JSONResponse(LEGACY_MISTRAL[status], status, headers=headers)
     if status == 401:
         return JSONResponse({"message": "Unauthorized", "request_id": uuid.uuid4().hex}, 401)
     if status == 429:
@@ -110,7 +116,7 @@ def mistral_error(
             "param": None,
             "code": "1300",
         }
-        return JSONResponse(body, 429)
+        return JSONResponse(body, 429, headers=headers)
     body = {
         "object": "error",
         "message": message or "Internal server error",
@@ -118,7 +124,7 @@ def mistral_error(
         "param": None,
         "code": None,
     }
-    return JSONResponse(body, status)
+    return JSONResponse(body, status, headers=headers)
 
 
 def vendor_error(
@@ -131,4 +137,5 @@ def vendor_error(
         return clickup_error(status)
     if vendor == "graph":
         return graph_error(status, retry_after=retry_after if status in (429, 503) else None)
-    return mistral_error(status, legacy=legacy_mistral)
+    retry = retry_after if status in (429, 503) else None
+    return mistral_error(status, legacy=legacy_mistral, retry_after=retry)

@@ -148,9 +148,12 @@ def review_items(conn: psycopg.Connection[Any], *, include_resolved: bool) -> li
     return fetch_all(conn, ReviewItem, query("review_items_list"), {"all": include_resolved})
 
 
-def review_item(conn: psycopg.Connection[Any], item_id: int) -> ReviewItem | None:
-    """One review item."""
-    return fetch_one(conn, ReviewItem, query("review_item_by_id"), {"id": item_id})
+def review_item(
+    conn: psycopg.Connection[Any], item_id: int, *, lock: bool = False
+) -> ReviewItem | None:
+    """One review item (with ``lock``, locked until the transaction ends)."""
+    sql = query("review_item_lock") if lock else query("review_item_by_id")
+    return fetch_one(conn, ReviewItem, sql, {"id": item_id})
 
 
 def resolve_review_item(
@@ -186,10 +189,10 @@ def dequeue(conn: psycopg.Connection[Any], subject_id: str) -> None:
 
 
 def open_watches(
-    conn: psycopg.Connection[Any], *, subject_ids: list[str], opened_since: datetime | None
+    conn: psycopg.Connection[Any], *, subject_ids: list[str], every: bool = False
 ) -> list[OpenWatch]:
-    """Open watches among ``subject_ids`` or opened since ``opened_since`` (None: every one)."""
-    params = {"subject_ids": subject_ids, "opened_since": opened_since}
+    """Open watches among ``subject_ids``, or every open watch."""
+    params = {"subject_ids": subject_ids, "every": every}
     return fetch_all(conn, OpenWatch, query("enrich_open_watches"), params)
 
 

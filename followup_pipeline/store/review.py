@@ -13,6 +13,7 @@ import psycopg
 from followup_pipeline.domain.summaries import SummaryContext, SummaryRejected, summary_from
 from followup_pipeline.store.enrichments import (
     NewSummary,
+    latest_input_hash,
     resolve_review_item,
     review_item,
     store_summary,
@@ -37,11 +38,16 @@ def decide(
     """Accept or reject item ``item_id`` (call inside a transaction); what was done, in words."""
     if action not in ACTIONS:
         raise ReviewError(f"action {action!r}: use one of {', '.join(ACTIONS)}")
-    item = review_item(conn, item_id)
+    item = review_item(conn, item_id, lock=True)
     if item is None:
         raise ReviewError(f"no review item {item_id}")
     if item.resolved_at is not None:
         raise ReviewError(f"review item {item_id} was {item.resolution} already")
+    if action == "accept" and latest_input_hash(conn, item.subject_id) != item.input_hash:
+        raise ReviewError(
+            f"review item {item_id}: deal {item.subject_id} has a newer summary or review item; "
+            "accepting this older one would replace it (reject it instead)"
+        )
     if action == "reject":
         resolve_review_item(conn, item_id, resolution="rejected", now=now)
         return f"review item {item_id} rejected: deal {item.subject_id} keeps no new summary"
@@ -76,7 +82,7 @@ def _lines(
 ) -> tuple[object, object]:
     """The lines to accept: the operator's, else the model's own if its answer has both."""
     if lines is not None:
-        if not (lines[0] and lines[1]):
+        if not (lines[0] and lines[0].strip() and lines[1] and lines[1].strip()):
             raise ReviewError(f"review item {item_id}: give both --line1 and --line2")
         return lines[0], lines[1]
     try:

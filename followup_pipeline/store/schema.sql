@@ -3,6 +3,17 @@
 
 CREATE SCHEMA followup;
 
+CREATE FUNCTION followup.enrich_queue_new_watch() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO enrich_queue (subject_type, subject_id, changed_at)
+    VALUES (NEW.subject_type, NEW.subject_id, NEW.registered_at)
+    ON CONFLICT (subject_type, subject_id) DO NOTHING;
+    RETURN NEW;
+END;
+$$;
+
 CREATE TABLE followup.action_attempts (
     id bigint NOT NULL,
     action_id bigint NOT NULL,
@@ -356,6 +367,8 @@ CREATE INDEX watch_steps_due ON followup.watch_steps USING btree (due_on) WHERE 
 CREATE UNIQUE INDEX watches_one_open ON followup.watches USING btree (subject_type, subject_id) WHERE (closed_at IS NULL);
 
 CREATE INDEX watches_subject ON followup.watches USING btree (subject_type, subject_id, registered_at DESC);
+
+CREATE TRIGGER watches_enrich_queue AFTER INSERT ON followup.watches FOR EACH ROW WHEN ((new.closed_at IS NULL)) EXECUTE FUNCTION followup.enrich_queue_new_watch();
 
 ALTER TABLE ONLY followup.action_attempts
     ADD CONSTRAINT action_attempts_action_id_fkey FOREIGN KEY (action_id) REFERENCES followup.actions(id) ON DELETE CASCADE;

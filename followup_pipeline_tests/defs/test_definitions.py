@@ -159,6 +159,32 @@ def test_definitions_morning_schedule_ticks_on_business_days_only(
         assert [r.partition_key for r in result.run_requests or []] == [expected]
 
 
+@pytest.mark.parametrize(
+    ("tick", "runs"),
+    [
+        (datetime(2026, 3, 2, 12, 30, tzinfo=UTC), True),  # Monday, 13:30 Berlin
+        (datetime(2026, 3, 7, 12, 30, tzinfo=UTC), False),  # Saturday (the cron skips it too)
+        (datetime(2026, 4, 6, 11, 30, tzinfo=UTC), False),  # Easter Monday
+    ],
+)
+def test_definitions_enrich_schedule_runs_hourly_on_business_days(
+    tick: datetime, runs: bool, defs: dg.Definitions, db_url: str
+) -> None:
+    schedule = defs.resolve_schedule_def("enrich_hourly")
+    assert schedule.cron_schedule == "30 * * * 1-5"
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=tick,
+            repository_def=defs.get_repository_def(),
+            resources={"postgres": PostgresResource(url=db_url)},
+        ) as context,
+    ):
+        result = schedule.evaluate_tick(context)
+    assert bool(result.run_requests) is runs
+
+
 def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime(
     defs: dg.Definitions,
 ) -> None:

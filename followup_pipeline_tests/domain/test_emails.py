@@ -152,3 +152,23 @@ def test_emails_mail_text_trims_masks_then_caps() -> None:
         max_chars=100, mask=False,
     )  # fmt: skip
     assert (unmasked.body, unmasked.sender) == ("a@b.example", "unknown")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("DE89\u00a03704\u00a00044\u00a00532\u00a00130\u00a000", "[IBAN]"),
+        ("DE89 370 400 440 532 013 000", "[IBAN]"),
+        ("de89 3704 0044 0532 0130 00", "[IBAN]"),
+        ("DE89-3704-0044-0532-0130-00", "[IBAN]"),
+        ("DE 89 3704 0044 0532 0130 00", "[IBAN]"),
+        ("Tel.030 1234567", "Tel.[phone]"),
+        ("(555) 123-4567", "[phone]"),
+        ("+49 (0)30 1234-5678", "[phone]"),
+        ("am 05.04.2026 und 01.12.2026", "am 05.04.2026 und 01.12.2026"),
+        ("Rechnung vom 2026-04-05", "Rechnung vom 2026-04-05"),
+        ("ab 12 Stück bis Freitag", "ab 12 Stück bis Freitag"),
+    ],
+)
+def test_emails_masking_variants(text: str, expected: str) -> None:
+    assert masked(text) == expected

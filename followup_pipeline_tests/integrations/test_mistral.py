@@ -84,7 +84,8 @@ def test_summarise_returns_parsed_summary_and_usage() -> None:
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
     assert body["response_format"]["json_schema"]["schema"] == prompts.SUMMARY_SCHEMA
-    assert body["messages"][0] == {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT}
+    system = prompts.SUMMARY_SYSTEM_PROMPT.format(max_chars=160)
+    assert body["messages"][0] == {"role": "system", "content": system}
     assert "We need a & discount" in body["messages"][1]["content"]
     assert "ACME rollout" in body["messages"][1]["content"]
 

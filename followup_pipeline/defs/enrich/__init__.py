@@ -2,11 +2,17 @@
 on business days (``summariser.py``), and the ``review`` job that settles what the check refused.
 """
 
+from typing import Literal
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from followup_pipeline.defs.common import RunCounts, business_calendar, outcome_output
+from followup_pipeline.defs.common import (
+    SINGLETON_TAG,
+    RunCounts,
+    business_calendar,
+    outcome_output,
+)
 from followup_pipeline.defs.enrich.summariser import Summariser
 from followup_pipeline.integrations.resources import EspoCrmResource, MistralResource
 from followup_pipeline.resources import ClockResource, PostgresResource
@@ -21,7 +27,7 @@ class ReviewConfig(dg.Config):
     """Settle one review item: ``accept`` (optionally with corrected lines) or ``reject``."""
 
     item_id: int
-    action: str
+    action: Literal["accept", "reject"]
     line1: str | None = None
     line2: str | None = None
 
@@ -57,7 +63,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
 
     @dg.job(
         description="Summarise each open deal's new e-mails in two checked lines.",
-        tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+        tags={SINGLETON_TAG: "enrich", "dagster/max_runtime": str(MAX_RUNTIME_S)},
     )
     def enrich() -> None:
         summarise_new_emails()
@@ -88,7 +94,8 @@ def build_defs(settings: Settings) -> dg.Definitions:
         clock: ClockResource,
     ) -> dg.Output[RunCounts]:
         """Accept or reject one review item, as ``followup review accept|reject`` does."""
-        lines = (config.line1, config.line2) if config.line1 or config.line2 else None
+        given = config.line1 is not None or config.line2 is not None
+        lines = (config.line1, config.line2) if given else None
         try:
             with postgres.connection() as conn, conn.transaction():
                 said = decide(

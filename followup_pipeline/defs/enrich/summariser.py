@@ -16,9 +16,13 @@ from datetime import datetime, timedelta
 
 from followup_pipeline.defs.evaluate.ports import Log
 from followup_pipeline.defs.evaluate.tally import Tally
-from followup_pipeline.domain.emails import MailText, mail_text
+from followup_pipeline.domain.emails import MailText, mail_text, masked
 from followup_pipeline.domain.summaries import SummaryContext, SummaryRejected, check_summary
-from followup_pipeline.integrations.errors import IntegrationError, PermanentError
+from followup_pipeline.integrations.errors import (
+    IntegrationError,
+    NotFoundError,
+    PermanentError,
+)
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.espocrm_models import Email
 from followup_pipeline.integrations.mistral import (
@@ -87,8 +91,10 @@ class Summariser:
                 changed[email.parent_id] = min(changed.get(email.parent_id, when), when)
         self.tally.count("new_emails", len(listing.records))
         with self.postgres.connection() as conn, conn.transaction():
-            opened_since = cursor - OVERLAP if cursor else None
-            watches = store.open_watches(conn, subject_ids=list(changed), opened_since=opened_since)
+            # The first run queues every open watch; afterwards a new watch is queued by the
+            # database as it opens (a trigger), so only changed deals are added here.
+            every = cursor is None
+            watches = store.open_watches(conn, subject_ids=list(changed), every=every)
             for watch in watches:
                 store.enqueue(
                     conn, watch.subject_id, changed_at=changed.get(watch.subject_id, self.now)
@@ -116,25 +122,36 @@ class Summariser:
                 return
             self.tally.count("looked_at")
             try:
-                called = self.summarise(watch)
-            except PermanentError as error:
-                self.tally.count("failed")
-                self.tally.problem(f"deal {watch.subject_id}: {error}")
-                if error.status in REFUSED:
-                    self.tally.count("deferred_by_refusal", len(waiting) - index - 1)
-                    return
+                mails = self.recent_mails(watch.subject_id)
+            except NotFoundError:
+                self._done(watch.subject_id, "deal_gone")
                 continue
             except IntegrationError as error:
                 self.tally.count("failed")
-                self.tally.problem(f"deal {watch.subject_id}: {error}; it waits for the next run")
+                self.tally.problem(f"deal {watch.subject_id}: CRM: {error}; it waits")
                 continue
-            calls += called
+            try:
+                calls += self.summarise(watch, mails)
+            except PermanentError as error:
+                self.tally.count("failed")
+                if error.status in REFUSED:
+                    self.tally.problem(f"Mistral refused the key, no more calls this run: {error}")
+                    self.tally.count("deferred_by_refusal", len(waiting) - index - 1)
+                    return
+                self.refused(watch, mails, error)
+            except IntegrationError as error:
+                # The SDK spent its retries: the service is down or overloaded. Asking the next
+                # deals would only spend the run's time limit on timeouts.
+                self.tally.count("failed")
+                self.tally.problem(f"Mistral unavailable, no more calls this run: {error}")
+                self.tally.count("deferred_by_outage", len(waiting) - index - 1)
+                return
 
     def recent_mails(self, deal_id: str) -> list[MailText]:
         """The deal's newest e-mails of the look-back window, oldest first, made fit to send."""
         since = self.now - timedelta(days=self.settings.enrich_lookback_days)
         emails: list[Email] = self.crm.list_emails(deal_id=deal_id, since=since).records
-        newest = sorted(emails, key=lambda e: e.date_sent or self.now)
+        newest = sorted(emails, key=lambda e: (e.date_sent or self.now, e.id))
         s = self.settings
         return [
             mail_text(
@@ -150,13 +167,20 @@ class Summariser:
             for e in newest[-s.enrich_max_emails :]
         ]
 
-    def summarise(self, watch: OpenWatch) -> int:
+    def messages(self, watch: OpenWatch, mails: list[MailText]) -> list[dict[str, str]]:
+        """Exactly what goes to the model for this deal (its name masked like the e-mails)."""
+        name = watch.subject_name
+        if self.settings.enrich_mask_personal_data:
+            name = masked(name)
+        max_chars = self.settings.enrich_line_max_chars
+        return summary_messages(deal_name=name, mails=mails, max_chars=max_chars)
+
+    def summarise(self, watch: OpenWatch, mails: list[MailText]) -> int:
         """Summarise one deal if its input changed; the number of model calls made (0 or 1)."""
-        mails = self.recent_mails(watch.subject_id)
         if not mails:
             self._done(watch.subject_id, "without_emails")
             return 0
-        messages = summary_messages(deal_name=watch.subject_name, mails=mails)
+        messages = self.messages(watch, mails)
         digest = input_hash(self.model.model, messages)
         with self.postgres.connection() as conn:
             latest = store.latest_input_hash(conn, watch.subject_id)
@@ -170,6 +194,26 @@ class Summariser:
         )
         self.keep(watch, answer, digest, source_text=messages[-1]["content"])
         return 1
+
+    def refused(self, watch: OpenWatch, mails: list[MailText], error: PermanentError) -> None:
+        """Mistral refused this input (400, 422): a review item, so it is not asked again."""
+        messages = self.messages(watch, mails)
+        with self.postgres.connection() as conn, conn.transaction():
+            store.store_review_item(
+                conn,
+                subject_id=watch.subject_id,
+                deal_name=watch.subject_name,
+                input_hash=input_hash(self.model.model, messages),
+                model=self.model.model,
+                raw_output="",
+                reason=f"Mistral refused the request: {error}",
+                source_text=messages[-1]["content"],
+                tokens=(None, None),
+                now=self.now,
+            )
+            store.dequeue(conn, watch.subject_id)
+        self.tally.problem(f"deal {watch.subject_id}: Mistral refused the request: {error}")
+        self.tally.count("sent_to_review")
 
     def keep(self, watch: OpenWatch, answer: ModelAnswer, digest: str, source_text: str) -> None:
         """Store the answer as the deal's summary, or as a review item saying why not."""

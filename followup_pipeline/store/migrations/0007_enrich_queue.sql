@@ -10,6 +10,19 @@ CREATE TABLE enrich_queue (
 );
 CREATE INDEX enrich_queue_oldest ON enrich_queue (changed_at);
 
+-- Every watch that opens waits for its first summary, in the transaction that opens it: a watch
+-- registered late (a replayed event, a slow register run) cannot slip past enrich's cursor.
+CREATE FUNCTION enrich_queue_new_watch() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO enrich_queue (subject_type, subject_id, changed_at)
+    VALUES (NEW.subject_type, NEW.subject_id, NEW.registered_at)
+    ON CONFLICT (subject_type, subject_id) DO NOTHING;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER watches_enrich_queue AFTER INSERT ON watches
+    FOR EACH ROW WHEN (NEW.closed_at IS NULL) EXECUTE FUNCTION enrich_queue_new_watch();
+
 CREATE TABLE job_cursors (
     name        text PRIMARY KEY,
     position    timestamptz NOT NULL,

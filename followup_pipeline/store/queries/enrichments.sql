@@ -8,13 +8,13 @@ LIMIT 1;
 -- name: latest_input_hash
 -- The input hash of the deal's latest summary or review item: the same input, no new call.
 SELECT input_hash FROM (
-    SELECT input_hash, created_at, 1 AS kind FROM enrichments
+    SELECT input_hash, created_at, 1 AS kind, id FROM enrichments
      WHERE subject_type = %(subject_type)s AND subject_id = %(subject_id)s
     UNION ALL
-    SELECT input_hash, created_at, 0 AS kind FROM review_items
+    SELECT input_hash, created_at, 0 AS kind, id FROM review_items
      WHERE subject_type = %(subject_type)s AND subject_id = %(subject_id)s
 ) latest
-ORDER BY created_at DESC, kind DESC
+ORDER BY created_at DESC, kind DESC, id DESC
 LIMIT 1;
 
 -- name: enrichment_insert
@@ -44,6 +44,12 @@ ORDER BY resolved_at IS NOT NULL, created_at DESC, id DESC;
 SELECT id, subject_id, deal_name, model, error, raw_output, input_hash, source_text,
        created_at, resolved_at, resolution
 FROM review_items WHERE id = %(id)s;
+
+-- name: review_item_lock
+-- The item, locked until the deciding transaction ends (two operators cannot both settle it).
+SELECT id, subject_id, deal_name, model, error, raw_output, input_hash, source_text,
+       created_at, resolved_at, resolution
+FROM review_items WHERE id = %(id)s FOR UPDATE;
 
 -- name: review_item_resolve
 -- Resolve an open item; nothing when it was resolved already.
@@ -78,11 +84,9 @@ INSERT INTO job_cursors (name, position, updated_at) VALUES (%(name)s, %(positio
 ON CONFLICT (name) DO UPDATE SET position = excluded.position, updated_at = now();
 
 -- name: enrich_open_watches
--- Open watches among the given deals, or opened since a moment (every open one without it).
+-- Open watches among the given deals, or every open watch (enrich's first run).
 SELECT subject_id, subject_name, registered_at FROM watches
-WHERE closed_at IS NULL
-  AND (subject_id = ANY(%(subject_ids)s)
-       OR (%(opened_since)s::timestamptz IS NULL OR registered_at >= %(opened_since)s))
+WHERE closed_at IS NULL AND (%(every)s OR subject_id = ANY(%(subject_ids)s))
 ORDER BY registered_at, id;
 
 -- name: enrich_open_watch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +38,7 @@ def _reviews(db: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 def test_enrich_calls_the_model_only_for_changed_emails(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
+    machine.sandbox_clock(MONDAY - timedelta(hours=1))  # the CRM stamps e-mails with its clock
     deals = [machine.deal(name=f"Angebot {n}") for n in range(50)]
     silent = machine.deal(name="Ohne Post")
     for deal in deals:
@@ -53,10 +55,14 @@ def test_enrich_calls_the_model_only_for_changed_emails(
 
     second = machine.enrich(MONDAY + timedelta(hours=1, minutes=30))
     assert len(machine.model_requests()) == 50  # nothing changed: no call
-    assert _counts(machine, second).get("summarised", 0) == 0
+    # Not even a look: the listing since the cursor found no new e-mail, so nothing was queued.
+    assert _counts(machine, second).get("new_emails", 0) == 0
+    assert _counts(machine, second).get("looked_at", 0) == 0
 
+    machine.sandbox_clock(MONDAY + timedelta(hours=2))
     machine.email(deals[7], "Wir nehmen das Angebot an, bitte senden Sie den Vertrag.")
     third = machine.enrich(MONDAY + timedelta(hours=2, minutes=30))
+    assert (_counts(machine, third)["new_emails"], _counts(machine, third)["looked_at"]) == (1, 1)
     requests = machine.model_requests()
     assert len(requests) == 51  # exactly one call, for the one deal with a new e-mail
     assert "Angebot 7" in requests[-1]["messages"][1]["content"]
@@ -151,8 +157,10 @@ def test_enrich_waits_out_a_429_and_retries_a_malformed_answer_next_run(
     first, second = machine.deal(name="Eins"), machine.deal(name="Zwei")
     machine.email(first, BODY)
     machine.evaluate(MONDAY)
-    machine.fault(vendor="mistral", kind="rate_limit", count=1, retry_after=1)
+    machine.fault(vendor="mistral", kind="rate_limit", count=1, retry_after=2)
+    started = time.monotonic()
     machine.enrich(MONDAY + timedelta(minutes=30))
+    assert time.monotonic() - started >= 2  # Retry-After was honoured, not just any retry
     assert [s["subject_id"] for s in _summaries(db)] == [first]  # the SDK waited and asked again
 
     machine.email(second, BODY)
@@ -182,7 +190,7 @@ def test_enrich_budget_of_three_calls_defers_the_rest_to_the_next_run(
 
 
 def test_enrich_sends_no_email_address_phone_number_or_iban(machine: Machine) -> None:
-    deal = machine.deal(name="Datenschutz KG")
+    deal = machine.deal(name="Datenschutz KG (anna.schmidt@kunde.example, 0171 9876543)")
     machine.email(
         deal,
         "Hallo,\nbitte rufen Sie mich an: +49 30 1234567 oder 0171/9876543.\n"

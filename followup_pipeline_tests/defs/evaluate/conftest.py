@@ -107,6 +107,11 @@ class Machine:
             answer = control.post(f"/deals/{deal_id}/emails", json={**email, **fields})
             answer.raise_for_status()
 
+    def sandbox_clock(self, now: datetime) -> None:
+        """Set the sandbox's clock (records it creates are stamped with it)."""
+        with self.control() as control:
+            control.post("/clock", json={"now": now.isoformat()}).raise_for_status()
+
     def model_requests(self) -> list[dict[str, Any]]:
         """Every chat-completion body the sandbox's Mistral received."""
         with self.control() as control:
