@@ -31,6 +31,10 @@ API_VERSION = "v1.0"
 TOKEN_MARGIN = 300.0
 
 
+#: The extended property that carries the ledger key on a sent message (a GUID of our own).
+KEY_PROPERTY = "String {6d0a5c3e-8f1b-4e5a-9a52-2f7e4c1b9d10} Name FollowupKey"
+
+
 def graph_scope(graph_url: str) -> str:
     """The ``.default`` scope of the Graph cloud at ``graph_url``; a stand-in gets the public."""
     parts = urlsplit(graph_url)
@@ -146,13 +150,23 @@ class OutlookClient:
         return None
 
     def send_mail(
-        self, *, to: list[str], subject: str, html: str, headers: Mapping[str, str] | None = None
+        self,
+        *,
+        to: list[str],
+        subject: str,
+        html: str,
+        headers: Mapping[str, str] | None = None,
+        key: str | None = None,
     ) -> SendReceipt:
-        """Send one HTML message; ``headers`` become ``internetMessageHeaders`` (``X-`` names)."""
+        """Send one HTML message; ``headers`` become ``internetMessageHeaders`` (``X-`` names).
+
+        ``key`` travels on the message as an extended property (kept in Sent Items), so that
+        ``find_sent`` can tell whether a send whose answer was lost went out (VENDORS.md).
+        """
         for name in headers or {}:
             if not name.lower().startswith("x-"):
                 raise ValueError(f"Graph accepts only custom headers named X-…, not {name!r}")
-        message = {
+        message: dict[str, object] = {
             "subject": subject,
             "body": {"contentType": "HTML", "content": html},
             "toRecipients": [{"emailAddress": {"address": address}} for address in to],
@@ -160,6 +174,8 @@ class OutlookClient:
                 {"name": name, "value": value} for name, value in (headers or {}).items()
             ],
         }
+        if key is not None:
+            message["singleValueExtendedProperties"] = [{"id": KEY_PROPERTY, "value": key}]
         body = {"message": message, "saveToSentItems": True}
         cached = self._cached_token() is not None
         try:
@@ -175,6 +191,28 @@ class OutlookClient:
             recipients=list(to),
             request_id=response.headers.get("request-id"),
         )
+
+    def find_sent(self, key: str) -> str | None:
+        """The id of the message in the sender's Sent Items that carries ``key``, if any."""
+        value = key.replace("'", "''")  # an OData string literal
+        params = {
+            "$filter": (
+                f"singleValueExtendedProperties/Any(ep: ep/id eq '{KEY_PROPERTY}' "
+                f"and ep/value eq '{value}')"
+            ),
+            "$select": "id,subject,sentDateTime",
+            "$top": "1",
+        }
+        headers = {"Authorization": f"Bearer {self.access_token()}"}
+        path = f"users/{self.sender}/mailFolders/SentItems/messages"
+        response = self._graph.request("GET", path, params=params, headers=headers)
+        found = self._graph.json(response)
+        values = found.get("value") if isinstance(found, dict) else None
+        if not isinstance(values, list):
+            raise SchemaError(
+                vendor=VENDOR, record_id=key, field="value", problem="not a list", raw=found
+            )
+        return str(values[0].get("id")) if values and isinstance(values[0], dict) else None
 
     def _send(self, body: object) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.access_token()}"}

@@ -4,6 +4,7 @@ import asyncio
 import base64
 import hmac
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -108,13 +109,21 @@ def _invalid_message(body: Any) -> str | None:
     return None
 
 
+#: ``singleValueExtendedProperties/Any(ep: ep/id eq '…' and ep/value eq '…')``.
+SENT_FILTER = re.compile(
+    r"singleValueExtendedProperties/Any\(ep: ep/id eq '(?P<prop>(?:[^']|'')*)' "
+    r"and ep/value eq '(?P<value>(?:[^']|'')*)'\)"
+)
+
+
 def graph_app(state: SandboxState) -> Starlette:
-    """Graph v1.0 ``sendMail``, to be mounted at ``/graph``."""
+    """Graph v1.0 ``sendMail`` and the Sent Items lookup, to be mounted at ``/graph``."""
     config = state.config
 
     in_flight: dict[str, int] = {}
 
-    async def send_mail(request: Request) -> Response:
+    def refused(request: Request) -> Response | None:
+        """The 401 for a request without a valid token, else None."""
         header = request.headers.get("authorization", "")
         if not header.startswith("Bearer ") or not header[7:]:
             return graph_error(401, message="Access token is empty.")
@@ -123,6 +132,40 @@ def graph_app(state: SandboxState) -> Starlette:
             return graph_error(401, message="Access token validation failure. Invalid audience.")
         if expires <= time.monotonic():
             return graph_error(401, message="Lifetime validation failed, the token is expired.")
+        return None
+
+    async def sent_items(request: Request) -> Response:
+        """``GET …/mailFolders/SentItems/messages`` with the one ``$filter`` Graph documents for
+        a single-value extended property (the sandbox knows no other filter)."""
+        problem = refused(request)
+        if problem is not None:
+            return problem
+        wanted = SENT_FILTER.fullmatch(request.query_params.get("$filter", "").strip())
+        if wanted is None:
+            return graph_error(400, "BadRequest", "Invalid filter clause.")
+        prop, value = wanted["prop"].replace("''", "'"), wanted["value"].replace("''", "'")
+        mailbox = request.path_params["user"].lower()
+        found = [
+            {
+                "id": entry["id"],
+                "subject": entry["message"].get("subject"),
+                "sentDateTime": entry["received_at"],
+            }
+            for entry in state.outbox
+            if entry["mailbox"].lower() == mailbox
+            and entry["save_to_sent_items"]
+            and any(
+                p.get("id") == prop and p.get("value") == value
+                for p in entry["message"].get("singleValueExtendedProperties") or []
+            )
+        ]
+        top = int(request.query_params.get("$top", "10") or 10)
+        return JSONResponse({"value": found[:top]})
+
+    async def send_mail(request: Request) -> Response:
+        no_token = refused(request)
+        if no_token is not None:
+            return no_token
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -172,6 +215,9 @@ def graph_app(state: SandboxState) -> Starlette:
         return graph_error(status, message="Resource not found for the segment.")
 
     return Starlette(
-        routes=[Route("/v1.0/users/{user}/sendMail", send_mail, methods=["POST"])],
+        routes=[
+            Route("/v1.0/users/{user}/sendMail", send_mail, methods=["POST"]),
+            Route("/v1.0/users/{user}/mailFolders/SentItems/messages", sent_items, methods=["GET"]),
+        ],
         exception_handlers={HTTPException: refuse},
     )

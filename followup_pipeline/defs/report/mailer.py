@@ -1,0 +1,132 @@
+"""Mail that goes out once: every send is a ledger action, and Graph's Sent Items decide a send
+whose answer was lost.
+
+Graph has no idempotency header and a 5xx, 429 or timeout on ``sendMail`` is ambiguous: the
+mail may have gone (VENDORS.md). So the action is committed ``attempted`` before the request,
+its key travels on the message as an extended property, and a row left ``attempted`` or
+``unknown`` (a crash after the 202, a fault that sent and then answered 500) is settled by
+looking for the key in Sent Items before anything is sent again. A request that may still be on
+its way (younger than the in-flight window) is left alone.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from followup_pipeline.defs.evaluate.ports import Log
+from followup_pipeline.integrations.errors import IntegrationError, TransientError
+from followup_pipeline.integrations.outlook import OutlookClient
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import ledger
+from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOutcome, Kind
+
+MailOutcome = Literal["sent", "already_sent", "suppressed", "in_flight"]
+
+
+@dataclass(frozen=True)
+class MailResult:
+    """How one ``send_once`` ended, and Graph's ``request-id`` when it sent."""
+
+    key: str
+    outcome: MailOutcome
+    request_id: str | None = None
+
+
+class MailError(RuntimeError):
+    """A send failed; the action says ``failed`` or ``unknown`` and the next run settles it."""
+
+
+class Mailer:
+    """Sends mail through Graph at most once per ledger key."""
+
+    def __init__(
+        self,
+        postgres: PostgresResource,
+        outlook: OutlookClient,
+        settings: Settings,
+        *,
+        now: datetime,
+        run_id: str | None,
+        log: Log,
+    ) -> None:
+        self.db = postgres
+        self.outlook = outlook
+        self.settings = settings
+        self.now = now
+        self.run_id = run_id
+        self.log = log
+
+    def send_once(
+        self, *, key: str, kind: Kind, to: list[str], subject: str, html: str
+    ) -> MailResult:
+        """Send the message unless the action of ``key`` reached Graph already."""
+        spec = ActionSpec(key=key, kind=kind, due_at=self.now, time_zone=self.settings.timezone)
+        with self.db.connection() as conn:
+            action = ledger.action_by_key(conn, key)
+            age = ledger.age_s(conn, action.id) if action is not None else None
+        if action is not None and action.outcome in ("accepted", "confirmed"):
+            return MailResult(key, "already_sent", action.provider_ref)
+        if action is not None and action.outcome in ("attempted", "unknown"):
+            if age is not None and age < self.settings.in_flight_s():
+                self.log.info("%s: the last send may still be on its way; left alone", key)
+                return MailResult(key, "in_flight")
+            settled = self._settle(spec, action)
+            if settled is not None:
+                return settled
+        if self.settings.dry_run:
+            with self.db.connection() as conn, conn.transaction():
+                ledger.suppress(conn, spec, reason="dry_run")
+            return MailResult(key, "suppressed")
+        return self._send(spec, to=to, subject=subject, html=html)
+
+    def _settle(self, spec: ActionSpec, action: Action) -> MailResult | None:
+        """Ask Sent Items about an earlier send whose answer was lost; the result if it went."""
+        try:
+            message_id = self.outlook.find_sent(spec.key)
+        except IntegrationError as error:
+            raise MailError(f"{spec.key}: Sent Items could not be read: {error}") from error
+        if message_id is None:
+            self.log.info("%s: not in Sent Items; sending (again)", spec.key)
+            return None
+        attempt = self._begin(spec)
+        if attempt is not None:
+            self._finish(attempt, "accepted", provider_ref=message_id, error="found in Sent Items")
+        return MailResult(spec.key, "already_sent", message_id)
+
+    def _send(self, spec: ActionSpec, *, to: list[str], subject: str, html: str) -> MailResult:
+        attempt = self._begin(spec)
+        if attempt is None:  # another run sent it meanwhile
+            return MailResult(spec.key, "already_sent")
+        with self.db.connection() as conn:
+            ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
+        try:
+            receipt = self.outlook.send_mail(to=to, subject=subject, html=html, key=spec.key)
+        except IntegrationError as error:
+            ambiguous = isinstance(error, TransientError)  # a 5xx, 429 or timeout: maybe sent
+            self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))
+            raise MailError(f"{spec.key}: Graph failed: {error}") from error
+        self._finish(attempt, "accepted", provider_ref=receipt.request_id)
+        return MailResult(spec.key, "sent", receipt.request_id)
+
+    def _begin(self, spec: ActionSpec) -> Attempt | None:
+        with self.db.connection() as conn, conn.transaction():
+            return ledger.begin_attempt(conn, spec, started_at=self.now, run_id=self.run_id)
+
+    def _finish(
+        self,
+        attempt: Attempt,
+        outcome: FinalOutcome,
+        *,
+        provider_ref: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self.db.connection() as conn, conn.transaction():
+            ledger.finish_attempt(
+                conn,
+                attempt,
+                outcome=outcome,
+                finished_at=self.now,
+                provider_ref=provider_ref,
+                error=error,
+            )
