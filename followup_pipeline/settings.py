@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import zoneinfo
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -106,6 +106,10 @@ class Settings(BaseSettings):
     won_stage: str = "Closed Won"
     lost_stage: str = "Closed Lost"
     report_recipients: Annotated[list[str], NoDecode] = []
+    #: The language of the reports.
+    report_language: Literal["de", "en"] = "de"
+    #: When the morning list goes out (local time, business days).
+    morning_report_at: time = time(7, 30)
     dry_run: bool = False
 
     # --- EspoCRM -------------------------------------------------------------------------------

@@ -48,6 +48,23 @@ WORDS: dict[Language, dict[str, str]] = {
         "subject_gone": "im CRM gelöscht",
         "out_of_scope": "Phase nicht mehr beobachtet",
         "late_note": "Diese Liste wurde nachträglich versandt.",
+        "week_subject": "Wochenüberblick {start} – {end}",
+        "week_title": "Wochenüberblick {start} – {end}",
+        "fired": "Aufgaben angelegt",
+        "suppressed": "Übersprungen",
+        "opened": "Beobachtungen eröffnet",
+        "closed_week": "Beobachtungen geschlossen",
+        "open_by_stage": "Offene Beobachtungen nach Phase",
+        "age": "Alter (Tage)",
+        "count": "Anzahl",
+        "oldest": "älteste",
+        "failures": "Fehler und Dead Letters der Woche",
+        "failed_runs": "fehlgeschlagene Läufe",
+        "dead_letters": "Dead Letters",
+        "chart": "Aufgaben pro Tag",
+        "deal_closed": "Deal geschlossen",
+        "superseded": "überholt",
+        "dry_run": "Testlauf",
     },
     "en": {
         "subject": "Follow-ups for {day}",
@@ -82,6 +99,23 @@ WORDS: dict[Language, dict[str, str]] = {
         "subject_gone": "deleted in the CRM",
         "out_of_scope": "stage no longer watched",
         "late_note": "This list was sent late.",
+        "week_subject": "Weekly overview {start} – {end}",
+        "week_title": "Weekly overview {start} – {end}",
+        "fired": "Tasks created",
+        "suppressed": "Skipped",
+        "opened": "Watches opened",
+        "closed_week": "Watches closed",
+        "open_by_stage": "Open watches by stage",
+        "age": "age (days)",
+        "count": "count",
+        "oldest": "oldest",
+        "failures": "Failures and dead letters of the week",
+        "failed_runs": "failed runs",
+        "dead_letters": "dead letters",
+        "chart": "Tasks per day",
+        "deal_closed": "deal closed",
+        "superseded": "superseded",
+        "dry_run": "dry run",
     },
 }
 DATE_FORMAT: dict[Language, str] = {"de": "%d.%m.%Y", "en": "%Y-%m-%d"}
@@ -144,6 +178,34 @@ class MorningData:
     closed: Sequence[ClosedLine]
     review_open: int
     health: Health
+    late: bool = False
+
+
+@dataclass(frozen=True)
+class StageLine:
+    """Open watches of one stage: how many, and their average and oldest age in days."""
+
+    stage: str
+    count: int
+    average_age_days: float
+    oldest_age_days: int
+
+
+@dataclass(frozen=True)
+class WeeklyData:
+    """Everything the Friday overview of the week ``start``..``end`` shows."""
+
+    start: date
+    end: date
+    time_zone: str
+    fired: int
+    suppressed: dict[str, int]
+    opened: int
+    closed: dict[str, int]
+    open_by_stage: Sequence[StageLine]
+    failed_runs: int
+    dead_letters: int
+    tasks_per_day: dict[date, int]
     late: bool = False
 
 
@@ -223,4 +285,36 @@ def render_morning(data: MorningData, language: Language) -> Rendered:
     templates = _environment()
     html = templates.get_template("morning.html.j2").render(**context)
     text = templates.get_template("morning.txt.j2").render(**context)
+    return Rendered(subject=subject, html=html, text=text)
+
+
+#: The widest bar of the chart, in table cells (Outlook renders tables, not CSS widths).
+BAR_CELLS = 20
+
+
+def render_weekly(data: WeeklyData, language: Language) -> Rendered:
+    """The Friday overview in ``language``: counts, open watches by stage, and a bar chart of
+    the week's tasks per day drawn with table cells."""
+    words = WORDS[language]
+    fmt = DATE_FORMAT[language]
+    start, end = data.start.strftime(fmt), data.end.strftime(fmt)
+    most = max(data.tasks_per_day.values(), default=0)
+    bars = [
+        (day.strftime(fmt), count, round(BAR_CELLS * count / most) if most else 0)
+        for day, count in sorted(data.tasks_per_day.items())
+    ]
+    context = {
+        "w": words,
+        "start": start,
+        "end": end,
+        "data": data,
+        "bars": bars,
+        "word": lambda key: words.get(key, key),
+    }
+    subject = (words["late"] if data.late else "") + words["week_subject"].format(
+        start=start, end=end
+    )
+    templates = _environment()
+    html = templates.get_template("weekly.html.j2").render(**context)
+    text = templates.get_template("weekly.txt.j2").render(**context)
     return Rendered(subject=subject, html=html, text=text)

@@ -130,6 +130,8 @@ def test_definitions_evaluate_partitions_are_business_hours_from_a_recent_start(
         (datetime(2026, 3, 2, 6, 30, tzinfo=UTC), "2026-03-02"),  # Monday, 07:30 Berlin
         (datetime(2026, 4, 6, 5, 30, tzinfo=UTC), None),  # Easter Monday (summer time)
         (datetime(2026, 3, 3, 6, 30, tzinfo=UTC), None),  # a local day off (the holidays table)
+        (datetime(2026, 3, 30, 5, 30, tzinfo=UTC), "2026-03-30"),  # Monday after spring DST
+        (datetime(2026, 10, 26, 6, 30, tzinfo=UTC), "2026-10-26"),  # Monday after autumn DST
     ],
 )
 def test_definitions_morning_schedule_ticks_on_business_days_only(

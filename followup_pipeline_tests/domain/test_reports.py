@@ -17,9 +17,12 @@ from followup_pipeline.domain.reports import (
     Health,
     Language,
     MorningData,
+    StageLine,
     StepLine,
     SummaryLine,
+    WeeklyData,
     render_morning,
+    render_weekly,
 )
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -83,3 +86,45 @@ def test_reports_subject_says_late_and_dates_are_local() -> None:
     text = render_morning(MORNING, "en").text
     assert "won, 2026-02-27 16:05" in text
     assert "last successful evaluate: 2026-03-02 06:00" in text
+
+
+WEEK = WeeklyData(
+    start=date(2026, 2, 28),
+    end=date(2026, 3, 6),
+    time_zone="Europe/Berlin",
+    fired=9,
+    suppressed={"superseded": 2, "deal_closed": 1},
+    opened=5,
+    closed={"won": 2, "lost": 1, "exhausted": 1},
+    open_by_stage=[
+        StageLine("Negotiation", 3, 12.3, 20),
+        StageLine("<b>Proposal</b>", 7, 6.0, 15),
+    ],
+    failed_runs=1,
+    dead_letters=0,
+    tasks_per_day={
+        date(2026, 3, 2): 4, date(2026, 3, 3): 2, date(2026, 3, 4): 0,
+        date(2026, 3, 5): 1, date(2026, 3, 6): 2,
+    },
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("language", ["de", "en"])
+@pytest.mark.parametrize("part", ["html", "text"])
+def test_reports_weekly_overview_matches_its_snapshot(language: Language, part: str) -> None:
+    rendered = render_weekly(WEEK, language)
+    content = rendered.html if part == "html" else rendered.text
+    path = SNAPSHOTS / f"weekly_{language}.{'html' if part == 'html' else 'txt'}"
+    if UPDATE:
+        path.write_text(content, encoding="utf-8")
+    assert content == path.read_text(encoding="utf-8")
+
+
+def test_reports_weekly_chart_is_drawn_with_table_cells_and_escapes_names() -> None:
+    rendered = render_weekly(WEEK, "en")
+    assert rendered.subject == "Weekly overview 2026-02-28 – 2026-03-06"
+    # The busiest day gets 20 cells, the others their share; no image service.
+    assert rendered.html.count('bgcolor="#4a7bd0"') == 20 + 10 + 0 + 5 + 10
+    assert "<img" not in rendered.html
+    assert "&lt;b&gt;Proposal&lt;/b&gt;" in rendered.html
+    assert "2026-03-02 #################### 4" in rendered.text

@@ -1,25 +1,48 @@
 """Reports: the morning list (partitions of business days) and the Friday overview (weekly
-partitions).
+partitions; not built yet: its runs say so and send nothing).
 
-Not built yet: each run says so (outcome ``skipped``, reason ``not built``) and sends nothing.
+The morning list is sent once per partition: its send is the ledger action
+``report:morning:{day}`` (``mailer.py``). A rerun, a run retry or a second backfill sends nothing;
+run config ``force: true`` sends again under ``report:morning:{day}#{n}``. A list sent after its
+day says so in its subject.
 """
 
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from followup_pipeline.defs.common import RunCounts, business_calendar, not_built
-from followup_pipeline.resources import PostgresResource
+from followup_pipeline.defs.common import (
+    RunCounts,
+    business_calendar,
+    not_built,
+    outcome_output,
+)
+from followup_pipeline.defs.report.mailer import Mailer, MailError
+from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.reports import Health, MorningData, render_morning
+from followup_pipeline.integrations.resources import OutlookResource
+from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import reports as store
+from followup_pipeline.store.enrichments import open_review_items
+from followup_pipeline.store.events import gauges
 
-#: When the morning list goes out (local time), Monday to Friday; holidays are skipped.
-MORNING_CRON = "30 7 * * 1-5"
+
+class ReportConfig(dg.Config):
+    """``force``: send the partition's report again, though it went out already."""
+
+    force: bool = False
 
 
-@dg.op
-def send_morning_list(context: dg.OpExecutionContext) -> dg.Output[RunCounts]:
-    """Render and send the morning list of the partition's day: not built yet."""
-    return not_built(context, "the morning list", partition=context.partition_key)
+def _last_evaluate_ok(context: dg.OpExecutionContext) -> datetime | None:
+    """When the last successful ``evaluate`` run ended (Dagster's own record)."""
+    runs = context.instance.get_run_records(
+        filters=dg.RunsFilter(job_name="evaluate", statuses=[dg.DagsterRunStatus.SUCCESS]),
+        limit=1,
+    )
+    ended = runs[0].end_time if runs else None
+    return datetime.fromtimestamp(ended, tz=UTC) if ended else None
 
 
 @dg.op
@@ -31,6 +54,86 @@ def send_weekly_overview(context: dg.OpExecutionContext) -> dg.Output[RunCounts]
 def build_defs(settings: Settings) -> dg.Definitions:
     """The two report jobs, partitioned in the team's time zone, and their schedules."""
     zone = settings.timezone
+    at = settings.morning_report_at
+
+    def morning_data(
+        context: dg.OpExecutionContext, postgres: PostgresResource, day: date, now: datetime
+    ) -> MorningData:
+        day_start = datetime.combine(day, time(0), tzinfo=ZoneInfo(zone))
+        with postgres.connection() as conn:
+            steps = store.morning_steps(
+                conn, day=day, day_start=day_start, max_attempts=settings.action_max_attempts
+            )
+            since = store.last_report_sent(conn, "morning") or now - timedelta(days=1)
+            summaries = store.summaries_between(conn, since=since, until=now)
+            closed = store.closed_between(conn, since=since, until=now)
+            review_open = open_review_items(conn)
+            dead = store.dead_letter_count(conn, max_attempts=settings.action_max_attempts)
+            pending = gauges(conn)["oldest_pending_s"]
+        return MorningData(
+            day=day,
+            time_zone=zone,
+            due_today=[s for s in steps if s.due_on == day],
+            overdue=[s for s in steps if s.due_on < day],
+            summaries=summaries,
+            closed=closed,
+            review_open=review_open,
+            health=Health(dead, _last_evaluate_ok(context), pending or None),
+            late=day < local_date(now, zone),
+        )
+
+    @dg.op
+    def send_morning_list(
+        context: dg.OpExecutionContext,
+        config: ReportConfig,
+        postgres: PostgresResource,
+        outlook: OutlookResource,
+        clock: ClockResource,
+    ) -> dg.Output[RunCounts]:
+        """Render the partition's morning list and send it once (again with ``force``)."""
+        day = date.fromisoformat(context.partition_key)
+        if not settings.report_recipients:
+            reason = "FOLLOWUP_REPORT_RECIPIENTS is empty: nobody to send the list to"
+            context.log.warning("skipped: %s", reason)
+            return outcome_output(context, "skipped", {"reason": reason})
+        now = clock.now()
+        data = morning_data(context, postgres, day, now)
+        rendered = render_morning(data, settings.report_language)
+        key = f"report:morning:{day}"
+        if config.force:
+            with postgres.connection() as conn:
+                key = f"{key}#{store.report_sends(conn, key)}"
+        mailer = Mailer(
+            postgres,
+            outlook.get_client(),
+            settings,
+            now=now,
+            run_id=context.run_id,
+            log=context.log,
+        )
+        try:
+            result = mailer.send_once(
+                key=key,
+                kind="report",
+                to=settings.report_recipients,
+                subject=rendered.subject,
+                html=rendered.html,
+            )
+        except MailError as error:
+            raise dg.Failure(description=str(error)) from error
+        counts: RunCounts = {
+            "rendered": 1,
+            result.outcome: 1,
+            "key": key,
+            "request_id": result.request_id or "",
+            "due_today": len(data.due_today),
+            "overdue": len(data.overdue),
+            "summaries": len(data.summaries),
+            "closed": len(data.closed),
+            "late": int(data.late),
+        }
+        return outcome_output(context, "ok", counts)
+
     start = settings.partitions_start_on()
     # One partition per weekday; a holiday keeps its partition, and the schedule skips it.
     morning_partitions = dg.TimeWindowPartitionsDefinition(
@@ -45,7 +148,10 @@ def build_defs(settings: Settings) -> dg.Definitions:
         start_date=f"{start:%Y-%m-%d}", timezone=zone, day_offset=5, end_offset=1
     )
 
-    @dg.job(partitions_def=morning_partitions, description="The morning list (not built yet).")
+    @dg.job(
+        partitions_def=morning_partitions,
+        description="The morning list of a business day, sent once through Outlook.",
+    )
     def morning_report() -> None:
         send_morning_list()
 
@@ -55,7 +161,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
 
     @dg.schedule(
         job=morning_report,
-        cron_schedule=MORNING_CRON,
+        cron_schedule=f"{at.minute} {at.hour} * * 1-5",
         execution_timezone=zone,
         name="morning_report_weekdays",
         default_status=dg.DefaultScheduleStatus.RUNNING,

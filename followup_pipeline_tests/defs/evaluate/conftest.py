@@ -18,6 +18,7 @@ from followup_pipeline.integrations.resources import (
     ClickUpResource,
     EspoCrmResource,
     MistralResource,
+    OutlookResource,
 )
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.sandbox.config import SandboxConfig
@@ -65,6 +66,14 @@ class Machine:
                 token=SANDBOX.clickup_token.get_secret_value(),
                 list_id=SANDBOX.clickup_list_id,
             ),
+            "outlook": OutlookResource(
+                login_url=f"{self.sandbox}/login",
+                graph_url=f"{self.sandbox}/graph",
+                tenant_id=SANDBOX.graph_tenant_id,
+                client_id=SANDBOX.graph_client_id,
+                client_secret=SANDBOX.graph_client_secret.get_secret_value(),
+                sender="followup@example.com",
+            ),
             "mistral": MistralResource(
                 base_url=f"{self.sandbox}/mistral",
                 api_key=SANDBOX.mistral_api_key.get_secret_value(),
@@ -111,6 +120,11 @@ class Machine:
         """Set the sandbox's clock (records it creates are stamped with it)."""
         with self.control() as control:
             control.post("/clock", json={"now": now.isoformat()}).raise_for_status()
+
+    def outbox(self) -> list[dict[str, Any]]:
+        """Every message Graph accepted."""
+        with self.control() as control:
+            return list(control.get("/outbox").json()["messages"])
 
     def model_requests(self) -> list[dict[str, Any]]:
         """Every chat-completion body the sandbox's Mistral received."""

@@ -1,0 +1,55 @@
+-- name: morning_steps
+-- Steps of open watches due on the day (fired that day or not yet), and those due before it and
+-- still waiting, with why they wait: paused, their task a dead letter, a CRM error, or the next
+-- run. Names and links are the watch's copies: the list reads without the CRM.
+SELECT w.subject_name AS deal_name, w.account_name, w.assigned_user_name AS owner, s.step_no,
+       (SELECT count(*) FROM watch_steps t WHERE t.watch_id = w.id)::int AS step_count,
+       s.due_on, w.crm_url,
+       CASE WHEN s.due_on = %(day)s THEN NULL
+            WHEN w.paused_at IS NOT NULL THEN 'paused'
+            WHEN a.outcome = 'failed' AND a.attempts - a.replayed_attempts >= %(max_attempts)s
+                THEN 'dead_letter'
+            WHEN w.last_error IS NOT NULL THEN 'crm_error'
+            ELSE 'waiting' END AS reason,
+       CASE WHEN s.due_on < %(day)s AND w.paused_at IS NULL THEN w.last_error END AS detail
+FROM watch_steps s
+JOIN watches w ON w.id = s.watch_id
+LEFT JOIN actions a ON a.idempotency_key = 'task:' || w.id || ':' || s.step_no
+WHERE w.closed_at IS NULL AND s.skipped_at IS NULL
+  AND ((s.due_on = %(day)s AND (s.fired_at IS NULL OR s.fired_at >= %(day_start)s))
+       OR (s.due_on < %(day)s AND s.fired_at IS NULL))
+ORDER BY s.due_on, w.subject_name, s.step_no;
+
+-- name: morning_summaries
+-- Each deal's newest summary written since the last list, for its open watch.
+SELECT DISTINCT ON (e.subject_id)
+       w.subject_name AS deal_name, w.assigned_user_name AS owner, e.line1, e.line2, w.crm_url
+FROM enrichments e
+JOIN watches w ON w.subject_type = e.subject_type AND w.subject_id = e.subject_id
+                  AND w.closed_at IS NULL
+WHERE e.created_at > %(since)s AND e.created_at <= %(until)s
+ORDER BY e.subject_id, e.created_at DESC, e.id DESC;
+
+-- name: morning_closed
+-- Watches closed since the last list, with the reason.
+SELECT subject_name AS deal_name, assigned_user_name AS owner, closed_reason AS reason, closed_at
+FROM watches
+WHERE closed_at > %(since)s AND closed_at <= %(until)s
+ORDER BY closed_at, id;
+
+-- name: last_report_sent
+-- When a report of this kind last reached Graph (the "since" of the next one).
+SELECT max(updated_at) AS sent_at FROM actions
+WHERE kind = 'report' AND idempotency_key LIKE %(prefix)s AND outcome IN ('accepted', 'confirmed');
+
+-- name: report_sends
+-- How many sends a report's window has had (its key and the forced ones, key#n).
+SELECT count(*) AS sends FROM actions
+WHERE idempotency_key = %(key)s OR idempotency_key LIKE %(forced)s;
+
+-- name: dead_letter_count
+-- Events and actions waiting for an operator.
+SELECT (SELECT count(*) FROM events WHERE status = 'dead')
+     + (SELECT count(*) FROM actions
+         WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s)
+       AS dead;

@@ -1,0 +1,93 @@
+"""The morning list end to end: real Postgres, the sandbox's Graph, once per partition."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from followup_pipeline.defs import report
+
+from ..evaluate.conftest import MONDAY, Machine
+
+NEXT_MONDAY = MONDAY + timedelta(days=7)  # step 1 (business day 5) is due on 2026-03-09
+
+
+def _morning(machine: Machine, day: str, *, force: bool = False) -> Any:
+    job = machine.job(report, "morning_report", machine.resources(NEXT_MONDAY))
+    config = {"ops": {"send_morning_list": {"config": {"force": force}}}}
+    return job.execute_in_process(instance=machine.instance, partition_key=day, run_config=config)
+
+
+def test_morning_list_goes_out_once_per_day_and_again_only_when_forced(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    deal = machine.deal(name="<script>alert(1)</script> GmbH")
+    machine.evaluate(MONDAY)
+    machine.evaluate(NEXT_MONDAY)  # fires step 1: the task of today
+
+    assert _morning(machine, "2026-03-09").success
+    [mail] = machine.outbox()
+    message = mail["message"]
+    assert message["subject"] == "Follow-ups for 2026-03-09"
+    assert message["toRecipients"] == [{"emailAddress": {"address": "team@example.com"}}]
+    html = message["body"]["content"]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; GmbH" in html  # names from the CRM are text
+    assert "<script>" not in html
+    assert "step 1 of 3" in html
+    assert machine.watch(deal)["crm_url"] in html
+
+    # A rerun (a retry, a second backfill) sends nothing.
+    assert _morning(machine, "2026-03-09").success
+    assert len(machine.outbox()) == 1
+    # force: true sends again, under a key of its own.
+    assert _morning(machine, "2026-03-09", force=True).success
+    assert len(machine.outbox()) == 2
+    keys = [
+        r["idempotency_key"]
+        for r in db.execute("SELECT idempotency_key FROM actions WHERE kind = 'report' ORDER BY id")
+    ]
+    assert keys == ["report:morning:2026-03-09", "report:morning:2026-03-09#1"]
+
+
+def test_morning_list_of_a_missed_day_says_it_is_late(machine: Machine) -> None:
+    machine.deal(name="Late GmbH")
+    machine.evaluate(MONDAY)
+    assert _morning(machine, "2026-03-06").success  # Friday's list, sent on Monday
+    [mail] = machine.outbox()
+    assert mail["message"]["subject"] == "late: Follow-ups for 2026-03-06"
+    assert "This list was sent late." in mail["message"]["body"]["content"]
+    assert _morning(machine, "2026-03-06").success
+    assert len(machine.outbox()) == 1
+
+
+def test_morning_list_dry_run_and_no_recipients_send_nothing(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.settings["dry_run"] = True
+    assert _morning(machine, "2026-03-09").success
+    assert machine.outbox() == []
+    row = db.execute("SELECT outcome, reason FROM actions WHERE kind = 'report'").fetchone()
+    assert row == {"outcome": "suppressed", "reason": "dry_run"}
+    machine.settings.update(dry_run=False, report_recipients="")
+    result = _morning(machine, "2026-03-10")
+    assert machine.outcome(result) == "skipped"
+    assert machine.outbox() == []
+
+
+def test_morning_list_a_failing_graph_fails_the_run_and_the_next_run_sends_once(
+    machine: Machine,
+) -> None:
+    machine.fault(vendor="graph", kind="apply_then_error", method="POST", path="sendMail", count=1)
+    result = _morning_raw(machine, "2026-03-09")
+    assert not result.success
+    assert _morning(machine, "2026-03-09").success  # finds it in Sent Items
+    assert len(machine.outbox()) == 1
+
+
+def _morning_raw(machine: Machine, day: str) -> Any:
+    job = machine.job(report, "morning_report", machine.resources(NEXT_MONDAY))
+    return job.execute_in_process(
+        instance=machine.instance, partition_key=day, raise_on_error=False
+    )
