@@ -47,15 +47,6 @@ def counts_line(counts: RunCounts) -> str:
     return line if len(line) <= COUNTS_TAG_MAX else line[: COUNTS_TAG_MAX - 1] + "…"
 
 
-NOT_BUILT = "not built"
-
-
-def not_built(context: dg.OpExecutionContext, what: str, **details: Any) -> dg.Output[RunCounts]:
-    """The run of a capability that does not exist yet: ``skipped``, reason ``not built``."""
-    context.log.warning("%s: %s yet, nothing was done", what, NOT_BUILT)
-    return outcome_output(context, "skipped", {"reason": NOT_BUILT, "what": what, **details})
-
-
 def stage_policy(settings: Settings) -> StagePolicy:
     """The configured watched, won and lost stages."""
     return StagePolicy(settings.watched_stages, settings.won_stage, settings.lost_stage)

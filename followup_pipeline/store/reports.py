@@ -3,12 +3,13 @@ report was last sent. Rows come back as the domain's own report lines."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
-from followup_pipeline.domain.reports import ClosedLine, StepLine, SummaryLine
+from followup_pipeline.domain.reports import ClosedLine, StageLine, StepLine, SummaryLine
 from followup_pipeline.store.db import fetch_all
 from followup_pipeline.store.queries import query
 
@@ -53,3 +54,41 @@ def dead_letter_count(conn: psycopg.Connection[Any], *, max_attempts: int) -> in
     """Events and actions waiting for an operator."""
     row = conn.execute(query("dead_letter_count"), {"max_attempts": max_attempts}).fetchone()
     return int(row["dead"]) if row else 0
+
+
+@dataclass(frozen=True)
+class WeekCounts:
+    """What happened in a week, counted."""
+
+    fired: int
+    opened: int
+    skipped: dict[str, int]
+    closed: dict[str, int]
+    tasks_per_day: dict[date, int]
+
+
+def week_counts(
+    conn: psycopg.Connection[Any], *, start: datetime, until: datetime, zone: str
+) -> WeekCounts:
+    """Steps fired and skipped by reason, watches opened and closed by reason, tasks per local
+    day, in [``start``, ``until``)."""
+    params = {"start": start, "until": until, "zone": zone}
+    row = conn.execute(query("weekly_counts"), params).fetchone()
+    assert row is not None
+
+    def by_reason(name: LiteralString) -> dict[str, int]:
+        return {r["reason"]: int(r["n"]) for r in conn.execute(query(name), params)}
+
+    per_day = {r["day"]: int(r["n"]) for r in conn.execute(query("weekly_tasks_per_day"), params)}
+    return WeekCounts(
+        fired=int(row["fired"]),
+        opened=int(row["opened"]),
+        skipped=by_reason("weekly_skipped"),
+        closed=by_reason("weekly_closed"),
+        tasks_per_day=per_day,
+    )
+
+
+def open_by_stage(conn: psycopg.Connection[Any], *, until: datetime) -> list[StageLine]:
+    """Open watches by stage with their ages at ``until``."""
+    return fetch_all(conn, StageLine, query("weekly_open_by_stage"), {"until": until})

@@ -1,10 +1,10 @@
 """Reports: the morning list (partitions of business days) and the Friday overview (weekly
-partitions; not built yet: its runs say so and send nothing).
+partitions keyed by their Friday).
 
-The morning list is sent once per partition: its send is the ledger action
-``report:morning:{day}`` (``mailer.py``). A rerun, a run retry or a second backfill sends nothing;
-run config ``force: true`` sends again under ``report:morning:{day}#{n}``. A list sent after its
-day says so in its subject.
+Each report is sent once per partition: its send is the ledger action
+``report:{kind}:{partition}`` (``mailer.py``). A rerun, a run retry or a second backfill sends
+nothing; run config ``force: true`` sends again under ``report:{kind}:{partition}#{n}``. A report
+sent after its day says so in its subject.
 """
 
 from datetime import UTC, date, datetime, time, timedelta
@@ -15,12 +15,18 @@ import dagster as dg
 from followup_pipeline.defs.common import (
     RunCounts,
     business_calendar,
-    not_built,
     outcome_output,
 )
-from followup_pipeline.defs.report.mailer import Mailer, MailError
+from followup_pipeline.defs.report.mailer import Mailer, MailError, MailResult
 from followup_pipeline.domain.localtime import local_date
-from followup_pipeline.domain.reports import Health, MorningData, render_morning
+from followup_pipeline.domain.reports import (
+    Health,
+    MorningData,
+    Rendered,
+    WeeklyData,
+    render_morning,
+    render_weekly,
+)
 from followup_pipeline.integrations.resources import OutlookResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
@@ -43,12 +49,6 @@ def _last_evaluate_ok(context: dg.OpExecutionContext) -> datetime | None:
     )
     ended = runs[0].end_time if runs else None
     return datetime.fromtimestamp(ended, tz=UTC) if ended else None
-
-
-@dg.op
-def send_weekly_overview(context: dg.OpExecutionContext) -> dg.Output[RunCounts]:
-    """Render and send the Friday overview: not built yet."""
-    return not_built(context, "the Friday overview", partition=context.partition_key)
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
@@ -82,24 +82,18 @@ def build_defs(settings: Settings) -> dg.Definitions:
             late=day < local_date(now, zone),
         )
 
-    @dg.op
-    def send_morning_list(
+    def send(
         context: dg.OpExecutionContext,
         config: ReportConfig,
         postgres: PostgresResource,
         outlook: OutlookResource,
-        clock: ClockResource,
-    ) -> dg.Output[RunCounts]:
-        """Render the partition's morning list and send it once (again with ``force``)."""
-        day = date.fromisoformat(context.partition_key)
-        if not settings.report_recipients:
-            reason = "FOLLOWUP_REPORT_RECIPIENTS is empty: nobody to send the list to"
-            context.log.warning("skipped: %s", reason)
-            return outcome_output(context, "skipped", {"reason": reason})
-        now = clock.now()
-        data = morning_data(context, postgres, day, now)
-        rendered = render_morning(data, settings.report_language)
-        key = f"report:morning:{day}"
+        *,
+        kind: str,
+        rendered: Rendered,
+        now: datetime,
+    ) -> MailResult:
+        """Send a rendered report once per partition (again under ``key#n`` with ``force``)."""
+        key = f"report:{kind}:{context.partition_key}"
         if config.force:
             with postgres.connection() as conn:
                 key = f"{key}#{store.report_sends(conn, key)}"
@@ -112,7 +106,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
             log=context.log,
         )
         try:
-            result = mailer.send_once(
+            return mailer.send_once(
                 key=key,
                 kind="report",
                 to=settings.report_recipients,
@@ -121,17 +115,103 @@ def build_defs(settings: Settings) -> dg.Definitions:
             )
         except MailError as error:
             raise dg.Failure(description=str(error)) from error
-        counts: RunCounts = {
+
+    def nobody(context: dg.OpExecutionContext) -> dg.Output[RunCounts] | None:
+        if settings.report_recipients:
+            return None
+        reason = "FOLLOWUP_REPORT_RECIPIENTS is empty: nobody to send the report to"
+        context.log.warning("skipped: %s", reason)
+        return outcome_output(context, "skipped", {"reason": reason})
+
+    def sent_counts(result: MailResult, **counts: int) -> RunCounts:
+        return {
             "rendered": 1,
             result.outcome: 1,
-            "key": key,
+            "key": result.key,
             "request_id": result.request_id or "",
-            "due_today": len(data.due_today),
-            "overdue": len(data.overdue),
-            "summaries": len(data.summaries),
-            "closed": len(data.closed),
-            "late": int(data.late),
+            **counts,
         }
+
+    @dg.op
+    def send_morning_list(
+        context: dg.OpExecutionContext,
+        config: ReportConfig,
+        postgres: PostgresResource,
+        outlook: OutlookResource,
+        clock: ClockResource,
+    ) -> dg.Output[RunCounts]:
+        """Render the partition's morning list and send it once (again with ``force``)."""
+        skipped = nobody(context)
+        if skipped is not None:
+            return skipped
+        now = clock.now()
+        data = morning_data(context, postgres, date.fromisoformat(context.partition_key), now)
+        rendered = render_morning(data, settings.report_language)
+        result = send(
+            context, config, postgres, outlook, kind="morning", rendered=rendered, now=now
+        )
+        counts = sent_counts(
+            result,
+            due_today=len(data.due_today),
+            overdue=len(data.overdue),
+            summaries=len(data.summaries),
+            closed=len(data.closed),
+            late=int(data.late),
+        )
+        return outcome_output(context, "ok", counts)
+
+    def weekly_data(
+        context: dg.OpExecutionContext, postgres: PostgresResource, friday: date, now: datetime
+    ) -> WeeklyData:
+        """The week that ends on ``friday`` (Saturday to Friday), up to ``now`` at most."""
+        first = friday - timedelta(days=6)
+        start = datetime.combine(first, time(0), tzinfo=ZoneInfo(zone))
+        until = min(now, datetime.combine(friday + timedelta(days=1), time(0), ZoneInfo(zone)))
+        with postgres.connection() as conn:
+            week = store.week_counts(conn, start=start, until=until, zone=zone)
+            stages = store.open_by_stage(conn, until=until)
+            dead = store.dead_letter_count(conn, max_attempts=settings.action_max_attempts)
+        failed = context.instance.get_run_records(
+            filters=dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.FAILURE], created_after=start, created_before=until
+            )
+        )
+        days = {first + timedelta(days=n): 0 for n in range(7)}
+        return WeeklyData(
+            start=first,
+            end=friday,
+            time_zone=zone,
+            fired=week.fired,
+            suppressed=week.skipped,
+            opened=week.opened,
+            closed=week.closed,
+            open_by_stage=stages,
+            failed_runs=len(failed),
+            dead_letters=dead,
+            tasks_per_day={**days, **week.tasks_per_day},
+            late=friday < local_date(now, zone),
+        )
+
+    @dg.op
+    def send_weekly_overview(
+        context: dg.OpExecutionContext,
+        config: ReportConfig,
+        postgres: PostgresResource,
+        outlook: OutlookResource,
+        clock: ClockResource,
+    ) -> dg.Output[RunCounts]:
+        """Render the week's overview (the partition's Friday) and send it once."""
+        skipped = nobody(context)
+        if skipped is not None:
+            return skipped
+        now = clock.now()
+        friday = date.fromisoformat(context.partition_key)
+        data = weekly_data(context, postgres, friday, now)
+        rendered = render_weekly(data, settings.report_language)
+        result = send(context, config, postgres, outlook, kind="weekly", rendered=rendered, now=now)
+        counts = sent_counts(
+            result, fired=data.fired, opened=data.opened, failed_runs=data.failed_runs
+        )
         return outcome_output(context, "ok", counts)
 
     start = settings.partitions_start_on()
@@ -155,7 +235,10 @@ def build_defs(settings: Settings) -> dg.Definitions:
     def morning_report() -> None:
         send_morning_list()
 
-    @dg.job(partitions_def=weekly_partitions, description="The Friday overview (not built yet).")
+    @dg.job(
+        partitions_def=weekly_partitions,
+        description="The Friday overview of the week, sent once through Outlook.",
+    )
     def weekly_report() -> None:
         send_weekly_overview()
 

@@ -53,3 +53,36 @@ SELECT (SELECT count(*) FROM events WHERE status = 'dead')
      + (SELECT count(*) FROM actions
          WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s)
        AS dead;
+
+-- name: weekly_counts
+-- The week's steps fired, watches opened, in [start, until).
+SELECT
+    (SELECT count(*) FROM watch_steps
+      WHERE fired_at >= %(start)s AND fired_at < %(until)s AND task_ref <> 'dry-run') AS fired,
+    (SELECT count(*) FROM watches
+      WHERE registered_at >= %(start)s AND registered_at < %(until)s) AS opened;
+
+-- name: weekly_skipped
+SELECT skip_reason AS reason, count(*) AS n FROM watch_steps
+WHERE skipped_at >= %(start)s AND skipped_at < %(until)s
+GROUP BY skip_reason;
+
+-- name: weekly_closed
+SELECT closed_reason AS reason, count(*) AS n FROM watches
+WHERE closed_at >= %(start)s AND closed_at < %(until)s
+GROUP BY closed_reason;
+
+-- name: weekly_open_by_stage
+-- Open watches by stage, with their average and oldest age in days at %(until)s.
+SELECT stage, count(*)::int AS count,
+       round(avg(extract(epoch FROM %(until)s - registered_at) / 86400)::numeric, 1)::float
+           AS average_age_days,
+       floor(max(extract(epoch FROM %(until)s - registered_at) / 86400))::int AS oldest_age_days
+FROM watches WHERE closed_at IS NULL AND registered_at < %(until)s
+GROUP BY stage ORDER BY stage;
+
+-- name: weekly_tasks_per_day
+-- Tasks created per local day of the week.
+SELECT (fired_at AT TIME ZONE %(zone)s)::date AS day, count(*) AS n FROM watch_steps
+WHERE fired_at >= %(start)s AND fired_at < %(until)s AND task_ref <> 'dry-run'
+GROUP BY 1;

@@ -1,5 +1,4 @@
-"""One Settings reaches schedules and ops alike; shells say they are not built; the named
-cadence row plans new watches."""
+"""One Settings reaches schedules and ops alike; the named cadence row plans new watches."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.defs import build_definitions, evaluate, report
-from followup_pipeline.defs.common import OUTCOME_TAG
+from followup_pipeline.defs import build_definitions, evaluate
 
 from .conftest import MONDAY, Machine
 
@@ -27,23 +25,6 @@ def test_build_dotenv_zone_reaches_schedules_and_ops_alike(machine: Machine) -> 
     job = machine.job(evaluate, "evaluate", machine.resources(MONDAY), settings)
     job.execute_in_process(instance=machine.instance)
     assert machine.watch(deal)["time_zone"] == "America/New_York"
-
-
-@pytest.mark.parametrize(
-    ("capability", "job_name", "partition"),
-    [(report, "weekly_report", "2026-03-06")],
-)
-def test_build_shell_jobs_say_they_are_not_built(
-    machine: Machine, capability: Any, job_name: str, partition: str | None
-) -> None:
-    job = machine.job(capability, job_name, machine.resources(MONDAY))
-    result = job.execute_in_process(instance=machine.instance, partition_key=partition)
-    run = machine.instance.get_run_by_id(result.run_id)
-    assert run is not None
-    assert run.tags[OUTCOME_TAG] == "skipped"
-    [output] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
-    metadata = output.event_specific_data.metadata  # type: ignore[union-attr]
-    assert metadata["reason"].value == "not built"
 
 
 def test_build_new_watches_follow_the_named_cadence_row(
