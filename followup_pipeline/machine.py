@@ -13,6 +13,7 @@ import shlex
 import shutil
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from followup_pipeline.settings import ConfigError, Settings, load_settings, secret_environment
 from followup_pipeline.store.embedded import EmbeddedCluster
@@ -182,3 +183,25 @@ def read_addresses(settings: Settings) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+class NoInstance(RuntimeError):
+    """The machine's Dagster instance cannot be opened (never started, or unreadable)."""
+
+
+def open_instance(settings: Settings) -> Any:
+    """The machine's Dagster instance (a ``dg.DagsterInstance``; close it after use)."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    home = dagster_home(settings)
+    if not (home / "dagster.yaml").exists():
+        raise NoInstance(f"no instance at {home}: start the machine with `make run`")
+    try:
+        _, storage = database_urls(settings)
+        overrides = {"storage": {"postgres": {"postgres_url": storage}}}
+        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides))
+    except Exception as error:  # Dagster raises many kinds here
+        raise NoInstance(
+            f"instance at {home} unreadable: {type(error).__name__}: {error}"
+        ) from error

@@ -29,8 +29,8 @@ from followup_pipeline.integrations.mistral import MistralClient
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.machine import (
     LOCATION,
-    dagster_home,
-    database_urls,
+    NoInstance,
+    open_instance,
     read_addresses,
     vendor_mode,
     with_sandbox,
@@ -144,21 +144,12 @@ def webhook_check(conn: Any, *, now: datetime) -> Check:
 
 def _dagster(settings: Settings) -> Iterator[Check]:
     """Each schedule's and sensor's state, and the daemons' heartbeats."""
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
-
     from followup_pipeline.defs import build_definitions
 
-    home = dagster_home(settings)
-    if not (home / "dagster.yaml").exists():
-        yield fail("dagster", f"no instance at {home}: start the machine with `make run`")
-        return
     try:
-        _, storage = database_urls(settings)
-        overrides = {"storage": {"postgres": {"postgres_url": storage}}}
-        instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides))
-    except Exception as error:  # Dagster raises many kinds here; each is a failed check
-        yield fail("dagster", f"instance at {home} unreadable: {type(error).__name__}: {error}")
+        instance = open_instance(settings)
+    except NoInstance as error:
+        yield fail("dagster", str(error))
         return
     with instance:
         repository = build_definitions(settings).get_repository_def()

@@ -7,7 +7,7 @@ nothing; run config ``force: true`` sends again under ``report:{kind}:{partition
 sent after its day says so in its subject.
 """
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -17,22 +17,13 @@ from followup_pipeline.defs.common import (
     business_calendar,
     outcome_output,
 )
+from followup_pipeline.defs.report.gather import last_evaluate_ok, morning_data, weekly_data
 from followup_pipeline.defs.report.mailer import Mailer, MailError, MailResult
-from followup_pipeline.domain.localtime import local_date
-from followup_pipeline.domain.reports import (
-    Health,
-    MorningData,
-    Rendered,
-    WeeklyData,
-    render_morning,
-    render_weekly,
-)
+from followup_pipeline.domain.reports import Rendered, render_morning, render_weekly
 from followup_pipeline.integrations.resources import OutlookResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import reports as store
-from followup_pipeline.store.enrichments import open_review_items
-from followup_pipeline.store.events import gauges
 
 
 class ReportConfig(dg.Config):
@@ -41,46 +32,10 @@ class ReportConfig(dg.Config):
     force: bool = False
 
 
-def _last_evaluate_ok(context: dg.OpExecutionContext) -> datetime | None:
-    """When the last successful ``evaluate`` run ended (Dagster's own record)."""
-    runs = context.instance.get_run_records(
-        filters=dg.RunsFilter(job_name="evaluate", statuses=[dg.DagsterRunStatus.SUCCESS]),
-        limit=1,
-    )
-    ended = runs[0].end_time if runs else None
-    return datetime.fromtimestamp(ended, tz=UTC) if ended else None
-
-
 def build_defs(settings: Settings) -> dg.Definitions:
     """The two report jobs, partitioned in the team's time zone, and their schedules."""
     zone = settings.timezone
     at = settings.morning_report_at
-
-    def morning_data(
-        context: dg.OpExecutionContext, postgres: PostgresResource, day: date, now: datetime
-    ) -> MorningData:
-        day_start = datetime.combine(day, time(0), tzinfo=ZoneInfo(zone))
-        with postgres.connection() as conn:
-            steps = store.morning_steps(
-                conn, day=day, day_start=day_start, max_attempts=settings.action_max_attempts
-            )
-            since = store.last_report_sent(conn, "morning") or now - timedelta(days=1)
-            summaries = store.summaries_between(conn, since=since, until=now)
-            closed = store.closed_between(conn, since=since, until=now)
-            review_open = open_review_items(conn)
-            dead = store.dead_letter_count(conn, max_attempts=settings.action_max_attempts)
-            pending = gauges(conn)["oldest_pending_s"]
-        return MorningData(
-            day=day,
-            time_zone=zone,
-            due_today=[s for s in steps if s.due_on == day],
-            overdue=[s for s in steps if s.due_on < day],
-            summaries=summaries,
-            closed=closed,
-            review_open=review_open,
-            health=Health(dead, _last_evaluate_ok(context), pending or None),
-            late=day < local_date(now, zone),
-        )
 
     def send(
         context: dg.OpExecutionContext,
@@ -145,7 +100,9 @@ def build_defs(settings: Settings) -> dg.Definitions:
         if skipped is not None:
             return skipped
         now = clock.now()
-        data = morning_data(context, postgres, date.fromisoformat(context.partition_key), now)
+        day = date.fromisoformat(context.partition_key)
+        with postgres.connection() as conn:
+            data = morning_data(conn, settings, day, now, last_evaluate_ok(context.instance))
         rendered = render_morning(data, settings.report_language)
         result = send(
             context, config, postgres, outlook, kind="morning", rendered=rendered, now=now
@@ -159,38 +116,6 @@ def build_defs(settings: Settings) -> dg.Definitions:
             late=int(data.late),
         )
         return outcome_output(context, "ok", counts)
-
-    def weekly_data(
-        context: dg.OpExecutionContext, postgres: PostgresResource, friday: date, now: datetime
-    ) -> WeeklyData:
-        """The week that ends on ``friday`` (Saturday to Friday), up to ``now`` at most."""
-        first = friday - timedelta(days=6)
-        start = datetime.combine(first, time(0), tzinfo=ZoneInfo(zone))
-        until = min(now, datetime.combine(friday + timedelta(days=1), time(0), ZoneInfo(zone)))
-        with postgres.connection() as conn:
-            week = store.week_counts(conn, start=start, until=until, zone=zone)
-            stages = store.open_by_stage(conn, until=until)
-            dead = store.dead_letter_count(conn, max_attempts=settings.action_max_attempts)
-        failed = context.instance.get_run_records(
-            filters=dg.RunsFilter(
-                statuses=[dg.DagsterRunStatus.FAILURE], created_after=start, created_before=until
-            )
-        )
-        days = {first + timedelta(days=n): 0 for n in range(7)}
-        return WeeklyData(
-            start=first,
-            end=friday,
-            time_zone=zone,
-            fired=week.fired,
-            suppressed=week.skipped,
-            opened=week.opened,
-            closed=week.closed,
-            open_by_stage=stages,
-            failed_runs=len(failed),
-            dead_letters=dead,
-            tasks_per_day={**days, **week.tasks_per_day},
-            late=friday < local_date(now, zone),
-        )
 
     @dg.op
     def send_weekly_overview(
@@ -206,7 +131,8 @@ def build_defs(settings: Settings) -> dg.Definitions:
             return skipped
         now = clock.now()
         friday = date.fromisoformat(context.partition_key)
-        data = weekly_data(context, postgres, friday, now)
+        with postgres.connection() as conn:
+            data = weekly_data(conn, settings, friday, now, context.instance)
         rendered = render_weekly(data, settings.report_language)
         result = send(context, config, postgres, outlook, kind="weekly", rendered=rendered, now=now)
         counts = sent_counts(

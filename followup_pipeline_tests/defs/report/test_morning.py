@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
+from followup_pipeline.cli import main
 from followup_pipeline.defs import report
 
 from ..evaluate.conftest import MONDAY, Machine
@@ -91,3 +94,30 @@ def _morning_raw(machine: Machine, day: str) -> Any:
     return job.execute_in_process(
         instance=machine.instance, partition_key=day, raise_on_error=False
     )
+
+
+def test_morning_preview_renders_without_sending(
+    machine: Machine,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    machine.deal(name="Vorschau GmbH")
+    machine.evaluate(MONDAY)
+    machine.evaluate(NEXT_MONDAY)
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
+    monkeypatch.setenv("FOLLOWUP_NOW", NEXT_MONDAY.isoformat())
+    html = tmp_path / "morning.html"
+    argv = ["report", "preview", "morning", "--date", "2026-03-09", "--lang", "de"]
+    assert main([*argv, "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert "Subject: Follow-ups am 09.03.2026" in out
+    assert "Heute fällig: Vorschau GmbH" in out
+    assert "Vorschau GmbH" in html.read_text()
+    assert main(["report", "preview", "weekly", "--date", "2026-03-13", "--lang", "en"]) == 0
+    assert "Subject: Weekly overview 2026-03-07 – 2026-03-13" in capsys.readouterr().out
+    assert machine.outbox() == []
+    assert db.execute("SELECT count(*) AS n FROM actions WHERE kind = 'report'").fetchone() == {
+        "n": 0
+    }

@@ -1,0 +1,99 @@
+"""What the reports show, read from the machine's tables (and Dagster's runs): shared by the
+report jobs and ``followup report preview``."""
+
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+import psycopg
+
+from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.reports import Health, MorningData, WeeklyData
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import reports as store
+from followup_pipeline.store.enrichments import open_review_items
+from followup_pipeline.store.events import gauges
+
+
+def last_evaluate_ok(instance: dg.DagsterInstance | None) -> datetime | None:
+    """When the last successful ``evaluate`` run ended (Dagster's own record)."""
+    if instance is None:
+        return None
+    runs = instance.get_run_records(
+        filters=dg.RunsFilter(job_name="evaluate", statuses=[dg.DagsterRunStatus.SUCCESS]),
+        limit=1,
+    )
+    ended = runs[0].end_time if runs else None
+    return datetime.fromtimestamp(ended, tz=UTC) if ended else None
+
+
+def morning_data(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    day: date,
+    now: datetime,
+    last_evaluate: datetime | None,
+) -> MorningData:
+    """The morning list of ``day``: due and overdue steps, what changed since the last list."""
+    zone = settings.timezone
+    day_start = datetime.combine(day, time(0), tzinfo=ZoneInfo(zone))
+    steps = store.morning_steps(
+        conn, day=day, day_start=day_start, max_attempts=settings.action_max_attempts
+    )
+    since = store.last_report_sent(conn, "morning") or now - timedelta(days=1)
+    pending = gauges(conn)["oldest_pending_s"]
+    return MorningData(
+        day=day,
+        time_zone=zone,
+        due_today=[s for s in steps if s.due_on == day],
+        overdue=[s for s in steps if s.due_on < day],
+        summaries=store.summaries_between(conn, since=since, until=now),
+        closed=store.closed_between(conn, since=since, until=now),
+        review_open=open_review_items(conn),
+        health=Health(
+            store.dead_letter_count(conn, max_attempts=settings.action_max_attempts),
+            last_evaluate,
+            pending or None,
+        ),
+        late=day < local_date(now, zone),
+    )
+
+
+def weekly_data(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    friday: date,
+    now: datetime,
+    instance: dg.DagsterInstance | None,
+) -> WeeklyData:
+    """The week that ends on ``friday`` (Saturday to Friday), up to ``now`` at most."""
+    zone = ZoneInfo(settings.timezone)
+    first = friday - timedelta(days=6)
+    start = datetime.combine(first, time(0), tzinfo=zone)
+    until = min(now, datetime.combine(friday + timedelta(days=1), time(0), tzinfo=zone))
+    week = store.week_counts(conn, start=start, until=until, zone=settings.timezone)
+    failed = (
+        instance.get_run_records(
+            filters=dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.FAILURE], created_after=start, created_before=until
+            )
+        )
+        if instance is not None
+        else []
+    )
+    days = {first + timedelta(days=n): 0 for n in range(7)}
+    return WeeklyData(
+        start=first,
+        end=friday,
+        time_zone=settings.timezone,
+        fired=week.fired,
+        suppressed=week.skipped,
+        opened=week.opened,
+        closed=week.closed,
+        open_by_stage=store.open_by_stage(conn, until=until),
+        failed_runs=len(failed),
+        dead_letters=store.dead_letter_count(conn, max_attempts=settings.action_max_attempts),
+        tasks_per_day={**days, **week.tasks_per_day},
+        late=friday < local_date(now, settings.timezone),
+    )
