@@ -61,7 +61,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
             log=context.log,
         )
         try:
-            return mailer.send_once(
+            result = mailer.send_once(
                 key=key,
                 kind="report",
                 to=settings.report_recipients,
@@ -70,6 +70,16 @@ def build_defs(settings: Settings) -> dg.Definitions:
             )
         except MailError as error:
             raise dg.Failure(description=str(error)) from error
+        if result.outcome == "in_flight":
+            # The last send may still be on its way: neither sent nor known unsent. The run
+            # fails, so the partition shows it; a rerun after the window settles it.
+            raise dg.Failure(
+                description=(
+                    f"{key}: the last send may still be on its way; run again after "
+                    f"{settings.in_flight_s():.0f} s (the partition is not known to be sent)"
+                )
+            )
+        return result
 
     def nobody(context: dg.OpExecutionContext) -> dg.Output[RunCounts] | None:
         if settings.report_recipients:

@@ -121,3 +121,20 @@ def test_morning_preview_renders_without_sending(
     assert db.execute("SELECT count(*) AS n FROM actions WHERE kind = 'report'").fetchone() == {
         "n": 0
     }
+
+
+def test_morning_list_a_send_that_may_still_be_on_its_way_fails_the_run(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    # A run died right after committing `attempted` (its request may be on its way).
+    db.execute(
+        "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, attempts)"
+        " VALUES ('report:morning:2026-03-09', 'report', now(), 'Europe/Berlin', 'attempted', 1)"
+    )
+    machine.settings["action_in_flight_s"] = 3600
+    result = _morning_raw(machine, "2026-03-09")
+    assert not result.success  # neither sent nor known unsent: the partition shows it
+    assert machine.outbox() == []
+    machine.settings["action_in_flight_s"] = 0  # the window passed: Sent Items has no such mail
+    assert _morning(machine, "2026-03-09").success
+    assert len(machine.outbox()) == 1
