@@ -20,6 +20,7 @@ from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger
 from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOutcome, Kind
+from followup_pipeline.store.run_lock import RunLock
 
 MailOutcome = Literal["sent", "already_sent", "suppressed", "in_flight"]
 
@@ -60,7 +61,23 @@ class Mailer:
     def send_once(
         self, *, key: str, kind: Kind, to: list[str], subject: str, html: str
     ) -> MailResult:
-        """Send the message unless the action of ``key`` reached Graph already."""
+        """Send the message unless the action of ``key`` reached Graph already.
+
+        Two runs of one window at once (a retry and a backfill) are kept apart by an advisory
+        lock on the key: the second finds the first sending and leaves it alone.
+        """
+        lock = RunLock.try_take(self.db.url, f"mail:{key}", owner=self.run_id or "mailer")
+        try:
+            if not lock.held:
+                self.log.info("%s: another run is sending it now (%s)", key, lock.holder)
+                return MailResult(key, "in_flight")
+            return self._send_once(key=key, kind=kind, to=to, subject=subject, html=html)
+        finally:
+            lock.release()
+
+    def _send_once(
+        self, *, key: str, kind: Kind, to: list[str], subject: str, html: str
+    ) -> MailResult:
         spec = ActionSpec(key=key, kind=kind, due_at=self.now, time_zone=self.settings.timezone)
         with self.db.connection() as conn:
             action = ledger.action_by_key(conn, key)

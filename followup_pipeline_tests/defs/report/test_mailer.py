@@ -19,6 +19,7 @@ from followup_pipeline.settings import load_settings
 from followup_pipeline.store import ledger
 from followup_pipeline.store.db import connection_kwargs
 from followup_pipeline.store.ledger import ActionSpec
+from followup_pipeline.store.run_lock import RunLock
 
 SANDBOX = SandboxConfig()
 NOW = datetime(2026, 3, 2, 6, 30, tzinfo=UTC)
@@ -150,3 +151,17 @@ def test_mailer_key_with_a_quote_is_found_in_sent_items(outlook: OutlookClient) 
     outlook.send_mail(to=["team@example.com"], subject="s", html="<p>x</p>", key=key)
     assert outlook.find_sent(key) is not None
     assert outlook.find_sent("report:morning:other") is None
+
+
+def test_mailer_a_second_run_sending_the_same_window_at_once_leaves_it_alone(
+    db_url: str, outlook: OutlookClient, sandbox: str
+) -> None:
+    # The first run holds the window's lock while it sends (here: held by hand, as a run would).
+    held = RunLock.try_take(db_url, f"mail:{KEY}", owner="first-run")
+    try:
+        assert held.held
+        assert _send(_mailer(db_url, outlook)).outcome == "in_flight"
+        assert _outbox(sandbox) == []
+    finally:
+        held.release()
+    assert _send(_mailer(db_url, outlook)).outcome == "sent"
