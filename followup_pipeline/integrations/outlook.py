@@ -193,7 +193,9 @@ class OutlookClient:
         )
 
     def find_sent(self, key: str) -> str | None:
-        """The id of the message in the sender's Sent Items that carries ``key``, if any."""
+        """The id of the sender's message (in any folder: Sent Items, Outbox) that carries
+        ``key``, if any. Needs the application permission ``Mail.ReadBasic.All`` (or
+        ``Mail.Read``) besides ``Mail.Send``."""
         value = key.replace("'", "''")  # an OData string literal
         params = {
             "$filter": (
@@ -204,7 +206,9 @@ class OutlookClient:
             "$top": "1",
         }
         headers = {"Authorization": f"Bearer {self.access_token()}"}
-        path = f"users/{self.sender}/mailFolders/SentItems/messages"
+        # Every folder of the mailbox, not Sent Items alone: a message Exchange has accepted but
+        # not yet sent (throttled) waits in the Outbox, and must count as sent all the same.
+        path = f"users/{self.sender}/messages"
         response = self._graph.request("GET", path, params=params, headers=headers)
         found = self._graph.json(response)
         values = found.get("value") if isinstance(found, dict) else None

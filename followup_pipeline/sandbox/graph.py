@@ -159,7 +159,10 @@ def graph_app(state: SandboxState) -> Starlette:
                 for p in entry["message"].get("singleValueExtendedProperties") or []
             )
         ]
-        top = int(request.query_params.get("$top", "10") or 10)
+        top_text = request.query_params.get("$top", "10")
+        if not top_text.isdigit():
+            return graph_error(400, "BadRequest", "Invalid $top value.")
+        top = int(top_text)
         return JSONResponse({"value": found[:top]})
 
     async def send_mail(request: Request) -> Response:
@@ -218,6 +221,7 @@ def graph_app(state: SandboxState) -> Starlette:
         routes=[
             Route("/v1.0/users/{user}/sendMail", send_mail, methods=["POST"]),
             Route("/v1.0/users/{user}/mailFolders/SentItems/messages", sent_items, methods=["GET"]),
+            Route("/v1.0/users/{user}/messages", sent_items, methods=["GET"]),
         ],
         exception_handlers={HTTPException: refuse},
     )

@@ -38,16 +38,26 @@ def closed_between(
     return fetch_all(conn, ClosedLine, query("morning_closed"), params)
 
 
-def last_report_sent(conn: psycopg.Connection[Any], kind: str) -> datetime | None:
-    """When a report of ``kind`` last reached Graph."""
-    row = conn.execute(query("last_report_sent"), {"prefix": f"report:{kind}:%"}).fetchone()
+def last_report_sent(conn: psycopg.Connection[Any], kind: str, *, now: datetime) -> datetime | None:
+    """Up to when the last report of ``kind`` that reached Graph was rendered."""
+    params = {"prefix": f"report:{kind}:%", "now": now}
+    row = conn.execute(query("last_report_sent"), params).fetchone()
     return row["sent_at"] if row else None
 
 
-def report_sends(conn: psycopg.Connection[Any], key: str) -> int:
-    """How many actions a report's window has (its key and its forced ``key#n``)."""
-    row = conn.execute(query("report_sends"), {"key": key, "forced": f"{key}#%"}).fetchone()
-    return int(row["sends"]) if row else 0
+@dataclass(frozen=True)
+class ReportKey:
+    """An action of a report window: its key, outcome, and the run lineage that made it."""
+
+    key: str
+    outcome: str
+    root_run_id: str | None
+
+
+def report_keys(conn: psycopg.Connection[Any], key: str) -> list[ReportKey]:
+    """A report window's actions: its key and its forced ``key#n``, oldest first."""
+    params = {"key": key, "forced": f"{key}#%"}
+    return fetch_all(conn, ReportKey, query("report_keys"), params)
 
 
 def dead_letter_count(conn: psycopg.Connection[Any], *, max_attempts: int) -> int:

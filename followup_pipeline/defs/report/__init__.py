@@ -48,10 +48,17 @@ def build_defs(settings: Settings) -> dg.Definitions:
         now: datetime,
     ) -> MailResult:
         """Send a rendered report once per partition (again under ``key#n`` with ``force``)."""
-        key = f"report:{kind}:{context.partition_key}"
-        if config.force:
-            with postgres.connection() as conn:
-                key = f"{key}#{store.report_sends(conn, key)}"
+        base = f"report:{kind}:{context.partition_key}"
+        # A run and its retries share their root run id: a retried forced run reuses its key.
+        root = context.run.tags.get("dagster/root_run_id") or context.run_id
+        with postgres.connection() as conn:
+            keys = store.report_keys(conn, base)
+        sent = any(k.key == base and k.outcome in ("accepted", "confirmed") for k in keys)
+        key = base
+        if config.force and sent:
+            forced = [k for k in keys if k.key != base]
+            mine = next((k.key for k in forced if k.root_run_id == root), None)
+            key = mine or f"{base}#{len(forced) + 1}"
         mailer = Mailer(
             postgres,
             outlook.get_client(),
@@ -67,6 +74,8 @@ def build_defs(settings: Settings) -> dg.Definitions:
                 to=settings.report_recipients,
                 subject=rendered.subject,
                 html=rendered.html,
+                # What the next report's "since" is: up to when this one read the data.
+                payload={"until": now.isoformat(), "root_run_id": root},
             )
         except MailError as error:
             raise dg.Failure(description=str(error)) from error

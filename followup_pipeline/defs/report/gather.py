@@ -41,7 +41,7 @@ def morning_data(
     steps = store.morning_steps(
         conn, day=day, day_start=day_start, max_attempts=settings.action_max_attempts
     )
-    since = store.last_report_sent(conn, "morning") or now - timedelta(days=1)
+    since = store.last_report_sent(conn, "morning", now=now) or now - timedelta(days=1)
     pending = gauges(conn)["oldest_pending_s"]
     return MorningData(
         day=day,

@@ -59,7 +59,14 @@ class Mailer:
         self.log = log
 
     def send_once(
-        self, *, key: str, kind: Kind, to: list[str], subject: str, html: str
+        self,
+        *,
+        key: str,
+        kind: Kind,
+        to: list[str],
+        subject: str,
+        html: str,
+        payload: dict[str, object] | None = None,
     ) -> MailResult:
         """Send the message unless the action of ``key`` reached Graph already.
 
@@ -71,14 +78,19 @@ class Mailer:
             if not lock.held:
                 self.log.info("%s: another run is sending it now (%s)", key, lock.holder)
                 return MailResult(key, "in_flight")
-            return self._send_once(key=key, kind=kind, to=to, subject=subject, html=html)
+            spec = ActionSpec(
+                key=key,
+                kind=kind,
+                due_at=self.now,
+                time_zone=self.settings.timezone,
+                payload=payload,
+            )
+            return self._send_once(spec, to=to, subject=subject, html=html)
         finally:
             lock.release()
 
-    def _send_once(
-        self, *, key: str, kind: Kind, to: list[str], subject: str, html: str
-    ) -> MailResult:
-        spec = ActionSpec(key=key, kind=kind, due_at=self.now, time_zone=self.settings.timezone)
+    def _send_once(self, spec: ActionSpec, *, to: list[str], subject: str, html: str) -> MailResult:
+        key = spec.key
         with self.db.connection() as conn:
             action = ledger.action_by_key(conn, key)
             age = ledger.age_s(conn, action.id) if action is not None else None

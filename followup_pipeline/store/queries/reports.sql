@@ -5,8 +5,8 @@
 SELECT w.subject_name AS deal_name, w.account_name, w.assigned_user_name AS owner, s.step_no,
        (SELECT count(*) FROM watch_steps t WHERE t.watch_id = w.id)::int AS step_count,
        s.due_on, w.crm_url,
-       CASE WHEN s.due_on = %(day)s THEN NULL
-            WHEN w.paused_at IS NOT NULL THEN 'paused'
+       CASE WHEN w.paused_at IS NOT NULL THEN 'paused'
+            WHEN s.due_on = %(day)s THEN NULL
             WHEN a.outcome = 'failed' AND a.attempts - a.replayed_attempts >= %(max_attempts)s
                 THEN 'dead_letter'
             WHEN w.last_error IS NOT NULL THEN 'crm_error'
@@ -15,7 +15,9 @@ SELECT w.subject_name AS deal_name, w.account_name, w.assigned_user_name AS owne
 FROM watch_steps s
 JOIN watches w ON w.id = s.watch_id
 LEFT JOIN actions a ON a.idempotency_key = 'task:' || w.id || ':' || s.step_no
-WHERE w.closed_at IS NULL AND s.skipped_at IS NULL
+WHERE w.closed_at IS NULL
+  -- A paused watch's due steps are skipped `paused` by evaluate: they still wait, and show.
+  AND (s.skipped_at IS NULL OR (s.skip_reason = 'paused' AND w.paused_at IS NOT NULL))
   AND ((s.due_on = %(day)s AND (s.fired_at IS NULL OR s.fired_at >= %(day_start)s))
        OR (s.due_on < %(day)s AND s.fired_at IS NULL))
 ORDER BY s.due_on, w.subject_name, s.step_no;
@@ -38,14 +40,18 @@ WHERE closed_at > %(since)s AND closed_at <= %(until)s
 ORDER BY closed_at, id;
 
 -- name: last_report_sent
--- When a report of this kind last reached Graph (the "since" of the next one).
-SELECT max(updated_at) AS sent_at FROM actions
-WHERE kind = 'report' AND idempotency_key LIKE %(prefix)s AND outcome IN ('accepted', 'confirmed');
+-- Up to when the last report of this kind that reached Graph was rendered (the "since" of the
+-- next one): the moment its data was read, kept with the action, not when it was settled.
+SELECT max((payload->>'until')::timestamptz) AS sent_at FROM actions
+WHERE kind = 'report' AND idempotency_key LIKE %(prefix)s AND outcome IN ('accepted', 'confirmed')
+  AND payload ? 'until' AND (payload->>'until')::timestamptz <= %(now)s;
 
--- name: report_sends
--- How many sends a report's window has had (its key and the forced ones, key#n).
-SELECT count(*) AS sends FROM actions
-WHERE idempotency_key = %(key)s OR idempotency_key LIKE %(forced)s;
+-- name: report_keys
+-- A report window's actions: its key and the forced ones (key#n), with the run lineage that
+-- made each (a run and its retries share their root run id).
+SELECT idempotency_key AS key, outcome, payload->>'root_run_id' AS root_run_id FROM actions
+WHERE idempotency_key = %(key)s OR idempotency_key LIKE %(forced)s
+ORDER BY id;
 
 -- name: dead_letter_count
 -- Events and actions waiting for an operator.

@@ -138,3 +138,45 @@ def test_morning_list_a_send_that_may_still_be_on_its_way_fails_the_run(
     machine.settings["action_in_flight_s"] = 0  # the window passed: Sent Items has no such mail
     assert _morning(machine, "2026-03-09").success
     assert len(machine.outbox()) == 1
+
+
+def test_morning_force_on_an_unsent_day_sends_it_once_and_a_retry_reuses_its_key(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.deal(name="Einmal GmbH")
+    machine.evaluate(MONDAY)
+    assert _morning(machine, "2026-03-09", force=True).success  # nothing sent yet: the base key
+    assert _morning(machine, "2026-03-09").success
+    assert len(machine.outbox()) == 1
+    forced = _morning(machine, "2026-03-09", force=True)
+    assert len(machine.outbox()) == 2
+    # A retry of the forced run (same root run) sends nothing more.
+    job = machine.job(report, "morning_report", machine.resources(NEXT_MONDAY))
+    retry = job.execute_in_process(
+        instance=machine.instance,
+        partition_key="2026-03-09",
+        run_config={"ops": {"send_morning_list": {"config": {"force": True}}}},
+        tags={"dagster/root_run_id": forced.run_id},
+    )
+    assert retry.success
+    assert len(machine.outbox()) == 2
+    keys = [
+        r["idempotency_key"]
+        for r in db.execute("SELECT idempotency_key FROM actions WHERE kind = 'report' ORDER BY id")
+    ]
+    assert keys == ["report:morning:2026-03-09", "report:morning:2026-03-09#1"]
+
+
+def test_morning_list_shows_a_paused_watchs_waiting_step(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deal = machine.deal(name="Pause GmbH")
+    machine.evaluate(MONDAY)
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
+    monkeypatch.setenv("FOLLOWUP_NOW", (MONDAY + timedelta(days=6)).isoformat())
+    assert main(["watches", "pause", str(machine.watch(deal)["id"])]) == 0
+    machine.evaluate(NEXT_MONDAY)  # the due step is skipped `paused`
+    monkeypatch.setenv("FOLLOWUP_NOW", (NEXT_MONDAY + timedelta(days=1)).isoformat())
+    capsys.readouterr()
+    assert main(["report", "preview", "morning", "--date", "2026-03-10", "--lang", "en"]) == 0
+    assert "Overdue: Pause GmbH, step 1 of 3, 2026-03-09: paused" in capsys.readouterr().out
