@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     report_language: Literal["de", "en"] = "de"
     #: When the morning list goes out (local time, business days).
     morning_report_at: time = time(7, 30)
+    #: When the Friday overview goes out (local time); its week ends then.
+    weekly_report_at: time = time(15, 0)
     dry_run: bool = False
 
     # --- EspoCRM -------------------------------------------------------------------------------

@@ -280,3 +280,24 @@ def test_definitions_instance_template_stores_runs_in_postgres(
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert run.tags[OUTCOME_TAG] == "ok"
         assert result.output_for_node("register_events") == {}
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        # The Friday before the spring change; the next tick is Monday 07:30 summer time.
+        (datetime(2026, 3, 27, 12, 0, tzinfo=UTC), datetime(2026, 3, 30, 5, 30, tzinfo=UTC)),
+        # The Friday before the autumn change; the next tick is Monday 07:30 winter time.
+        (datetime(2026, 10, 23, 12, 0, tzinfo=UTC), datetime(2026, 10, 26, 6, 30, tzinfo=UTC)),
+    ],
+)
+def test_definitions_morning_schedule_fires_at_local_0730_across_dst(
+    after: datetime, expected: datetime, defs: dg.Definitions
+) -> None:
+    from dagster._utils.schedules import cron_string_iterator
+
+    schedule = defs.resolve_schedule_def("morning_report_weekdays")
+    ticks = cron_string_iterator(
+        after.timestamp(), str(schedule.cron_schedule), schedule.execution_timezone
+    )
+    assert next(ticks) == expected

@@ -208,8 +208,8 @@ def build_defs(settings: Settings) -> dg.Definitions:
     weekly_schedule = dg.build_schedule_from_partitioned_job(
         weekly_report,
         name="weekly_report_friday",
-        hour_of_day=15,
-        minute_of_hour=0,
+        hour_of_day=settings.weekly_report_at.hour,
+        minute_of_hour=settings.weekly_report_at.minute,
         default_status=dg.DefaultScheduleStatus.RUNNING,
     )
     return dg.Definitions(

@@ -67,11 +67,13 @@ def weekly_data(
     now: datetime,
     instance: dg.DagsterInstance | None,
 ) -> WeeklyData:
-    """The week that ends on ``friday`` (Saturday to Friday), up to ``now`` at most."""
+    """The week that ends on ``friday`` at the report's time: from the previous Friday's report
+    time to this one's (``now`` at most), so consecutive overviews leave no gap."""
     zone = ZoneInfo(settings.timezone)
     first = friday - timedelta(days=6)
-    start = datetime.combine(first, time(0), tzinfo=zone)
-    until = min(now, datetime.combine(friday + timedelta(days=1), time(0), tzinfo=zone))
+    at = settings.weekly_report_at
+    start = datetime.combine(friday - timedelta(days=7), at, tzinfo=zone)
+    until = min(now, datetime.combine(friday, at, tzinfo=zone))
     week = store.week_counts(conn, start=start, until=until, zone=settings.timezone)
     failed = (
         instance.get_run_records(
