@@ -5,10 +5,12 @@ Graph has no idempotency header and a 5xx, 429 or timeout on ``sendMail`` is amb
 mail may have gone (VENDORS.md). So the action is committed ``attempted`` before the request,
 its key travels on the message as an extended property, and a row left ``attempted`` or
 ``unknown`` (a crash after the 202, a fault that sent and then answered 500) is settled by
-looking for the key in Sent Items before anything is sent again. A request that may still be on
-its way (younger than the in-flight window) is left alone.
+looking for the key in the mailbox before anything is sent again, once the earlier request's
+in-flight window has passed (waited for, up to ``MAX_WAIT_S``).
 """
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -23,6 +25,9 @@ from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOut
 from followup_pipeline.store.run_lock import RunLock
 
 MailOutcome = Literal["sent", "already_sent", "suppressed", "in_flight"]
+#: The longest a send waits for an earlier send's in-flight window to pass before it asks the
+#: mailbox (the default window is 100 s); longer, the run fails and says when to run again.
+MAX_WAIT_S = 150.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,9 @@ class Mailer:
         now: datetime,
         run_id: str | None,
         log: Log,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.sleep = sleep
         self.db = postgres
         self.outlook = outlook
         self.settings = settings
@@ -97,9 +104,15 @@ class Mailer:
         if action is not None and action.outcome in ("accepted", "confirmed"):
             return MailResult(key, "already_sent", action.provider_ref)
         if action is not None and action.outcome in ("attempted", "unknown"):
-            if age is not None and age < self.settings.in_flight_s():
+            remaining = self.settings.in_flight_s() - (age or 0.0)
+            if remaining > MAX_WAIT_S:
                 self.log.info("%s: the last send may still be on its way; left alone", key)
                 return MailResult(key, "in_flight")
+            if remaining > 0:
+                # A run retry starts seconds after the failed run: wait out the rest of the
+                # window here, then ask the mailbox, instead of failing the retry too.
+                self.log.info("%s: waiting %.0f s for the last send's window", key, remaining)
+                self.sleep(remaining)
             settled = self._settle(spec, action)
             if settled is not None:
                 return settled

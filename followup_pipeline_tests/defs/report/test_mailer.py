@@ -42,7 +42,9 @@ def outlook(sandbox: str) -> Iterator[OutlookClient]:
     client.close()
 
 
-def _mailer(db_url: str, outlook: OutlookClient, **settings: Any) -> Mailer:
+def _mailer(
+    db_url: str, outlook: OutlookClient, sleeps: list[float] | None = None, **settings: Any
+) -> Mailer:
     values = {"action_in_flight_s": 0, **settings}
     return Mailer(
         PostgresResource(url=db_url),
@@ -51,6 +53,7 @@ def _mailer(db_url: str, outlook: OutlookClient, **settings: Any) -> Mailer:
         now=NOW,
         run_id="run-1",
         log=LOG,
+        sleep=(sleeps if sleeps is not None else []).append,
     )
 
 
@@ -165,3 +168,17 @@ def test_mailer_a_second_run_sending_the_same_window_at_once_leaves_it_alone(
     finally:
         held.release()
     assert _send(_mailer(db_url, outlook)).outcome == "sent"
+
+
+def test_mailer_a_retry_soon_after_an_ambiguous_send_waits_out_the_window_then_settles(
+    db_url: str, outlook: OutlookClient, sandbox: str
+) -> None:
+    spec = ActionSpec(key=KEY, kind="report", due_at=NOW, time_zone="Europe/Berlin")
+    _left_attempted(db_url, spec, run_id="failed-run")
+    sleeps: list[float] = []
+    # A run retry seconds later: the 100 s window is waited out, then the mailbox is asked.
+    result = _send(_mailer(db_url, outlook, sleeps, action_in_flight_s=100))
+    assert result.outcome == "sent"
+    assert len(sleeps) == 1
+    assert 90 < sleeps[0] <= 100
+    assert len(_outbox(sandbox)) == 1
