@@ -306,10 +306,16 @@ def _outlook(settings: Settings) -> Check:
     )
     try:
         client.access_token()
+        # The mailbox lookup that settles a send whose answer was lost needs a read permission.
+        client.find_sent("followup-doctor-probe")
     finally:
         client.close()
     sender = settings.graph_sender
-    return ok("outlook", f"app {settings.graph_client_id} gets a token; mail goes from {sender}")
+    return ok(
+        "outlook",
+        f"app {settings.graph_client_id} gets a token and reads {sender}'s mailbox; mail goes "
+        f"from {sender}",
+    )
 
 
 def _mistral(settings: Settings) -> Check:

@@ -177,6 +177,7 @@ class VendorHttp:
         params: Any = None,
         json: Any = None,
         data: Mapping[str, str] | None = None,
+        content: str | None = None,
         headers: Mapping[str, str] | None = None,
         idempotent: bool | None = None,
     ) -> httpx.Response:
@@ -187,7 +188,13 @@ class VendorHttp:
             last = attempt == attempts - 1
             try:
                 response = self.client.request(
-                    method, url, params=params, json=json, data=data, headers=headers
+                    method,
+                    url,
+                    params=params,
+                    json=json,
+                    data=data,
+                    content=content,
+                    headers=headers,
                 )
             except httpx.TransportError as exc:
                 lost = self._transport_error(method, url, exc, retry=retry)

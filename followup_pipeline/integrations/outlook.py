@@ -5,11 +5,13 @@ The token (client credentials, no refresh token) is cached until five minutes be
 exception is a 401 with a cached token, where nothing was sent: fetch a new token, send once more.
 """
 
+import base64
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
+from email.message import EmailMessage
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -192,18 +194,56 @@ class OutlookClient:
             request_id=response.headers.get("request-id"),
         )
 
+    def send_multipart(
+        self, *, to: list[str], subject: str, html: str, text: str, key: str
+    ) -> SendReceipt:
+        """Send one message with a plain-text and an HTML part (multipart/alternative).
+
+        Graph's JSON ``sendMail`` carries one body, so the message is created as a draft from
+        MIME (``Content-Type: text/plain``, base64), given ``key`` as an extended property (MIME
+        cannot carry one), and then sent. Only the last request sends: a failure before it
+        leaves at most a draft, which ``find_sent`` does not count.
+        """
+        mime = EmailMessage()
+        mime["From"] = self.sender
+        mime["To"] = ", ".join(to)
+        mime["Subject"] = subject
+        mime.set_content(text)
+        mime.add_alternative(html, subtype="html")
+        raw = base64.b64encode(mime.as_bytes()).decode("ascii")
+        auth = {"Authorization": f"Bearer {self.access_token()}"}
+        drafts = f"users/{self.sender}/messages"
+        created = self._graph.request(
+            "POST", drafts, content=raw, headers={**auth, "Content-Type": "text/plain"}
+        )
+        draft = self._graph.json(created)
+        draft_id = draft.get("id") if isinstance(draft, dict) else None
+        if not isinstance(draft_id, str) or not draft_id:
+            raise SchemaError(
+                vendor=VENDOR, record_id=key, field="id", problem="no draft id", raw=draft
+            )
+        path = f"{drafts}/{quote(draft_id, safe='')}"
+        properties = {"singleValueExtendedProperties": [{"id": KEY_PROPERTY, "value": key}]}
+        self._graph.request("PATCH", path, json=properties, headers=auth, idempotent=True)
+        response = self._graph.request("POST", f"{path}/send", headers=auth, idempotent=False)
+        return SendReceipt(
+            accepted_at=datetime.fromtimestamp(self._clock(), tz=UTC),
+            recipients=list(to),
+            request_id=response.headers.get("request-id"),
+        )
+
     def find_sent(self, key: str) -> str | None:
         """The id of the sender's message (in any folder: Sent Items, Outbox) that carries
-        ``key``, if any. Needs the application permission ``Mail.ReadBasic.All`` (or
-        ``Mail.Read``) besides ``Mail.Send``."""
+        ``key``, if any (drafts do not count). Needs a mail read permission (``Mail.ReadWrite``,
+        which the drafts of ``send_multipart`` need anyway) besides ``Mail.Send``."""
         value = key.replace("'", "''")  # an OData string literal
         params = {
             "$filter": (
                 f"singleValueExtendedProperties/Any(ep: ep/id eq '{KEY_PROPERTY}' "
                 f"and ep/value eq '{value}')"
             ),
-            "$select": "id,subject,sentDateTime",
-            "$top": "1",
+            "$select": "id,subject,sentDateTime,isDraft",
+            "$top": "10",
         }
         headers = {"Authorization": f"Bearer {self.access_token()}"}
         # Every folder of the mailbox, not Sent Items alone: a message Exchange has accepted but
@@ -216,7 +256,9 @@ class OutlookClient:
             raise SchemaError(
                 vendor=VENDOR, record_id=key, field="value", problem="not a list", raw=found
             )
-        return str(values[0].get("id")) if values and isinstance(values[0], dict) else None
+        # A draft left by a send that failed before its last request was never sent.
+        sent = [v for v in values if isinstance(v, dict) and not v.get("isDraft")]
+        return str(sent[0].get("id")) if sent else None
 
     def _send(self, body: object) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.access_token()}"}

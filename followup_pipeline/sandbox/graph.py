@@ -2,11 +2,14 @@
 
 import asyncio
 import base64
+import binascii
+import email.policy
 import hmac
 import json
 import re
 import time
 import uuid
+from email.parser import BytesParser
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -145,25 +148,96 @@ def graph_app(state: SandboxState) -> Starlette:
             return graph_error(400, "BadRequest", "Invalid filter clause.")
         prop, value = wanted["prop"].replace("''", "'"), wanted["value"].replace("''", "'")
         mailbox = request.path_params["user"].lower()
+
+        def carries(message: dict[str, Any]) -> bool:
+            return any(
+                p.get("id") == prop and p.get("value") == value
+                for p in message.get("singleValueExtendedProperties") or []
+            )
+
         found = [
             {
                 "id": entry["id"],
                 "subject": entry["message"].get("subject"),
                 "sentDateTime": entry["received_at"],
+                "isDraft": False,
             }
             for entry in state.outbox
             if entry["mailbox"].lower() == mailbox
             and entry["save_to_sent_items"]
-            and any(
-                p.get("id") == prop and p.get("value") == value
-                for p in entry["message"].get("singleValueExtendedProperties") or []
-            )
+            and carries(entry["message"])
         ]
+        if "SentItems" not in request.url.path:  # the whole mailbox: drafts too
+            found += [
+                {"id": draft_id, "subject": draft["message"].get("subject"), "isDraft": True}
+                for draft_id, draft in state.drafts.items()
+                if draft["mailbox"].lower() == mailbox and carries(draft["message"])
+            ]
         top_text = request.query_params.get("$top", "10")
         if not top_text.isdigit():
             return graph_error(400, "BadRequest", "Invalid $top value.")
         top = int(top_text)
         return JSONResponse({"value": found[:top]})
+
+    async def create_draft(request: Request) -> Response:
+        """``POST …/users/{id}/messages`` with a base64 MIME body (``Content-Type:
+        text/plain``): a draft, its text and HTML parts kept."""
+        problem = refused(request)
+        if problem is not None:
+            return problem
+        if not request.headers.get("content-type", "").startswith("text/plain"):
+            return graph_error(400, "BadRequest", "Only MIME drafts are known to the sandbox.")
+        try:
+            mime = BytesParser(policy=email.policy.default).parsebytes(
+                base64.b64decode(await request.body(), validate=True)
+            )
+        except (ValueError, binascii.Error):
+            return graph_error(400, "ErrorMimeContentInvalidBase64String", "Invalid base64.")
+        parts = {p.get_content_type(): p.get_content() for p in mime.walk() if not p.is_multipart()}
+        to = [a.strip() for a in str(mime.get("To", "")).split(",") if a.strip()]
+        message = {
+            "subject": str(mime.get("Subject", "")),
+            "body": {"contentType": "HTML", "content": parts.get("text/html", "")},
+            "textBody": parts.get("text/plain"),
+            "toRecipients": [{"emailAddress": {"address": a}} for a in to],
+        }
+        draft_id = state.new_id(32)
+        state.drafts[draft_id] = {"mailbox": request.path_params["user"], "message": message}
+        return JSONResponse({"id": draft_id, "isDraft": True, **message}, 201)
+
+    async def update_draft(request: Request) -> Response:
+        """``PATCH …/messages/{id}``: the sandbox keeps ``singleValueExtendedProperties``."""
+        problem = refused(request)
+        if problem is not None:
+            return problem
+        draft = state.drafts.get(request.path_params["message_id"])
+        if draft is None:
+            return graph_error(404, "ErrorItemNotFound", "The specified object was not found.")
+        body = json.loads(await request.body() or b"{}")
+        properties = body.get("singleValueExtendedProperties")
+        if properties is not None:
+            draft["message"]["singleValueExtendedProperties"] = properties
+        return JSONResponse({"id": request.path_params["message_id"], "isDraft": True})
+
+    async def send_draft(request: Request) -> Response:
+        """``POST …/messages/{id}/send``: the draft goes out (202), into Sent Items."""
+        problem = refused(request)
+        if problem is not None:
+            return problem
+        draft = state.drafts.pop(request.path_params["message_id"], None)
+        if draft is None:
+            return graph_error(404, "ErrorItemNotFound", "The specified object was not found.")
+        await asyncio.sleep(config.graph_send_latency_s)
+        state.outbox.append(
+            {
+                "id": request.path_params["message_id"],
+                "mailbox": draft["mailbox"],
+                "received_at": state.clock.espo(),
+                "message": draft["message"],
+                "save_to_sent_items": True,
+            }
+        )
+        return Response(status_code=202, headers={"request-id": str(uuid.uuid4())})
 
     async def send_mail(request: Request) -> Response:
         no_token = refused(request)
@@ -222,6 +296,9 @@ def graph_app(state: SandboxState) -> Starlette:
             Route("/v1.0/users/{user}/sendMail", send_mail, methods=["POST"]),
             Route("/v1.0/users/{user}/mailFolders/SentItems/messages", sent_items, methods=["GET"]),
             Route("/v1.0/users/{user}/messages", sent_items, methods=["GET"]),
+            Route("/v1.0/users/{user}/messages", create_draft, methods=["POST"]),
+            Route("/v1.0/users/{user}/messages/{message_id}", update_draft, methods=["PATCH"]),
+            Route("/v1.0/users/{user}/messages/{message_id}/send", send_draft, methods=["POST"]),
         ],
         exception_handlers={HTTPException: refuse},
     )

@@ -70,6 +70,8 @@ class SandboxState:
     tasks: dict[str, Record] = field(default_factory=dict)
     comments: dict[str, list[Record]] = field(default_factory=dict)
     outbox: list[Record] = field(default_factory=list)
+    #: Draft messages by id (created from MIME, not sent yet): Graph's ``…/messages`` folder view.
+    drafts: dict[str, Record] = field(default_factory=dict)
     #: Every chat-completion request body Mistral received, as sent (what left the machine).
     model_requests: list[Record] = field(default_factory=list)
     tokens: dict[str, float] = field(default_factory=dict)
@@ -89,6 +91,7 @@ class SandboxState:
         for store in stores:
             store.clear()
         self.outbox.clear()
+        self.drafts.clear()
         self.model_requests.clear()
         self.rate_windows.clear()
         self.stats.clear()

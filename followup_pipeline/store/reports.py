@@ -102,3 +102,12 @@ def week_counts(
 def open_by_stage(conn: psycopg.Connection[Any], *, until: datetime) -> list[StageLine]:
     """Open watches by stage with their ages at ``until``."""
     return fetch_all(conn, StageLine, query("weekly_open_by_stage"), {"until": until})
+
+
+def dead_letters_between(
+    conn: psycopg.Connection[Any], *, start: datetime, until: datetime, max_attempts: int
+) -> int:
+    """Events and actions that became dead letters in [``start``, ``until``)."""
+    params = {"start": start, "until": until, "max_attempts": max_attempts}
+    row = conn.execute(query("weekly_dead_letters"), params).fetchone()
+    return int(row["dead"]) if row else 0

@@ -74,6 +74,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
                 to=settings.report_recipients,
                 subject=rendered.subject,
                 html=rendered.html,
+                text=rendered.text,
                 # What the next report's "since" is: up to when this one read the data.
                 payload={"until": now.isoformat(), "root_run_id": root},
             )

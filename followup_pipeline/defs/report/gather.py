@@ -95,7 +95,9 @@ def weekly_data(
         closed=week.closed,
         open_by_stage=store.open_by_stage(conn, until=until),
         failed_runs=len(failed),
-        dead_letters=store.dead_letter_count(conn, max_attempts=settings.action_max_attempts),
+        dead_letters=store.dead_letters_between(
+            conn, start=start, until=until, max_attempts=settings.action_max_attempts
+        ),
         tasks_per_day={**days, **week.tasks_per_day},
         late=friday < local_date(now, settings.timezone),
     )

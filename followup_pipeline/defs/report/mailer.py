@@ -73,6 +73,7 @@ class Mailer:
         to: list[str],
         subject: str,
         html: str,
+        text: str | None = None,
         payload: dict[str, object] | None = None,
     ) -> MailResult:
         """Send the message unless the action of ``key`` reached Graph already.
@@ -92,11 +93,13 @@ class Mailer:
                 time_zone=self.settings.timezone,
                 payload=payload,
             )
-            return self._send_once(spec, to=to, subject=subject, html=html)
+            return self._send_once(spec, to=to, subject=subject, html=html, text=text)
         finally:
             lock.release()
 
-    def _send_once(self, spec: ActionSpec, *, to: list[str], subject: str, html: str) -> MailResult:
+    def _send_once(
+        self, spec: ActionSpec, *, to: list[str], subject: str, html: str, text: str | None
+    ) -> MailResult:
         key = spec.key
         with self.db.connection() as conn:
             action = ledger.action_by_key(conn, key)
@@ -120,7 +123,7 @@ class Mailer:
             with self.db.connection() as conn, conn.transaction():
                 ledger.suppress(conn, spec, reason="dry_run")
             return MailResult(key, "suppressed")
-        return self._send(spec, to=to, subject=subject, html=html)
+        return self._send(spec, to=to, subject=subject, html=html, text=text)
 
     def _settle(self, spec: ActionSpec, action: Action) -> MailResult | None:
         """Ask Sent Items about an earlier send whose answer was lost; the result if it went."""
@@ -136,14 +139,21 @@ class Mailer:
             self._finish(attempt, "accepted", provider_ref=message_id, error="found in Sent Items")
         return MailResult(spec.key, "already_sent", message_id)
 
-    def _send(self, spec: ActionSpec, *, to: list[str], subject: str, html: str) -> MailResult:
+    def _send(
+        self, spec: ActionSpec, *, to: list[str], subject: str, html: str, text: str | None
+    ) -> MailResult:
         attempt = self._begin(spec)
         if attempt is None:  # another run sent it meanwhile
             return MailResult(spec.key, "already_sent")
         with self.db.connection() as conn:
             ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
         try:
-            receipt = self.outlook.send_mail(to=to, subject=subject, html=html, key=spec.key)
+            if text is None:
+                receipt = self.outlook.send_mail(to=to, subject=subject, html=html, key=spec.key)
+            else:  # text and HTML: multipart/alternative, through a draft
+                receipt = self.outlook.send_multipart(
+                    to=to, subject=subject, html=html, text=text, key=spec.key
+                )
         except IntegrationError as error:
             ambiguous = isinstance(error, TransientError)  # a 5xx, 429 or timeout: maybe sent
             self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))

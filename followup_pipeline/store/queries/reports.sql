@@ -92,3 +92,12 @@ GROUP BY stage ORDER BY stage;
 SELECT (fired_at AT TIME ZONE %(zone)s)::date AS day, count(*) AS n FROM watch_steps
 WHERE fired_at >= %(start)s AND fired_at < %(until)s AND task_ref <> 'dry-run'
 GROUP BY 1;
+
+-- name: weekly_dead_letters
+-- Events and actions that became dead letters in [start, until) (by when they last failed).
+SELECT (SELECT count(*) FROM events
+         WHERE status = 'dead' AND processed_at >= %(start)s AND processed_at < %(until)s)
+     + (SELECT count(*) FROM actions
+         WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
+           AND updated_at >= %(start)s AND updated_at < %(until)s)
+       AS dead;

@@ -182,3 +182,22 @@ def test_mailer_a_retry_soon_after_an_ambiguous_send_waits_out_the_window_then_s
     assert len(sleeps) == 1
     assert 90 < sleeps[0] <= 100
     assert len(_outbox(sandbox)) == 1
+
+
+def test_mailer_multipart_a_draft_left_by_a_failed_send_is_not_taken_for_a_sent_mail(
+    db_url: str, outlook: OutlookClient, sandbox: str
+) -> None:
+    # The draft is created and keyed, then its send answers 500 without sending.
+    fault = {"vendor": "graph", "kind": "error", "status": 500, "path": "/send$", "count": 1}
+    with httpx.Client(base_url=f"{sandbox}/_sandbox") as control:
+        control.post("/faults", json=fault).raise_for_status()
+    mailer = _mailer(db_url, outlook)
+    message = {"to": ["team@example.com"], "subject": "Morning list", "html": "<p>x</p>"}
+    with pytest.raises(MailError):
+        mailer.send_once(key=KEY, kind="report", text="x", **message)
+    assert _outbox(sandbox) == []
+    assert outlook.find_sent(KEY) is None  # only the draft carries the key
+    assert mailer.send_once(key=KEY, kind="report", text="x", **message).outcome == "sent"
+    [mail] = _outbox(sandbox)
+    assert mail["message"]["textBody"].strip() == "x"
+    assert mail["message"]["body"]["content"].strip() == "<p>x</p>"

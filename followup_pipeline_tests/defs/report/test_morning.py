@@ -39,6 +39,8 @@ def test_morning_list_goes_out_once_per_day_and_again_only_when_forced(
     assert "&lt;script&gt;alert(1)&lt;/script&gt; GmbH" in html  # names from the CRM are text
     assert "<script>" not in html
     assert "step 1 of 3" in html
+    # multipart/alternative: the plain-text part beside the HTML
+    assert "Due today: <script>alert(1)</script> GmbH, step 1 of 3" in message["textBody"]
     assert machine.watch(deal)["crm_url"] in html
 
     # A rerun (a retry, a second backfill) sends nothing.
@@ -82,7 +84,7 @@ def test_morning_list_dry_run_and_no_recipients_send_nothing(
 def test_morning_list_a_failing_graph_fails_the_run_and_the_next_run_sends_once(
     machine: Machine,
 ) -> None:
-    machine.fault(vendor="graph", kind="apply_then_error", method="POST", path="sendMail", count=1)
+    machine.fault(vendor="graph", kind="apply_then_error", method="POST", path="/send$", count=1)
     result = _morning_raw(machine, "2026-03-09")
     assert not result.success
     assert _morning(machine, "2026-03-09").success  # finds it in Sent Items
