@@ -65,6 +65,8 @@ def test_morning_list_of_a_missed_day_says_it_is_late(machine: Machine) -> None:
     assert "This list was sent late." in mail["message"]["body"]["content"]
     assert _morning(machine, "2026-03-06").success
     assert len(machine.outbox()) == 1
+    assert _morning(machine, "2026-03-06", force=True).success  # once more, when asked
+    assert len(machine.outbox()) == 2
 
 
 def test_morning_list_dry_run_and_no_recipients_send_nothing(
