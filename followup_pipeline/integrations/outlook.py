@@ -7,7 +7,7 @@ exception is a 401 with a cached token, where nothing was sent: fetch a new toke
 
 import base64
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -195,17 +195,25 @@ class OutlookClient:
         )
 
     def send_multipart(
-        self, *, to: list[str], subject: str, html: str, text: str, key: str
+        self,
+        *,
+        to: list[str],
+        subject: str,
+        html: str,
+        text: str,
+        key: str,
+        before_send: Callable[[], None] | None = None,
     ) -> SendReceipt:
         """Send one message with a plain-text and an HTML part (multipart/alternative).
 
         Graph's JSON ``sendMail`` carries one body, so the message is created as a draft from
         MIME (``Content-Type: text/plain``, base64), given ``key`` as an extended property (MIME
         cannot carry one), and then sent. Only the last request sends: a failure before it
-        leaves at most a draft, which ``find_sent`` does not count.
+        leaves at most a draft, which ``find_sent`` does not count. ``before_send`` is called
+        just before that request (the caller's in-flight window starts there). ``From`` is left
+        to Graph, which sets the mailbox's own address.
         """
         mime = EmailMessage()
-        mime["From"] = self.sender
         mime["To"] = ", ".join(to)
         mime["Subject"] = subject
         mime.set_content(text)
@@ -225,6 +233,8 @@ class OutlookClient:
         path = f"{drafts}/{quote(draft_id, safe='')}"
         properties = {"singleValueExtendedProperties": [{"id": KEY_PROPERTY, "value": key}]}
         self._graph.request("PATCH", path, json=properties, headers=auth, idempotent=True)
+        if before_send is not None:
+            before_send()
         response = self._graph.request("POST", f"{path}/send", headers=auth, idempotent=False)
         return SendReceipt(
             accepted_at=datetime.fromtimestamp(self._clock(), tz=UTC),

@@ -11,7 +11,7 @@ in-flight window has passed (waited for, up to ``MAX_WAIT_S``).
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -134,7 +134,8 @@ class Mailer:
         if message_id is None:
             self.log.info("%s: not in Sent Items; sending (again)", spec.key)
             return None
-        attempt = self._begin(spec)
+        # The mail that went out is the earlier run's: keep what it recorded (its `until`).
+        attempt = self._begin(replace(spec, payload=action.payload))
         if attempt is not None:
             self._finish(attempt, "accepted", provider_ref=message_id, error="found in Sent Items")
         return MailResult(spec.key, "already_sent", message_id)
@@ -145,14 +146,18 @@ class Mailer:
         attempt = self._begin(spec)
         if attempt is None:  # another run sent it meanwhile
             return MailResult(spec.key, "already_sent")
-        with self.db.connection() as conn:
-            ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
+
+        def stamp() -> None:
+            with self.db.connection() as conn:
+                ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
+
         try:
             if text is None:
+                stamp()
                 receipt = self.outlook.send_mail(to=to, subject=subject, html=html, key=spec.key)
             else:  # text and HTML: multipart/alternative, through a draft
                 receipt = self.outlook.send_multipart(
-                    to=to, subject=subject, html=html, text=text, key=spec.key
+                    to=to, subject=subject, html=html, text=text, key=spec.key, before_send=stamp
                 )
         except IntegrationError as error:
             ambiguous = isinstance(error, TransientError)  # a 5xx, 429 or timeout: maybe sent

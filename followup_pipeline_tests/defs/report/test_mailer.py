@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs.report.mailer import Mailer, MailError
-from followup_pipeline.integrations.outlook import OutlookClient
+from followup_pipeline.integrations.outlook import KEY_PROPERTY, OutlookClient
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
@@ -22,6 +22,9 @@ from followup_pipeline.store.ledger import ActionSpec
 from followup_pipeline.store.run_lock import RunLock
 
 SANDBOX = SandboxConfig()
+KEY_FILTER = (
+    "singleValueExtendedProperties/Any(ep: ep/id eq '" + KEY_PROPERTY + "' and ep/value eq '"
+)
 NOW = datetime(2026, 3, 2, 6, 30, tzinfo=UTC)
 KEY = "report:morning:2026-03-02"
 LOG = logging.getLogger("test.mailer")
@@ -196,8 +199,37 @@ def test_mailer_multipart_a_draft_left_by_a_failed_send_is_not_taken_for_a_sent_
     with pytest.raises(MailError):
         mailer.send_once(key=KEY, kind="report", text="x", **message)
     assert _outbox(sandbox) == []
-    assert outlook.find_sent(KEY) is None  # only the draft carries the key
+    # The draft carries the key (the PATCH took), yet it is no sent mail.
+    listing = httpx.get(
+        f"{sandbox}/graph/v1.0/users/followup@example.com/messages",
+        params={"$filter": f"{KEY_FILTER}{KEY}')"},
+        headers={"Authorization": f"Bearer {outlook.access_token()}"},
+    ).json()["value"]
+    assert [m["isDraft"] for m in listing] == [True]
+    assert outlook.find_sent(KEY) is None
     assert mailer.send_once(key=KEY, kind="report", text="x", **message).outcome == "sent"
     [mail] = _outbox(sandbox)
     assert mail["message"]["textBody"].strip() == "x"
     assert mail["message"]["body"]["content"].strip() == "<p>x</p>"
+
+
+def test_mailer_settling_keeps_what_the_run_that_sent_recorded(
+    db_url: str, outlook: OutlookClient, sandbox: str, db: psycopg.Connection[Any]
+) -> None:
+    fault = {"vendor": "graph", "kind": "apply_then_error", "path": "sendMail", "count": 1}
+    with httpx.Client(base_url=f"{sandbox}/_sandbox") as control:
+        control.post("/faults", json=fault).raise_for_status()
+    message = {"to": ["team@example.com"], "subject": "Morning list", "html": "<p>x</p>"}
+    with pytest.raises(MailError):
+        _mailer(db_url, outlook).send_once(
+            key=KEY, kind="report", payload={"until": "2026-03-02T06:30:00+00:00"}, **message
+        )
+    later = _mailer(db_url, outlook)
+    later.now = NOW + timedelta(hours=5)
+    settled = later.send_once(
+        key=KEY, kind="report", payload={"until": "2026-03-02T11:30:00+00:00"}, **message
+    )
+    assert settled.outcome == "already_sent"
+    row = db.execute("SELECT outcome, payload FROM actions").fetchone()
+    # The next report's "since" is when the mail that went out was rendered, not the settling.
+    assert row == {"outcome": "accepted", "payload": {"until": "2026-03-02T06:30:00+00:00"}}
