@@ -1,16 +1,23 @@
-"""What every job shares: the outcome tag, and business counts reported as run metadata."""
+"""What every job shares: the outcome tag, business counts reported as run metadata, the
+business day of a schedule's tick, and attempts at ledger actions (task ledger and mailer)."""
 
-from typing import Any, Literal
+from contextlib import AbstractContextManager
+from datetime import date, datetime
+from typing import Any, Literal, Protocol
+from zoneinfo import ZoneInfo
 
 import dagster as dg
+import psycopg
 
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import StagePolicy
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import ledger
 from followup_pipeline.store.db import StoreError
 from followup_pipeline.store.holidays import load_calendar
+from followup_pipeline.store.ledger import ActionSpec, Attempt, FinalOutcome
 from followup_pipeline.store.watches import Subject
 
 OUTCOME_TAG = "followup/outcome"
@@ -81,3 +88,57 @@ def business_calendar(
     except StoreError as error:
         context.log.warning("holiday overrides unreadable, public holidays only: %s", error)
         return BusinessCalendar(settings.holiday_country, settings.holiday_subdivision)
+
+
+def business_day_of(
+    context: dg.ScheduleEvaluationContext, postgres: PostgresResource, settings: Settings
+) -> date | dg.SkipReason:
+    """The local day of a schedule's tick, or the reason to skip it (not a business day)."""
+    scheduled = context.scheduled_execution_time
+    assert scheduled is not None
+    day = scheduled.astimezone(ZoneInfo(settings.timezone)).date()
+    if not business_calendar(context, postgres, settings).is_business_day(day):
+        return dg.SkipReason(f"{day} is not a business day")
+    return day
+
+
+class Connections(Protocol):
+    """Pooled connections that commit on success and roll back on error."""
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection for one unit of work."""
+        ...
+
+
+class Attempts:
+    """Begin and finish attempts at ``now`` for run ``run_id`` (a base class: it needs ``db``,
+    ``now`` and ``run_id``)."""
+
+    db: Connections
+    now: datetime
+    run_id: str | None
+
+    def _begin(self, spec: ActionSpec) -> Attempt | None:
+        """Mark the action attempted (committed before the provider is called); None if it
+        reached the provider already."""
+        with self.db.connection() as conn, conn.transaction():
+            return ledger.begin_attempt(conn, spec, started_at=self.now, run_id=self.run_id)
+
+    def _finish(
+        self,
+        attempt: Attempt,
+        outcome: FinalOutcome,
+        *,
+        provider_ref: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record how an attempt ended, on the attempt and on the action."""
+        with self.db.connection() as conn, conn.transaction():
+            ledger.finish_attempt(
+                conn,
+                attempt,
+                outcome=outcome,
+                finished_at=self.now,
+                provider_ref=provider_ref,
+                error=error,
+            )

@@ -3,14 +3,13 @@ on business days (``summariser.py``), and the ``review`` job that settles what t
 """
 
 from typing import Literal
-from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from followup_pipeline.defs.common import (
     SINGLETON_TAG,
     RunCounts,
-    business_calendar,
+    business_day_of,
     outcome_output,
 )
 from followup_pipeline.defs.enrich.summariser import Summariser
@@ -79,12 +78,8 @@ def build_defs(settings: Settings) -> dg.Definitions:
         context: dg.ScheduleEvaluationContext, postgres: PostgresResource
     ) -> dg.RunRequest | dg.SkipReason:
         """Every hour at :30 on business days (weekends and holidays are skipped)."""
-        scheduled = context.scheduled_execution_time
-        assert scheduled is not None
-        day = scheduled.astimezone(ZoneInfo(zone)).date()
-        if not business_calendar(context, postgres, settings).is_business_day(day):
-            return dg.SkipReason(f"{day} is not a business day")
-        return dg.RunRequest()
+        day = business_day_of(context, postgres, settings)
+        return day if isinstance(day, dg.SkipReason) else dg.RunRequest()
 
     @dg.op
     def settle_review_item(

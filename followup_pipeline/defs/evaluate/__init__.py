@@ -8,14 +8,13 @@ schedule from the one ``Settings``.
 
 from collections import Counter
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from followup_pipeline.defs.common import (
     SINGLETON_TAG,
     RunCounts,
-    business_calendar,
+    business_day_of,
     calendar_of,
     outcome_output,
 )
@@ -167,11 +166,11 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
     def evaluate_business_hours(
         context: dg.ScheduleEvaluationContext, postgres: PostgresResource
     ) -> dg.RunRequest | dg.SkipReason:
+        day = business_day_of(context, postgres, settings)
+        if isinstance(day, dg.SkipReason):
+            return day
         scheduled = context.scheduled_execution_time
         assert scheduled is not None
-        day = scheduled.astimezone(ZoneInfo(zone)).date()
-        if not business_calendar(context, postgres, settings).is_business_day(day):
-            return dg.SkipReason(f"{day} is not a business day")
         key = partitions.get_partition_key_for_timestamp(scheduled.timestamp())
         return dg.RunRequest(partition_key=key)
 

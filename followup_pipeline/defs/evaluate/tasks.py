@@ -10,6 +10,7 @@ that was created is never forgotten (ARCHITECTURE.md §4).
 from datetime import date, datetime, time
 from typing import Literal
 
+from followup_pipeline.defs.common import Attempts
 from followup_pipeline.defs.evaluate.ports import Database, Log, TaskBoard
 from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.domain.decisions import CloseReason
@@ -39,7 +40,7 @@ def task_key(watch_id: int, step_no: int) -> str:
     return f"task:{watch_id}:{step_no}"
 
 
-class TaskLedger:
+class TaskLedger(Attempts):
     """Tasks of steps through the action ledger, for one run at one instant.
 
     Its counts and problems gather in ``tally``. After ClickUp answers a write with 429 it makes
@@ -278,28 +279,6 @@ class TaskLedger:
             key,
         )
         return True
-
-    def _begin(self, spec: ActionSpec) -> Attempt | None:
-        with self.db.connection() as conn, conn.transaction():
-            return ledger.begin_attempt(conn, spec, started_at=self.now, run_id=self.run_id)
-
-    def _finish(
-        self,
-        attempt: Attempt,
-        outcome: FinalOutcome,
-        *,
-        provider_ref: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        with self.db.connection() as conn, conn.transaction():
-            ledger.finish_attempt(
-                conn,
-                attempt,
-                outcome=outcome,
-                finished_at=self.now,
-                provider_ref=provider_ref,
-                error=error,
-            )
 
     def _record_fired(
         self, attempt: Attempt, watch_id: int, step_no: int, task_id: str, outcome: FinalOutcome

@@ -8,13 +8,12 @@ sent after its day says so in its subject.
 """
 
 from datetime import date, datetime
-from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from followup_pipeline.defs.common import (
     RunCounts,
-    business_calendar,
+    business_day_of,
     outcome_output,
 )
 from followup_pipeline.defs.report.gather import last_evaluate_ok, morning_data, weekly_data
@@ -199,11 +198,9 @@ def build_defs(settings: Settings) -> dg.Definitions:
         context: dg.ScheduleEvaluationContext, postgres: PostgresResource
     ) -> dg.RunRequest | dg.SkipReason:
         """The morning list of each business day (weekends and holidays are skipped)."""
-        scheduled = context.scheduled_execution_time
-        assert scheduled is not None
-        day = scheduled.astimezone(ZoneInfo(zone)).date()
-        if not business_calendar(context, postgres, settings).is_business_day(day):
-            return dg.SkipReason(f"{day} is not a business day")
+        day = business_day_of(context, postgres, settings)
+        if isinstance(day, dg.SkipReason):
+            return day
         return dg.RunRequest(partition_key=f"{day:%Y-%m-%d}")
 
     weekly_schedule = dg.build_schedule_from_partitioned_job(

@@ -15,13 +15,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
+from followup_pipeline.defs.common import Attempts
 from followup_pipeline.defs.evaluate.ports import Log
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger
-from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOutcome, Kind
+from followup_pipeline.store.ledger import Action, ActionSpec, Kind
 from followup_pipeline.store.run_lock import RunLock
 
 MailOutcome = Literal["sent", "already_sent", "suppressed", "in_flight"]
@@ -43,7 +44,7 @@ class MailError(RuntimeError):
     """A send failed; the action says ``failed`` or ``unknown`` and the next run settles it."""
 
 
-class Mailer:
+class Mailer(Attempts):
     """Sends mail through Graph at most once per ledger key."""
 
     def __init__(
@@ -59,6 +60,7 @@ class Mailer:
     ) -> None:
         self.sleep = sleep
         self.db = postgres
+        self.postgres = postgres
         self.outlook = outlook
         self.settings = settings
         self.now = now
@@ -81,7 +83,7 @@ class Mailer:
         Two runs of one window at once (a retry and a backfill) are kept apart by an advisory
         lock on the key: the second finds the first sending and leaves it alone.
         """
-        lock = RunLock.try_take(self.db.url, f"mail:{key}", owner=self.run_id or "mailer")
+        lock = RunLock.try_take(self.postgres.url, f"mail:{key}", owner=self.run_id or "mailer")
         try:
             if not lock.held:
                 self.log.info("%s: another run is sending it now (%s)", key, lock.holder)
@@ -165,25 +167,3 @@ class Mailer:
             raise MailError(f"{spec.key}: Graph failed: {error}") from error
         self._finish(attempt, "accepted", provider_ref=receipt.request_id)
         return MailResult(spec.key, "sent", receipt.request_id)
-
-    def _begin(self, spec: ActionSpec) -> Attempt | None:
-        with self.db.connection() as conn, conn.transaction():
-            return ledger.begin_attempt(conn, spec, started_at=self.now, run_id=self.run_id)
-
-    def _finish(
-        self,
-        attempt: Attempt,
-        outcome: FinalOutcome,
-        *,
-        provider_ref: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        with self.db.connection() as conn, conn.transaction():
-            ledger.finish_attempt(
-                conn,
-                attempt,
-                outcome=outcome,
-                finished_at=self.now,
-                provider_ref=provider_ref,
-                error=error,
-            )
