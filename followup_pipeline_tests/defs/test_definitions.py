@@ -48,6 +48,22 @@ def defs() -> dg.Definitions:
     return build_definitions(load_settings(partitions_start="2026-01-01"))
 
 
+def _tick(
+    defs: dg.Definitions, schedule: dg.ScheduleDefinition, tick: datetime, db_url: str
+) -> dg.ScheduleExecutionData:
+    """One evaluation of ``schedule`` at ``tick``, its holidays read from the test's database."""
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=tick,
+            repository_def=defs.get_repository_def(),
+            resources={"postgres": PostgresResource(url=db_url)},
+        ) as context,
+    ):
+        return schedule.evaluate_tick(context)
+
+
 def test_definitions_load_as_a_code_location_would() -> None:
     # What the code server does: one Definitions at module scope, names unique across graphs.
     module = importlib.import_module("followup_pipeline.definitions")
@@ -116,9 +132,9 @@ def test_definitions_evaluate_partitions_are_business_hours_from_a_recent_start(
     assert {k[-5:] for k in week} == {f"{h:02d}:00" for h in range(7, 19)}
     assert keys[-1] == "2026-11-30-13:00"  # the hour in progress exists
     later = load_settings(partitions_start="2026-11-02", business_hours_end=17)
-    keys = build_definitions(later).resolve_job_def("evaluate").partitions_def
-    assert keys is not None
-    assert keys.get_partition_keys(current_time=now)[:11] == [
+    shorter = build_definitions(later).resolve_job_def("evaluate").partitions_def
+    assert shorter is not None
+    assert shorter.get_partition_keys(current_time=now)[:11] == [
         *(f"2026-11-02-{h:02d}:00" for h in range(7, 17)),
         "2026-11-03-07:00",
     ]
@@ -144,16 +160,7 @@ def test_definitions_morning_schedule_ticks_on_business_days_only(
     db.execute("INSERT INTO holidays (day, kind, name) VALUES ('2026-03-03', 'holiday', 'Offsite')")
     schedule = defs.resolve_schedule_def("morning_report_weekdays")
     assert schedule.cron_schedule == "30 7 * * 1-5"
-    with (
-        dg.instance_for_test() as instance,
-        dg.build_schedule_context(
-            instance=instance,
-            scheduled_execution_time=tick,
-            repository_def=defs.get_repository_def(),
-            resources={"postgres": PostgresResource(url=db_url)},
-        ) as context,
-    ):
-        result = schedule.evaluate_tick(context)
+    result = _tick(defs, schedule, tick, db_url)
     if expected is None:
         assert not result.run_requests
         assert "not a business day" in (result.skip_message or "")
@@ -174,16 +181,7 @@ def test_definitions_enrich_schedule_runs_hourly_on_business_days(
 ) -> None:
     schedule = defs.resolve_schedule_def("enrich_hourly")
     assert schedule.cron_schedule == "30 * * * 1-5"
-    with (
-        dg.instance_for_test() as instance,
-        dg.build_schedule_context(
-            instance=instance,
-            scheduled_execution_time=tick,
-            repository_def=defs.get_repository_def(),
-            resources={"postgres": PostgresResource(url=db_url)},
-        ) as context,
-    ):
-        result = schedule.evaluate_tick(context)
+    result = _tick(defs, schedule, tick, db_url)
     assert bool(result.run_requests) is runs
 
 
@@ -218,16 +216,7 @@ def test_definitions_evaluate_schedule_skips_holidays(
         " ('2026-03-03', 'holiday', 'Offsite'), ('2026-05-01', 'workday', 'Trade fair')"
     )
     schedule = defs.resolve_schedule_def("evaluate_business_hours")
-    with (
-        dg.instance_for_test() as instance,
-        dg.build_schedule_context(
-            instance=instance,
-            scheduled_execution_time=tick,
-            repository_def=defs.get_repository_def(),
-            resources={"postgres": PostgresResource(url=db_url)},
-        ) as context,
-    ):
-        result = schedule.evaluate_tick(context)
+    result = _tick(defs, schedule, tick, db_url)
     if expected is None:
         assert not result.run_requests
         assert "not a business day" in (result.skip_message or "")
