@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zoneinfo
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
@@ -163,6 +164,24 @@ class Settings(BaseSettings):
     #: Mask e-mail addresses, phone numbers and IBANs before any text leaves for the model.
     enrich_mask_personal_data: bool = True
 
+    # --- alerts (failures, dead letters, a machine that stopped working) -------------------------
+    #: Who receives the alert mails: the operations owner and a backup (e-mail addresses).
+    ops_owner: str | None = None
+    ops_backup: str | None = None
+    #: The ClickUp list alerts go to when mail fails (the second channel); unset: none.
+    ops_clickup_list_id: str | None = None
+    #: Repeats of one run failure within this many hours of its alert are held back and counted.
+    alert_window_h: float = Field(default=6.0, gt=0, le=168)
+    #: An event still pending after this many minutes raises an alert.
+    alert_pending_after_min: float = Field(default=15.0, gt=0)
+    #: Business hours without a successful ``evaluate`` before an alert.
+    alert_evaluate_silence_h: float = Field(default=2.0, gt=0)
+    #: How often the ``alert_checks`` sensor looks for dead letters, lag and silence.
+    alerts_sensor_interval_s: int = Field(default=60, ge=1, le=3600)
+    #: The Dagster UI as operators reach it (the run links in alerts); unset: the address the
+    #: last ``followup dev`` served on, else http://127.0.0.1:3000.
+    ui_url: AnyHttpUrl | None = None
+
     # --- the vendor clients ----------------------------------------------------------------------
     #: Seconds a vendor client waits for an answer (and to send a body).
     vendor_timeout_s: float = Field(default=30.0, gt=0)
@@ -211,6 +230,18 @@ class Settings(BaseSettings):
     @classmethod
     def _json_map(cls, value: Any) -> Any:
         return _parse_json(value, {})
+
+    @field_validator("ops_owner", "ops_backup")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not re.fullmatch(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+", value):
+            raise ValueError(
+                f"{value!r} is not an e-mail address (one address, e.g. ops@acme.example)"
+            )
+        return value
 
     @field_validator("home", mode="after")
     @classmethod
@@ -302,6 +333,14 @@ class Settings(BaseSettings):
         """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""
         base = str(self.espocrm_url).rstrip("/").removesuffix("/api/v1")
         return f"{base}/#Opportunity/view/{deal_id}"
+
+    def ops_recipients(self) -> list[str]:
+        """Who receives alert mails: the owner and the backup, those that are set."""
+        return [a for a in (self.ops_owner, self.ops_backup) if a]
+
+    def alert_window(self) -> timedelta:
+        """How long repeats of one run failure are held back after its alert."""
+        return timedelta(hours=self.alert_window_h)
 
     def sandbox_credentials_missing(self) -> list[str]:
         """Names of the vendor credential variables that are unset."""

@@ -29,6 +29,8 @@ def _sandbox_credentials(monkeypatch: pytest.MonkeyPatch, sandbox: str, db_url: 
     for line in env_lines(SANDBOX, sandbox):
         name, _, value = line.partition("=")
         monkeypatch.setenv(name, shlex.split(value)[0])
+    monkeypatch.setenv("FOLLOWUP_OPS_OWNER", "owner@example.com")
+    monkeypatch.setenv("FOLLOWUP_OPS_BACKUP", "backup@example.com")
 
 
 def _faults(out: str) -> set[str]:
@@ -49,6 +51,10 @@ def test_doctor_reads_the_lists_closed_status(
     assert "ok   clickup: list sandbox-list closes tasks with status 'complete'" in out
     for vendor in ("espocrm", "clickup", "outlook", "mistral"):
         assert f"ok   {vendor}: " in out
+    assert (
+        "ok   alerts: mail to owner@example.com, backup@example.com; ClickUp list sandbox-ops "
+        "when mail fails" in out
+    )
     # No daemon, no ingress and no Dagster instance here: exactly those fail.
     assert _faults(out) == {"dagster", "ingress"}
 
@@ -56,6 +62,7 @@ def test_doctor_reads_the_lists_closed_status(
 @pytest.mark.parametrize(
     ("variable", "value", "fault", "words"),
     [
+        # The alert list is in ClickUp too: a wrong token fails it as well (below).
         ("FOLLOWUP_CLICKUP_TOKEN", "pk_wrong", "clickup", "401"),
         ("FOLLOWUP_ESPOCRM_API_KEY", "wrong", "espocrm", "401"),
         ("FOLLOWUP_GRAPH_CLIENT_SECRET", "wrong", "outlook", "invalid_client"),
@@ -67,6 +74,8 @@ def test_doctor_reads_the_lists_closed_status(
             "FOLLOWUP_WATCHED_STAGES 'Negotation': no such stage in the CRM",
         ),
         ("FOLLOWUP_CLICKUP_LIST_ID", "no-such-list", "clickup", "no-such-list"),
+        ("FOLLOWUP_OPS_CLICKUP_LIST_ID", "no-such-list", "alerts", "no-such-list"),
+        ("FOLLOWUP_OPS_OWNER", "", "alerts", "FOLLOWUP_OPS_OWNER"),
     ],
 )
 def test_doctor_names_exactly_the_vendor_at_fault(
@@ -83,14 +92,18 @@ def test_doctor_names_exactly_the_vendor_at_fault(
     monkeypatch.setenv(variable, value)
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
-    assert _faults(out) == {"dagster", "ingress", fault}
-    [line] = [line for line in out.splitlines() if line.startswith(f"FAIL {fault}: ")]
+    also = {"alerts"} if variable == "FOLLOWUP_CLICKUP_TOKEN" else set()
+    assert _faults(out) == {"dagster", "ingress", fault} | also
+    [line] = [
+        line for line in out.splitlines() if line.startswith((f"FAIL {fault}: ", f"WARN {fault}: "))
+    ]
     assert words in line
     if variable in SECRET_VARIABLES.values():
         assert value not in out  # no secret echoed
     *checks, summary = out.splitlines()
     assert all(line.startswith(("ok   ", "WARN ", "FAIL ")) for line in checks), out
-    assert summary == f"{len(checks) - 3} ok, 3 fault(s)"  # one line per check, nothing folded
+    faults = 3 + len(also)
+    assert summary == f"{len(checks) - faults} ok, {faults} fault(s)"  # one line each, none folded
 
 
 def test_doctor_fails_on_a_closed_status_the_list_does_not_have(

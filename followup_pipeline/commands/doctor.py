@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import httpx
+import psycopg
 from mistralai.client.utils import BackoffStrategy, RetryConfig
 
 from followup_pipeline.clock import build_clock
@@ -36,6 +37,7 @@ from followup_pipeline.machine import (
     with_sandbox,
 )
 from followup_pipeline.settings import ConfigError, Settings
+from followup_pipeline.store.alerts import unsent as unsent_alerts
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
 from followup_pipeline.store.events import webhook_silence
@@ -69,6 +71,10 @@ def ok(name: str, detail: str) -> Check:
     return Check("ok", name, detail)
 
 
+def warn(name: str, detail: str) -> Check:
+    return Check("WARN", name, detail)
+
+
 def fail(name: str, detail: str) -> Check:
     return Check("FAIL", name, detail)
 
@@ -97,6 +103,7 @@ def examine(settings: Settings) -> Iterator[Check]:
     yield from _vendor("clickup", lambda: _clickup(settings))
     yield from _vendor("outlook", lambda: _outlook(settings))
     yield from _vendor("mistral", lambda: _mistral(settings))
+    yield from _vendor("alerts", lambda: _alerts(settings))
 
 
 def _database(url: str, settings: Settings) -> Iterator[Check]:
@@ -335,6 +342,54 @@ def _mistral(settings: Settings) -> Check:
         model = settings.mistral_model
         return fail("mistral", f"FOLLOWUP_MISTRAL_MODEL {model!r} is not among the key's models")
     return ok("mistral", f"key accepted, model {settings.mistral_model} available")
+
+
+def _alerts(settings: Settings) -> Check:
+    """Who alerts reach (the owner and backup by mail, the operations list when mail fails),
+    that the list exists, and whether any alert reached nobody yet."""
+    owners = settings.ops_recipients()
+    ops_list = settings.ops_clickup_list_id
+    if ops_list:
+        token = settings.clickup_token
+        client = ClickUpClient(
+            str(settings.clickup_url),
+            token.get_secret_value() if token else "",
+            ops_list,
+            sleep=_no_wait,
+            timeouts=_timeouts(settings),
+        )
+        try:
+            client.list_statuses()  # the list exists and the token reaches it
+        finally:
+            client.close()
+    try:
+        with connect(resolve_database_url(settings), autocommit=True) as conn:
+            waiting = len(unsent_alerts(conn))
+    except (ConfigError, StoreError, psycopg.Error):
+        waiting = 0  # the database check says what is wrong with it
+    if waiting:
+        return warn("alerts", f"{waiting} alert(s) reached nobody yet: followup alerts list")
+    if not owners and not ops_list:
+        return fail(
+            "alerts",
+            "nobody receives alerts: set FOLLOWUP_OPS_OWNER, FOLLOWUP_OPS_BACKUP and "
+            "FOLLOWUP_OPS_CLICKUP_LIST_ID",
+        )
+    if not owners:
+        return warn(
+            "alerts",
+            f"FOLLOWUP_OPS_OWNER and FOLLOWUP_OPS_BACKUP are not set: alerts go to the ClickUp "
+            f"list {ops_list} only",
+        )
+    if not ops_list:
+        return warn(
+            "alerts",
+            f"mail to {', '.join(owners)}, and no second channel when mail fails "
+            "(FOLLOWUP_OPS_CLICKUP_LIST_ID)",
+        )
+    if settings.ops_backup is None or settings.ops_owner is None:
+        return warn("alerts", f"mail to {owners[0]} alone: set both FOLLOWUP_OPS_OWNER and _BACKUP")
+    return ok("alerts", f"mail to {', '.join(owners)}; ClickUp list {ops_list} when mail fails")
 
 
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:

@@ -61,6 +61,15 @@ def build_resources(settings: Settings) -> dict[str, object]:
             key_field_id=settings.clickup_key_field_id,
             closed_status=settings.clickup_closed_status,
         ),
+        # The operations list, where alerts go when mail fails (unset: a placeholder the alert
+        # job never uses).
+        "ops_clickup": ClickUpResource(
+            timeout_s=settings.vendor_timeout_s,
+            connect_timeout_s=settings.vendor_connect_timeout_s,
+            base_url=str(settings.clickup_url),
+            token=dg.EnvVar("FOLLOWUP_CLICKUP_TOKEN"),
+            list_id=settings.ops_clickup_list_id or "unset",
+        ),
         "outlook": OutlookResource(
             timeout_s=settings.vendor_timeout_s,
             connect_timeout_s=settings.vendor_connect_timeout_s,

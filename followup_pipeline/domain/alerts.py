@@ -1,11 +1,16 @@
 """What makes two failures the same alert: a fingerprint of the job, the error's type and its
-message with numbers and ids normalised, and the window an alert of it is sent in. Pure code."""
+message with numbers and ids normalised; the ledger keys of alerts; the alert mail. Pure code."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from html import escape
+from typing import Literal
+from zoneinfo import ZoneInfo
 
 #: Parts of a message that differ between repeats of one failure.
 VOLATILE = (
@@ -36,14 +41,122 @@ def fingerprint(job: str, error_type: str, message: str) -> str:
     return f"{job}|{error_type}|{normalised(message)}"
 
 
-def window_of(at: datetime, window: timedelta) -> datetime:
-    """The start of the alerting window ``at`` falls in (windows counted from the Unix epoch)."""
-    seconds = int(window.total_seconds())
-    start = int(at.timestamp()) // seconds * seconds
-    return datetime.fromtimestamp(start, tz=UTC)
+#: What raised an alert.
+AlertKind = Literal["run_failure", "dead_letter", "pending_events", "stale_evaluate"]
+_PREFIX: dict[AlertKind, str] = {
+    "run_failure": "run",
+    "dead_letter": "dead",
+    "pending_events": "pending",
+    "stale_evaluate": "evaluate",
+}
+#: Dead letters named in one alert mail at most; more go in further mails of the same tick.
+MAX_NAMES_PER_MAIL = 50
 
 
-def alert_key(fingerprint_text: str, at: datetime, window: timedelta) -> str:
-    """The ledger key of a run-failure alert: its fingerprint's hash and its window."""
+def _stamp(at: datetime) -> str:
+    return f"{at.astimezone(UTC):%Y%m%dT%H%M%S}"
+
+
+def alert_key(kind: AlertKind, fingerprint_text: str, opened_at: datetime) -> str:
+    """The ledger key of an alert that opens a window of its fingerprint at ``opened_at``: the
+    fingerprint's hash and the window's start, so a re-evaluation or a rerun finds it sent."""
     digest = hashlib.sha256(fingerprint_text.encode()).hexdigest()[:16]
-    return f"alert:run:{digest}:{window_of(at, window):%Y%m%dT%H%M}"
+    return f"alert:{_PREFIX[kind]}:{digest}:{_stamp(opened_at)}"
+
+
+def dead_letter_key(names: Sequence[str], at: datetime) -> str:
+    """The ledger key of one mail about ``names`` (dead letters found together at ``at``): the
+    first name, how many more, and when (a dead letter that dies again after a replay is news)."""
+    more = f"+{len(names) - 1}" if len(names) > 1 else ""
+    return f"alert:dead:{names[0]}{more}@{_stamp(at)}"
+
+
+@dataclass(frozen=True)
+class AlertItem:
+    """One thing an alert is about (a row of ``alerts``)."""
+
+    kind: AlertKind
+    subject: str
+    message: str
+    occurred_at: datetime
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AlertMail:
+    """An alert as sent: a subject, the mail's HTML, and the same text as Markdown (ClickUp)."""
+
+    subject: str
+    html: str
+    markdown: str
+
+
+def _what_to_do(item: AlertItem, names: Sequence[str], ui_url: str) -> list[str]:
+    if item.kind == "run_failure":
+        return [
+            f"Open the run: {ui_url}/runs/{item.run_id}",
+            "Once the cause is fixed, re-execute it there (Re-execute > From failure), or "
+            "backfill its partition; `followup doctor` checks every vendor.",
+        ]
+    if item.kind == "dead_letter":
+        joined = " ".join(names)
+        return [
+            f"See what failed: followup dead-letters show {names[0]}",
+            f"After fixing the cause, replay: followup dead-letters replay {joined}",
+        ]
+    if item.kind == "pending_events":
+        return [
+            "The crm_events sensor or the register runs are not keeping up or not running:",
+            f"`followup doctor`, the sensor in the UI: {ui_url}/automation, the register runs: "
+            f"{ui_url}/runs",
+        ]
+    return [
+        "Is the schedule evaluate_business_hours running, and the daemon? `followup doctor`.",
+        "Run one now: followup dagster job execute -j evaluate",
+    ]
+
+
+def render_alert(
+    items: Sequence[AlertItem],
+    *,
+    held: int,
+    held_since: datetime | None,
+    ui_url: str,
+    zone: str,
+    note: str | None = None,
+) -> AlertMail:
+    """The mail about ``items`` (one alert: one failure, one silence, or the dead letters found
+    in one sensor tick), with how many repeats were held back since its fingerprint's last one."""
+    first = items[0]
+    local = ZoneInfo(zone)
+    names = [i.subject for i in items]
+    if first.kind == "dead_letter":
+        subject = (
+            f"{names[0]}: dead letter"
+            if len(items) == 1
+            else (f"{names[0]} and {len(items) - 1} more: dead letters")
+        )
+    else:
+        lines = first.message.strip().splitlines() or ["failed"]
+        subject = f"{first.subject}: {' '.join(lines[0].split())[:120]}"
+    if held:
+        subject += f" ({held} repeats held back)"
+    lines = [f"Followup alert: {subject}", ""]
+    for item in items:
+        when = item.occurred_at.astimezone(local)
+        lines.append(f"{item.subject} at {when:%Y-%m-%d %H:%M %Z}:")
+        lines.extend(f"    {line}" for line in item.message.strip().splitlines()[:20])
+    if held:
+        since = f" since {held_since.astimezone(local):%Y-%m-%d %H:%M %Z}" if held_since else ""
+        lines += ["", f"{held} repeats of this failure{since} were held back (not mailed)."]
+    lines += ["", "What to do:"]
+    lines += [f"- {line}" for line in _what_to_do(first, names, ui_url.rstrip("/"))]
+    lines += ["- Every alert and what was held back: followup alerts list"]
+    if note:
+        lines += ["", note]
+    body = "".join(f"{escape(line) if line else ''}<br>\n" for line in lines)
+    return AlertMail(
+        subject=f"[followup] {subject}",
+        html=f'<div style="font-family: monospace">\n{body}</div>\n',
+        markdown="\n".join(lines) + "\n",
+    )

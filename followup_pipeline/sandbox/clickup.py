@@ -60,15 +60,20 @@ async def _json(request: Request) -> Any:
 def clickup_app(state: SandboxState) -> Starlette:
     """ClickUp's API v2, to be mounted at ``/clickup/api``."""
 
+    lists = {
+        state.config.clickup_list_id: "Follow-ups",
+        state.config.clickup_ops_list_id: "Operations",
+    }
+
     def known_list(list_id: str) -> None:
-        if list_id != state.config.clickup_list_id:
+        if list_id not in lists:
             raise TaskError(401, "Team not authorized", "OAUTH_027")
 
     def stored(task_id: str) -> dict[str, Any]:
         task = state.tasks.get(task_id)
         if task is None:
             raise TaskError(404, "Task not found, deleted", "ITEM_013")
-        if task["list"]["id"] != state.config.clickup_list_id:
+        if task["list"]["id"] not in lists:
             # In a list (a team) this token cannot see: ClickUp answers 401, not 404.
             raise TaskError(401, "Team not authorized", "OAUTH_027")
         return task
@@ -86,7 +91,7 @@ def clickup_app(state: SandboxState) -> Starlette:
             {"status": name, "orderindex": index, "color": color, "type": kind}
             for index, (name, kind, color) in enumerate(STATUSES)
         ]
-        return JSONResponse({"id": list_id, "name": "Follow-ups", "statuses": statuses})
+        return JSONResponse({"id": list_id, "name": lists[list_id], "statuses": statuses})
 
     async def list_tasks(request: Request) -> Response:
         known_list(request.path_params["list_id"])

@@ -78,6 +78,8 @@ class SandboxConfig(BaseModel):
     # ClickUp
     clickup_token: SecretStr = SecretStr("pk_sandbox_0000000_SANDBOXTOKEN")
     clickup_list_id: str = "sandbox-list"
+    #: The operations list, where alerts go when mail fails.
+    clickup_ops_list_id: str = "sandbox-ops"
     clickup_custom_fields: list[CustomFieldSpec] = Field(default_factory=_default_fields)
     clickup_rate_limit: int = Field(default=100, ge=1)
     clickup_rate_window_s: float = Field(default=60.0, gt=0)

@@ -19,6 +19,7 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_CLICKUP_URL": f"{base}/clickup/api",
         "FOLLOWUP_CLICKUP_TOKEN": config.clickup_token.get_secret_value(),
         "FOLLOWUP_CLICKUP_LIST_ID": config.clickup_list_id,
+        "FOLLOWUP_OPS_CLICKUP_LIST_ID": config.clickup_ops_list_id,
         "FOLLOWUP_GRAPH_URL": f"{base}/graph",
         "FOLLOWUP_GRAPH_LOGIN_URL": f"{base}/login",
         "FOLLOWUP_GRAPH_TENANT_ID": config.graph_tenant_id,

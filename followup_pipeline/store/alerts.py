@@ -1,32 +1,189 @@
-"""Failed runs kept for the alerting (``alerts``)."""
+"""What raised alerts, and which alert each went out in (``alerts``); ``followup alerts list``.
+
+A row is recorded once per ``source`` (a sensor that looks twice records nothing new). A run
+failure, a pending event or a silent ``evaluate`` goes out unless an alert of its fingerprint went
+out within the window; then it is held, and the next alert of that fingerprint counts it.
+Dead letters always go out, each under its own name, those found together in one mail.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
+from followup_pipeline.domain.alerts import (
+    MAX_NAMES_PER_MAIL,
+    AlertItem,
+    AlertKind,
+    alert_key,
+    dead_letter_key,
+)
+from followup_pipeline.store.db import fetch_all, fetch_one, storable
 from followup_pipeline.store.queries import query
 
 
-def record_run_failure(
-    conn: psycopg.Connection[Any],
-    *,
-    fingerprint: str,
-    job_name: str,
-    run_id: str,
-    message: str,
-    occurred_at: datetime,
-) -> None:
-    """Keep a failed run once (a second record of the same run changes nothing)."""
-    conn.execute(
-        query("record_run_failure"),
-        {
-            "fingerprint": fingerprint,
-            "job_name": job_name,
-            "run_id": run_id,
-            "message": message,
-            "occurred_at": occurred_at,
-        },
-    )
+@dataclass(frozen=True)
+class Signal:
+    """Something that raises an alert: what it is, what raised it, and what makes repeats of it
+    the same alert."""
+
+    kind: AlertKind
+    source: str
+    fingerprint: str
+    subject: str
+    message: str
+    occurred_at: datetime
+    run_id: str | None = None
+
+    def params(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "subject": storable(self.subject, 500),
+            "message": storable(self.message, 4000),
+            "run_id": self.run_id,
+            "occurred_at": self.occurred_at,
+        }
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A signal recorded: the key of the alert it goes out in, or None when it was held."""
+
+    id: int
+    key: str | None
+    held: int = 0
+
+
+@dataclass(frozen=True)
+class Unsent:
+    """An alert that reached nobody yet: its key, when it was raised, and attempts so far."""
+
+    key: str
+    first_id: int
+    first_at: datetime
+    attempts: int
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    """A row an alert is about."""
+
+    id: int
+    kind: AlertKind
+    subject: str
+    message: str
+    run_id: str | None
+    occurred_at: datetime
+    held: int
+    counted_in: str | None
+
+    def item(self) -> AlertItem:
+        return AlertItem(self.kind, self.subject, self.message, self.occurred_at, self.run_id)
+
+
+@dataclass(frozen=True)
+class Listed(AlertRow):
+    """A line of ``followup alerts list``: a row, the alert it went out in, and how its mail
+    and its ClickUp task ended."""
+
+    action_key: str | None
+    mail_outcome: str | None
+    mail_error: str | None
+    task_outcome: str | None
+    task_ref: str | None
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """The oldest event still pending."""
+
+    id: int
+    source: str
+    event_type: str | None
+    received_at: datetime
+    attempts: int
+    last_error: str | None
+
+
+def record(conn: psycopg.Connection[Any], signal: Signal, *, window: timedelta) -> Recorded | None:
+    """Record ``signal`` once and decide, under a lock on its fingerprint: it opens a new alert
+    (which counts the repeats held before it), or it is held because an alert of its fingerprint
+    went out within ``window``. None when its source was recorded before."""
+    with conn.transaction():
+        conn.execute(query("alert_lock_fingerprint"), {"fingerprint": signal.fingerprint})
+        row = conn.execute(query("alert_insert"), signal.params()).fetchone()
+        if row is None:
+            return None
+        new_id = int(row["id"])
+        last = conn.execute(
+            query("alert_last_sent"),
+            {
+                "fingerprint": signal.fingerprint,
+                "since": signal.occurred_at - window,
+                "id": new_id,
+            },
+        ).fetchone()
+        if last is not None:
+            return Recorded(new_id, None)
+        key = alert_key(signal.kind, signal.fingerprint, signal.occurred_at)
+        counted = conn.execute(
+            query("alert_count_held"),
+            {"fingerprint": signal.fingerprint, "key": key, "id": new_id},
+        ).fetchone()
+        held = int(counted["held"]) if counted else 0
+        conn.execute(query("alert_assign"), {"key": key, "ids": [new_id], "held": held})
+        return Recorded(new_id, key, held)
+
+
+def record_dead_letters(
+    conn: psycopg.Connection[Any], signals: Sequence[Signal], *, at: datetime
+) -> list[str]:
+    """Record dead letters; those new to the table go out together, up to
+    ``MAX_NAMES_PER_MAIL`` names a mail. The keys of the new alerts."""
+    keys: list[str] = []
+    with conn.transaction():
+        new: list[tuple[int, str]] = []
+        for signal in signals:
+            row = conn.execute(query("alert_insert"), signal.params()).fetchone()
+            if row is not None:
+                new.append((int(row["id"]), signal.subject))
+        for start in range(0, len(new), MAX_NAMES_PER_MAIL):
+            chunk = new[start : start + MAX_NAMES_PER_MAIL]
+            key = dead_letter_key([name for _, name in chunk], at)
+            conn.execute(
+                query("alert_assign"), {"key": key, "ids": [i for i, _ in chunk], "held": 0}
+            )
+            keys.append(key)
+    return keys
+
+
+def unsent(conn: psycopg.Connection[Any], *, limit: int = 50) -> list[Unsent]:
+    """Alerts that reached nobody yet, oldest first."""
+    return fetch_all(conn, Unsent, query("alert_unsent"), {"limit": limit})
+
+
+def rows_of(conn: psycopg.Connection[Any], key: str) -> list[AlertRow]:
+    """The rows the alert ``key`` is about."""
+    return fetch_all(conn, AlertRow, query("alert_rows_of_key"), {"key": key})
+
+
+def held_since(conn: psycopg.Connection[Any], key: str) -> datetime | None:
+    """When the oldest repeat counted by the alert ``key`` happened."""
+    row = conn.execute(query("alert_held_since"), {"key": key}).fetchone()
+    return row["since"] if row else None
+
+
+def listed(conn: psycopg.Connection[Any], *, since: datetime, limit: int) -> list[Listed]:
+    """Alerts recorded since ``since``, newest first."""
+    return fetch_all(conn, Listed, query("alert_list"), {"since": since, "limit": limit})
+
+
+def oldest_pending_event(conn: psycopg.Connection[Any]) -> PendingEvent | None:
+    """The oldest event still pending, if any."""
+    return fetch_one(conn, PendingEvent, query("oldest_pending_event"))

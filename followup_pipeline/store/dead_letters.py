@@ -47,6 +47,8 @@ class DeadLetter:
     attempts: int
     step: str | None
     error: str | None
+    #: When it became a dead letter: a second death after a replay has a later one.
+    since: datetime
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[De
             attempts=row.attempts,
             step=row.dead_step,
             error=row.last_error,
+            since=row.processed_at or row.received_at,
         )
         for row in events.dead_events(conn)
     ]
@@ -92,6 +95,7 @@ def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[De
             attempts=row.attempts,
             step=None,
             error=row.last_error,
+            since=row.updated_at,
         )
         for row in ledger.dead_actions(conn, max_attempts=max_attempts)
     ]
@@ -103,6 +107,7 @@ def dead_letters(conn: psycopg.Connection[Any], *, max_attempts: int) -> list[De
             attempts=row.attempts,
             step=row.key.split(":", 1)[1],
             error=row.reason,
+            since=row.completed_at,
         )
         for row in events.invalid_items(conn)
     ]

@@ -73,6 +73,8 @@ class DeadEvent:
     attempts: int
     dead_step: str | None
     last_error: str | None
+    #: When it became a dead letter (its last attempt; unset for one dead on arrival).
+    processed_at: datetime | None = None
 
 
 @dataclass(frozen=True)

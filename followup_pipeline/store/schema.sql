@@ -72,18 +72,23 @@ ALTER TABLE followup.actions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 CREATE TABLE followup.alerts (
-    id bigint NOT NULL,
-    fingerprint text NOT NULL,
-    job_name text NOT NULL,
-    run_id text NOT NULL,
-    message text NOT NULL,
-    occurred_at timestamp with time zone NOT NULL,
-    sent boolean DEFAULT false NOT NULL,
-    action_key text
+    id bigint CONSTRAINT alerts_id_not_null1 NOT NULL,
+    kind text NOT NULL,
+    source text NOT NULL,
+    fingerprint text CONSTRAINT alerts_fingerprint_not_null1 NOT NULL,
+    subject text NOT NULL,
+    message text CONSTRAINT alerts_message_not_null1 NOT NULL,
+    run_id text,
+    occurred_at timestamp with time zone CONSTRAINT alerts_occurred_at_not_null1 NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    action_key text,
+    held integer DEFAULT 0 NOT NULL,
+    counted_in text,
+    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text])))
 );
 
 ALTER TABLE followup.alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME followup.alerts_id_seq
+    SEQUENCE NAME followup.alerts_id_seq1
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
@@ -302,7 +307,7 @@ ALTER TABLE ONLY followup.alerts
     ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY followup.alerts
-    ADD CONSTRAINT alerts_unique_run UNIQUE (run_id);
+    ADD CONSTRAINT alerts_unique_source UNIQUE (source);
 
 ALTER TABLE ONLY followup.cadences
     ADD CONSTRAINT cadences_pkey PRIMARY KEY (name);
@@ -347,6 +352,8 @@ ALTER TABLE ONLY followup.watches
     ADD CONSTRAINT watches_pkey PRIMARY KEY (id);
 
 CREATE INDEX actions_open ON followup.actions USING btree (outcome) WHERE (outcome = ANY (ARRAY['attempted'::text, 'unknown'::text, 'failed'::text]));
+
+CREATE INDEX alerts_action_key ON followup.alerts USING btree (action_key) WHERE (action_key IS NOT NULL);
 
 CREATE INDEX alerts_fingerprint ON followup.alerts USING btree (fingerprint, occurred_at DESC);
 

@@ -31,6 +31,7 @@ JOBS = [
     "replay",
     "watch_control",
     "review",
+    "alert",
 ]
 SCHEDULES = [
     "evaluate_business_hours",
@@ -38,7 +39,7 @@ SCHEDULES = [
     "morning_report_weekdays",
     "weekly_report_friday",
 ]
-SENSORS = ["crm_events", "alerts"]
+SENSORS = ["crm_events", "alerts", "alert_checks"]
 
 
 @pytest.fixture
@@ -81,7 +82,7 @@ def test_definitions_resolve_every_job_schedule_and_sensor(defs: dg.Definitions)
         assert defs.resolve_schedule_def(name).name == name
     for name in SENSORS:
         assert defs.resolve_sensor_def(name).name == name
-    assert {"postgres", "clock", "espocrm", "clickup", "outlook", "mistral"} <= set(
+    assert {"postgres", "clock", "espocrm", "clickup", "ops_clickup", "outlook", "mistral"} <= set(
         repository.get_top_level_resources()
     )
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from followup_pipeline.domain.alerts import alert_key, fingerprint, normalised, window_of
-
-SIX_HOURS = timedelta(hours=6)
+from followup_pipeline.domain.alerts import (
+    AlertItem,
+    alert_key,
+    dead_letter_key,
+    fingerprint,
+    normalised,
+    render_alert,
+)
 
 
 def test_alerts_repeats_of_one_failure_share_a_fingerprint() -> None:
@@ -41,12 +47,52 @@ def test_alerts_message_is_one_bounded_line() -> None:
     assert len(normalised("x" * 1000)) == 200
 
 
-def test_alerts_key_names_the_window() -> None:
+def test_alerts_key_names_the_fingerprint_and_the_window() -> None:
+    at = datetime(2026, 11, 30, 17, 28, 5, tzinfo=UTC)
+    key = alert_key("run_failure", "f", at)
+    assert key == alert_key("run_failure", "f", at)
+    assert key != alert_key("run_failure", "g", at)
+    assert key != alert_key("run_failure", "f", at + timedelta(hours=6))
+    assert key.startswith("alert:run:")
+    assert key.endswith(":20261130T172805")
+    assert alert_key("pending_events", "f", at).startswith("alert:pending:")
+
+
+def test_alerts_dead_letter_key_names_the_first_and_counts_the_rest() -> None:
     at = datetime(2026, 11, 30, 17, 28, tzinfo=UTC)
-    assert window_of(at, SIX_HOURS) == datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    same = alert_key("f", datetime(2026, 11, 30, 12, 1, tzinfo=UTC), SIX_HOURS)
-    assert alert_key("f", at, SIX_HOURS) == same
-    assert alert_key("f", at + SIX_HOURS, SIX_HOURS) != same
-    assert alert_key("g", at, SIX_HOURS) != same
-    assert same.startswith("alert:run:")
-    assert same.endswith(":20261130T1200")
+    assert dead_letter_key(["event:7"], at) == "alert:dead:event:7@20261130T172800"
+    assert dead_letter_key(["event:7", "action:task:1:2"], at) == (
+        "alert:dead:event:7+1@20261130T172800"
+    )
+
+
+def test_alerts_mail_escapes_what_it_quotes_and_says_what_to_do() -> None:
+    item = AlertItem(
+        kind="dead_letter",
+        subject="event:7",
+        message="espocrm <script>alert(1)</script> 503",
+        occurred_at=datetime(2026, 3, 2, 9, 0, tzinfo=UTC),
+    )
+    mail = render_alert(
+        [item, replace(item, subject="event:8")],
+        held=0,
+        held_since=None,
+        ui_url="http://ui.example/",
+        zone="Europe/Berlin",
+    )
+    assert mail.subject == "[followup] event:7 and 1 more: dead letters"
+    assert "<script>" not in mail.html
+    assert "&lt;script&gt;" in mail.html
+    assert "event:7 at 2026-03-02 10:00 CET" in mail.markdown
+    assert "followup dead-letters replay event:7 event:8" in mail.markdown
+    failure = replace(item, kind="run_failure", subject="evaluate", run_id="r-1")
+    held = render_alert(
+        [failure],
+        held=4,
+        held_since=item.occurred_at,
+        ui_url="http://ui.example/",
+        zone="Europe/Berlin",
+    )
+    assert held.subject.endswith("(4 repeats held back)")
+    assert "http://ui.example/runs/r-1" in held.markdown
+    assert "4 repeats of this failure since 2026-03-02 10:00 CET" in held.markdown

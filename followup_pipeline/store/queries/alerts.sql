@@ -1,5 +1,76 @@
--- name: record_run_failure
--- Keep one failed run (once per run id) with its fingerprint, for the alerting.
-INSERT INTO alerts (fingerprint, job_name, run_id, message, occurred_at)
-VALUES (%(fingerprint)s, %(job_name)s, %(run_id)s, %(message)s, %(occurred_at)s)
-ON CONFLICT (run_id) DO NOTHING;
+-- name: alert_lock_fingerprint
+-- One decision at a time per fingerprint (send or hold), for the rest of the transaction.
+SELECT pg_advisory_xact_lock(hashtextextended('alerts:' || %(fingerprint)s, 0));
+
+-- name: alert_insert
+-- Record what raised an alert, once per source; no row when it was recorded before.
+INSERT INTO alerts (kind, source, fingerprint, subject, message, run_id, occurred_at)
+VALUES (%(kind)s, %(source)s, %(fingerprint)s, %(subject)s, %(message)s, %(run_id)s,
+        %(occurred_at)s)
+ON CONFLICT (source) DO NOTHING
+RETURNING id;
+
+-- name: alert_last_sent
+-- The latest alert of a fingerprint that went out (or goes out) at or after a moment.
+SELECT action_key, occurred_at FROM alerts
+WHERE fingerprint = %(fingerprint)s AND action_key IS NOT NULL AND occurred_at >= %(since)s
+  AND id <> %(id)s
+ORDER BY occurred_at DESC LIMIT 1;
+
+-- name: alert_count_held
+-- The held repeats of a fingerprint are counted by its next alert: how many, since when.
+WITH counted AS (
+    UPDATE alerts SET counted_in = %(key)s
+    WHERE fingerprint = %(fingerprint)s AND action_key IS NULL AND counted_in IS NULL
+      AND id <> %(id)s
+    RETURNING occurred_at
+)
+SELECT count(*) AS held, min(occurred_at) AS held_since FROM counted;
+
+-- name: alert_assign
+-- The alert rows of ids go out under key; the first counts the held repeats.
+UPDATE alerts SET action_key = %(key)s,
+    held = CASE WHEN id = (%(ids)s::bigint[])[1] THEN %(held)s ELSE 0 END
+WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: alert_unsent
+-- Alerts that have not reached anyone yet (neither their mail nor their ClickUp task), oldest
+-- first, with when they were raised and their attempts so far.
+SELECT a.action_key AS key, min(a.id) AS first_id, min(a.occurred_at) AS first_at,
+       coalesce(max(m.attempts), 0) + coalesce(max(c.attempts), 0) AS attempts
+FROM alerts a
+LEFT JOIN actions m ON m.idempotency_key = a.action_key
+LEFT JOIN actions c ON c.idempotency_key = a.action_key || ':clickup'
+WHERE a.action_key IS NOT NULL
+  AND (m.outcome IS NULL OR m.outcome NOT IN ('accepted', 'confirmed', 'suppressed'))
+  AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed'))
+GROUP BY a.action_key
+ORDER BY min(a.id)
+LIMIT %(limit)s;
+
+-- name: alert_rows_of_key
+-- The rows an alert is about, in order.
+SELECT id, kind, subject, message, run_id, occurred_at, held, counted_in
+FROM alerts WHERE action_key = %(key)s ORDER BY id;
+
+-- name: alert_held_since
+-- When the oldest repeat counted by an alert happened.
+SELECT min(occurred_at) AS since FROM alerts WHERE counted_in = %(key)s;
+
+-- name: alert_list
+-- Recent alerts for `followup alerts list`: each row, the alert it went out in or was counted
+-- by, and how its mail and its ClickUp task ended.
+SELECT a.id, a.kind, a.subject, a.message, a.run_id, a.occurred_at, a.action_key, a.held,
+       a.counted_in, m.outcome AS mail_outcome, m.last_error AS mail_error,
+       c.outcome AS task_outcome, c.provider_ref AS task_ref
+FROM alerts a
+LEFT JOIN actions m ON m.idempotency_key = a.action_key
+LEFT JOIN actions c ON c.idempotency_key = a.action_key || ':clickup'
+WHERE a.occurred_at >= %(since)s
+ORDER BY a.id DESC
+LIMIT %(limit)s;
+
+-- name: oldest_pending_event
+-- The oldest event still pending, for the lag alert.
+SELECT id, source, event_type, received_at, attempts, last_error
+FROM events WHERE status = 'pending' ORDER BY received_at, id LIMIT 1;

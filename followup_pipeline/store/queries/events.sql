@@ -126,7 +126,7 @@ SELECT * FROM events WHERE id = %(id)s;
 
 -- name: events_dead_letters
 -- Dead-lettered events, oldest first.
-SELECT id, source, event_type, received_at, attempts, dead_step, last_error
+SELECT id, source, event_type, received_at, attempts, dead_step, last_error, processed_at
 FROM events WHERE status = 'dead' ORDER BY id;
 
 -- name: events_gauges

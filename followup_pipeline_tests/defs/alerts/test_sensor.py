@@ -1,54 +1,305 @@
-"""The ``alerts`` sensor records a failed run with its fingerprint (real Postgres)."""
+"""Alerts end to end, in process: the real sensors and the ``alert`` job on real Postgres, the
+sandbox's Graph and ClickUp over HTTP, a set clock. (Under the real daemon: ``test_daemon.py``.)"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
+import httpx
 import psycopg
+import pytest
 
-from followup_pipeline.defs.alerts import alerts
+from followup_pipeline.cli import main
+from followup_pipeline.commands.alerts import channel
+from followup_pipeline.defs import alerts as capability
 from followup_pipeline.domain.alerts import fingerprint
-from followup_pipeline.resources import PostgresResource
+from followup_pipeline.store import alerts as store
+
+from ..evaluate.conftest import SANDBOX, Machine
+
+#: Monday 2 March 2026, 10:00 in Berlin: a business hour.
+MONDAY_10 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+OPS = {
+    "ops_owner": "owner@example.com",
+    "ops_backup": "backup@example.com",
+    "ops_clickup_list_id": SANDBOX.clickup_ops_list_id,
+    # Only the test of a silent evaluate has one (these runs have none).
+    "alert_evaluate_silence_h": 24,
+}
 
 
-def _failed_run(instance: dg.DagsterInstance, vendor: str, deal: str) -> dg.ExecuteInProcessResult:
+@pytest.fixture
+def machine(db_url: str, sandbox: str, db: psycopg.Connection[Any]) -> Machine:
+    """The harness on a fresh database and a reset sandbox, with an operations owner, backup
+    and list."""
+    with httpx.Client(base_url=sandbox, timeout=5) as control:
+        control.post("/_sandbox/reset", json={"demo": False}).raise_for_status()
+    return Machine(db_url=db_url, sandbox=sandbox, db=db, settings=dict(OPS))
+
+
+def _sensor(machine: Machine, name: str) -> Any:
+    """The sensor ``name`` as the capability builds it from the machine's settings."""
+    sensors = capability.build_defs(machine.loaded_settings()).sensors or []
+    return next(s for s in sensors if s.name == name)
+
+
+def _failed_run(
+    instance: dg.DagsterInstance, message: str, job: str = "evaluate"
+) -> dg.ExecuteInProcessResult:
     @dg.op(name="boom")
     def boom() -> None:
-        raise ValueError(f"{vendor}: HTTP 503 on deal {deal}")
+        raise ValueError(message)
 
-    @dg.job(name="evaluate")
+    @dg.job(name=job)
     def failing() -> None:
         boom()
 
     return failing.execute_in_process(instance=instance, raise_on_error=False)
 
 
-def test_alerts_sensor_records_failures_under_one_fingerprint(
-    db_url: str, db: psycopg.Connection[Any]
-) -> None:
-    with dg.instance_for_test() as instance:
-        for vendor, deal in (
-            ("espocrm", "6650a1b2c3d4e5f01"),
-            ("espocrm", "7a50b1b2c3d4e5f99"),
-            ("clickup", "6650a1b2c3d4e5f01"),
-        ):
-            result = _failed_run(instance, vendor, deal)
-            assert not result.success
-            with dg.build_run_status_sensor_context(
-                sensor_name="alerts",
-                dagster_instance=instance,
-                dagster_run=result.dagster_run,
-                dagster_event=result.get_run_failure_event(),
-                resources={"postgres": PostgresResource(url=db_url)},
-            ) as context:
-                alerts(context.for_run_failure())
-    rows = db.execute("SELECT fingerprint, job_name, run_id FROM alerts ORDER BY id").fetchall()
-    assert len(rows) == 3
-    # The same failure on two deals is one fingerprint; another vendor's is another.
-    assert rows[0]["fingerprint"] == rows[1]["fingerprint"]
-    assert rows[2]["fingerprint"] != rows[0]["fingerprint"]
-    assert rows[0]["fingerprint"] == fingerprint(
-        "evaluate", "ValueError", "espocrm: HTTP 503 on deal 6650a1b2c3d4e5f01"
+def _sense_failure(machine: Machine, result: dg.ExecuteInProcessResult, now: datetime) -> None:
+    """The ``alerts`` run-failure sensor, evaluated on ``result`` at ``now``."""
+    sensor = _sensor(machine, "alerts")
+    resources = machine.resources(now)
+    with dg.build_run_status_sensor_context(
+        sensor_name="alerts",
+        dagster_instance=machine.instance,
+        dagster_run=result.dagster_run,
+        dagster_event=result.get_run_failure_event(),
+        resources={k: resources[k] for k in ("postgres", "clock", "ops_clickup")},
+    ) as context:
+        sensor(context.for_run_failure())
+
+
+def _check(
+    machine: Machine, now: datetime, *, watching_since: datetime | None = None
+) -> list[dg.RunRequest]:
+    """One tick of ``alert_checks`` at ``now`` (watching since the day before by default): the
+    runs it asks for."""
+    sensor = _sensor(machine, "alert_checks")
+    resources = machine.resources(now)
+    since = watching_since or now - timedelta(days=1)
+    with dg.build_sensor_context(
+        instance=machine.instance,
+        cursor=since.isoformat(),
+        resources={k: resources[k] for k in ("postgres", "clock")},
+    ) as context:
+        result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    return list(result.run_requests or [])
+
+
+def _send(machine: Machine, request: dg.RunRequest, now: datetime) -> dg.ExecuteInProcessResult:
+    """The ``alert`` run a request asks for, at ``now``."""
+    job = machine.job(capability, "alert", machine.resources(now))
+    return job.execute_in_process(
+        run_config=request.run_config, instance=machine.instance, raise_on_error=False
     )
-    assert rows[0]["run_id"] != rows[1]["run_id"]
+
+
+def _alert_mails(machine: Machine) -> list[dict[str, Any]]:
+    """The alert mails Graph accepted: subject, recipients and HTML."""
+    return [
+        {
+            "subject": m["message"]["subject"],
+            "to": [r["emailAddress"]["address"] for r in m["message"]["toRecipients"]],
+            "html": m["message"]["body"]["content"],
+        }
+        for m in machine.outbox()
+        if m["message"]["subject"].startswith("[followup]")
+    ]
+
+
+def _ops_tasks(machine: Machine) -> list[dict[str, Any]]:
+    return [t for t in machine.tasks() if t["list"]["id"] == SANDBOX.clickup_ops_list_id]
+
+
+def test_alerts_five_failures_one_mail_four_held_and_counted_in_the_next(
+    machine: Machine,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for minute, deal in enumerate(
+        ["6650a1b2c3d4e5f01", "7a50b1b2c3d4e5f99"] * 2 + ["5f3e2d1c0b9a8f7e6"]
+    ):
+        failed = _failed_run(machine.instance, f"espocrm: HTTP 503 on deal {deal}, try {minute}")
+        _sense_failure(machine, failed, MONDAY_10 + timedelta(minutes=12 * minute))
+    rows = db.execute("SELECT * FROM alerts ORDER BY id").fetchall()
+    assert len(rows) == 5
+    assert len({r["fingerprint"] for r in rows}) == 1
+    assert [r["action_key"] is not None for r in rows] == [True, False, False, False, False]
+
+    requests = _check(machine, MONDAY_10 + timedelta(hours=1))
+    assert len(requests) == 1
+    assert str(requests[0].run_key).startswith(f"{rows[0]['action_key']}#")
+    assert _send(machine, requests[0], MONDAY_10 + timedelta(hours=1)).success
+    # A second tick, and a rerun of the same run, send nothing more.
+    assert _check(machine, MONDAY_10 + timedelta(hours=1, minutes=1)) == []
+    assert _send(machine, requests[0], MONDAY_10 + timedelta(hours=1)).success
+    mails = _alert_mails(machine)
+    assert len(mails) == 1
+    assert mails[0]["subject"].startswith("[followup] evaluate: ValueError: espocrm: HTTP 503")
+    assert sorted(mails[0]["to"]) == ["backup@example.com", "owner@example.com"]
+    assert f"/runs/{rows[0]['run_id']}" in mails[0]["html"]
+
+    # Seven hours later the same failure opens a new window: its mail counts the four held.
+    again = _failed_run(machine.instance, "espocrm: HTTP 503 on deal 8b7a6c5d4e3f2a1b0, try 9")
+    _sense_failure(machine, again, MONDAY_10 + timedelta(hours=7))
+    later = _check(machine, MONDAY_10 + timedelta(hours=7))
+    assert len(later) == 1
+    assert _send(machine, later[0], MONDAY_10 + timedelta(hours=7)).success
+    mails = _alert_mails(machine)
+    assert len(mails) == 2
+    assert "(4 repeats held back)" in mails[1]["subject"]
+    assert "4 repeats of this failure" in mails[1]["html"]
+    listed = store.listed(db, since=MONDAY_10 - timedelta(days=1), limit=50)
+    assert [channel(r) for r in listed].count("mail") == 2
+    assert sum(channel(r).startswith("held, counted in alert:run:") for r in listed) == 4
+
+    # What an operator sees: March is more than a week ago, so only with --all.
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
+    assert main(["alerts", "list"]) == 0
+    assert capsys.readouterr().out.endswith("0 alert(s) in the last 7 days (all: --all)\n")
+    assert main(["alerts", "list", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  run_failure     evaluate: mail") == 2
+    assert out.count("evaluate: held, counted in alert:run:") == 4
+    assert "evaluate: mail, counts 4 held" in out
+    assert out.endswith("6 alert(s) in all\n")
+
+
+def test_alerts_another_failure_is_another_alert(machine: Machine) -> None:
+    _sense_failure(machine, _failed_run(machine.instance, "espocrm: HTTP 503"), MONDAY_10)
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 503"), MONDAY_10)
+    _sense_failure(
+        machine, _failed_run(machine.instance, "espocrm: HTTP 503", job="register"), MONDAY_10
+    )
+    assert len(_check(machine, MONDAY_10)) == 3
+    assert fingerprint("evaluate", "ValueError", "a 1") == fingerprint(
+        "evaluate", "ValueError", "a 2"
+    )
+
+
+def _dead_events(db: psycopg.Connection[Any], count: int) -> list[int]:
+    ids = []
+    for n in range(count):
+        row = db.execute(
+            "INSERT INTO events (source, event_type, dedup_key, body, headers, status,"
+            " last_error, dead_step, attempts, processed_at)"
+            " VALUES ('espocrm', 'Opportunity.update', %s, '{}'::bytea, '{}'::jsonb, 'dead',"
+            " 'espocrm: HTTP 503 Service Unavailable', 'register', 5, now()) RETURNING id",
+            (f"dead-{n}-{datetime.now().timestamp()}",),
+        ).fetchone()
+        assert row is not None
+        ids.append(int(row["id"]))
+    return ids
+
+
+def test_alerts_ten_dead_letters_one_mail_naming_each(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    ids = _dead_events(db, 10)
+    requests = _check(machine, MONDAY_10)
+    assert len(requests) == 1
+    assert _send(machine, requests[0], MONDAY_10).success
+    assert _check(machine, MONDAY_10 + timedelta(minutes=1)) == []  # recorded once, sent once
+    mails = _alert_mails(machine)
+    assert len(mails) == 1
+    assert mails[0]["subject"].startswith(f"[followup] event:{ids[0]} and 9 more: dead letters")
+    for event_id in ids:
+        assert f"event:{event_id} at " in mails[0]["html"]
+    assert "followup dead-letters replay " + " ".join(f"event:{i}" for i in ids) in mails[0]["html"]
+    rows = db.execute("SELECT subject, action_key FROM alerts ORDER BY id").fetchall()
+    assert [r["subject"] for r in rows] == [f"event:{i}" for i in ids]
+    assert len({r["action_key"] for r in rows}) == 1
+
+    # One more dead letter later: its own alert, naming it alone.
+    (late,) = _dead_events(db, 1)
+    more = _check(machine, MONDAY_10 + timedelta(minutes=2))
+    assert len(more) == 1
+    assert _send(machine, more[0], MONDAY_10 + timedelta(minutes=2)).success
+    assert _alert_mails(machine)[-1]["subject"] == f"[followup] event:{late}: dead letter"
+
+
+def test_alerts_graph_outage_goes_to_the_operations_list(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
+    machine.fault(vendor="graph", kind="outage", method="POST")
+    (request,) = _check(machine, MONDAY_10)
+    result = _send(machine, request, MONDAY_10)
+    assert result.success
+    assert machine.outcome(result) == "partial"
+    assert _alert_mails(machine) == []
+    (task,) = _ops_tasks(machine)
+    assert task["name"].startswith("[followup] evaluate: ValueError: clickup: HTTP 500")
+    assert "mail failed" in task["description"]
+    # Sent: no further run is asked for, and a rerun creates no second task.
+    assert _check(machine, MONDAY_10 + timedelta(hours=1)) == []
+    assert _send(machine, request, MONDAY_10).success
+    assert len(_ops_tasks(machine)) == 1
+    (row,) = store.listed(db, since=MONDAY_10 - timedelta(days=1), limit=5)
+    assert channel(row) == f"clickup task {task['id']}"
+
+
+def test_alerts_a_failed_alert_run_goes_to_clickup_only(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
+    machine.fault(vendor="graph", kind="outage", method="POST")
+    machine.fault(vendor="clickup", kind="outage", method="POST", count=1)
+    (request,) = _check(machine, MONDAY_10)
+    failed = _send(machine, request, MONDAY_10)
+    assert not failed.success
+    before = db.execute("SELECT count(*) AS n FROM alerts").fetchone()
+    _sense_failure(machine, failed, MONDAY_10)
+    assert db.execute("SELECT count(*) AS n FROM alerts").fetchone() == before  # no alert
+    (task,) = _ops_tasks(machine)
+    assert task["name"].startswith("[followup] alert run failed")
+    assert failed.run_id in task["description"]
+    assert _alert_mails(machine) == []
+    # The alert itself is tried again by a later run (a new run key after 15 minutes).
+    (retry,) = _check(machine, MONDAY_10 + timedelta(minutes=16))
+    assert retry.run_key == f"{request.tags[capability.ALERT_TAG]}#1"
+
+
+def test_alerts_a_late_event_and_a_silent_evaluate_raise_one_alert_each(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.settings["alert_evaluate_silence_h"] = 2
+    db.execute(
+        "INSERT INTO events (source, event_type, dedup_key, body, headers, status, received_at)"
+        " VALUES ('espocrm', 'Opportunity.update', 'late-1', '{}'::bytea, '{}'::jsonb,"
+        " 'pending', %s)",
+        (MONDAY_10 - timedelta(minutes=20),),
+    )
+    # 08:30: the event is late, but evaluate has been silent for only 1.5 business hours.
+    early = MONDAY_10 - timedelta(minutes=90)
+    assert _check(machine, early) == []  # the event is 20 min old only at 10:00
+    requests = _check(machine, MONDAY_10)
+    kinds = sorted(r.tags[capability.ALERT_TAG].split(":")[1] for r in requests)
+    assert kinds == ["evaluate", "pending"]
+    for request in requests:
+        assert _send(machine, request, MONDAY_10).success
+    assert _check(machine, MONDAY_10 + timedelta(minutes=5)) == []  # once, not every tick
+    subjects = sorted(m["subject"] for m in _alert_mails(machine))
+    assert subjects[0].startswith("[followup] evaluate: no successful run for 3 h 00 min")
+    assert subjects[1].startswith("[followup] register: event:")
+    # On a Sunday, nobody expects evaluate to run.
+    assert _check(machine, MONDAY_10 - timedelta(days=1)) == []
+
+
+def test_alerts_a_machine_started_late_is_not_silent_since_the_morning(machine: Machine) -> None:
+    machine.settings["alert_evaluate_silence_h"] = 2
+    # Started at 10:00 with no evaluate yet: its first tick raises nothing, and neither does
+    # 11:59; at 12:01 two business hours have passed without a success.
+    assert _check(machine, MONDAY_10, watching_since=MONDAY_10) == []
+    later = MONDAY_10 + timedelta(hours=1, minutes=59)
+    assert _check(machine, later, watching_since=MONDAY_10) == []
+    (request,) = _check(
+        machine, MONDAY_10 + timedelta(hours=2, minutes=1), watching_since=MONDAY_10
+    )
+    assert str(request.run_key).startswith("alert:evaluate:")

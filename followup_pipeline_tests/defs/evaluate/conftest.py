@@ -66,6 +66,11 @@ class Machine:
                 token=SANDBOX.clickup_token.get_secret_value(),
                 list_id=SANDBOX.clickup_list_id,
             ),
+            "ops_clickup": ClickUpResource(
+                base_url=f"{self.sandbox}/clickup/api",
+                token=SANDBOX.clickup_token.get_secret_value(),
+                list_id=SANDBOX.clickup_ops_list_id,
+            ),
             "outlook": OutlookResource(
                 login_url=f"{self.sandbox}/login",
                 graph_url=f"{self.sandbox}/graph",

@@ -64,6 +64,7 @@ class Machine:
     """The ingress and dagster-daemon as processes on Postgres, vendors in the sandbox."""
 
     ingress: str
+    sandbox: str
     db_url: str
     dagster_db: str
     env: dict[str, str]
@@ -116,6 +117,9 @@ def machine(
         FOLLOWUP_DAGSTER_PG_URL=dagster_url,
         FOLLOWUP_ESPOCRM_WEBHOOKS=json.dumps([HOOK]),
         FOLLOWUP_EVENTS_SENSOR_INTERVAL_S="2",
+        FOLLOWUP_ALERTS_SENSOR_INTERVAL_S="2",
+        FOLLOWUP_OPS_OWNER="owner@example.com",
+        FOLLOWUP_OPS_BACKUP="backup@example.com",
         FOLLOWUP_INGRESS_PORT=str(port),
     )
     # The machine's DAGSTER_HOME (as `followup dev` makes it); the daemon loads the ticking
@@ -144,6 +148,7 @@ def machine(
     ]
     running = Machine(
         ingress=f"http://127.0.0.1:{port}",
+        sandbox=sandbox_server,
         db_url=db_url,
         dagster_db=with_database(storage, str(conninfo_to_dict(storage)["dbname"])),
         env=env,
@@ -240,7 +245,7 @@ def test_daemon_doctor_all_green_then_exactly_each_fault(
 
     wrong = {"FOLLOWUP_CLICKUP_TOKEN": "pk_wrong_token"}
     status, faults, out = _doctor(machine, monkeypatch, capsys, **wrong)
-    assert (status, faults) == (1, {"clickup"}), out
+    assert (status, faults) == (1, {"clickup", "alerts"}), out  # the alert list is ClickUp's too
     assert "pk_wrong_token" not in out
     misspelt = {"FOLLOWUP_WATCHED_STAGES": "Proposal,Negociation"}
     status, faults, out = _doctor(machine, monkeypatch, capsys, **misspelt)
@@ -258,3 +263,46 @@ def test_daemon_doctor_all_green_then_exactly_each_fault(
     status, faults, out = _doctor(machine, monkeypatch, capsys)
     assert (status, faults) == (1, {"schedule enrich_hourly"}), out
     assert "FAIL schedule enrich_hourly: stopped" in out
+
+
+def test_daemon_a_failed_run_reaches_the_owner_once(machine: Machine, tmp_path: Path) -> None:
+    # A run-status sensor starts from its first tick: make the failure after it.
+    _poll(
+        lambda: machine.dagster_rows(
+            'SELECT 1 FROM job_ticks WHERE tick_body LIKE \'%"job_name": "alerts"%\' LIMIT 1'
+        ),
+        90,
+        "the alerts sensor's first tick",
+    )
+    config = tmp_path / "replay.yaml"
+    config.write_text('ops: {replay_dead_letters: {config: {names: ["no-such-letter"]}}}\n')
+    failed = subprocess.run(
+        [str(Path(sys.executable).with_name("followup")), "dagster", "job", "execute",
+         "-j", "replay", "-c", str(config)],
+        env={**machine.env, "DAGSTER_HOME": ""},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+
+    def alert_mails() -> list[dict[str, Any]]:
+        box = httpx.get(f"{machine.sandbox}/_sandbox/outbox", timeout=5).json()["messages"]
+        return [m for m in box if m["message"]["subject"].startswith("[followup] replay:")]
+
+    (mail,) = _poll(alert_mails, TIMEOUT_S, "the alert mail")
+    message = mail["message"]
+    assert "not a dead-letter name" in message["subject"]
+    assert {r["emailAddress"]["address"] for r in message["toRecipients"]} == {
+        "owner@example.com",
+        "backup@example.com",
+    }
+    # The alert run ends, and later ticks send nothing more.
+    _poll(
+        lambda: (
+            ("SUCCESS",)
+            in machine.dagster_rows("SELECT status FROM runs WHERE pipeline_name = 'alert'")
+        ),
+        60,
+        "the alert run's success",
+    )
+    time.sleep(6)
+    assert len(alert_mails()) == 1

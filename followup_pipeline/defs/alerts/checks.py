@@ -1,0 +1,112 @@
+"""What the ``alert_checks`` sensor looks for, besides failed runs: new dead letters, an event
+pending too long, and business hours without a successful ``evaluate``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import psycopg
+
+from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.alerts import PendingEvent, Signal
+from followup_pipeline.store.dead_letters import dead_letters
+
+
+def _minutes(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def dead_letter_signals(conn: psycopg.Connection[Any], settings: Settings) -> list[Signal]:
+    """Every dead letter, one signal each, named by its ``event:``/``action:`` name. An alert's
+    own ledger action is left out: alerting never alerts about itself."""
+    found = []
+    for letter in dead_letters(conn, max_attempts=settings.action_max_attempts):
+        if letter.name.startswith("action:alert:"):
+            continue
+        step = f" at step {letter.step}" if letter.step else ""
+        found.append(
+            Signal(
+                kind="dead_letter",
+                # A second death after a replay is a new dead letter; so is each invalid item.
+                source=f"{letter.name}|{letter.step or ''}|{letter.since.isoformat()}",
+                fingerprint=f"dead:{letter.name}",
+                subject=letter.name,
+                message=(
+                    f"{letter.what}{step}, {letter.attempts} attempts: "
+                    f"{letter.error or 'no error recorded'}"
+                ),
+                occurred_at=letter.since,
+            )
+        )
+    return found
+
+
+def pending_signal(
+    oldest: PendingEvent | None, *, now: datetime, settings: Settings
+) -> Signal | None:
+    """The oldest pending event, when it waited longer than the threshold (one signal per
+    event; the next late event within the window is held and counted)."""
+    if oldest is None:
+        return None
+    age = now - oldest.received_at
+    if age < timedelta(minutes=settings.alert_pending_after_min):
+        return None
+    what = f"{oldest.source} {oldest.event_type or ''}".strip()
+    error = f"; last error: {oldest.last_error}" if oldest.last_error else ""
+    return Signal(
+        kind="pending_events",
+        source=f"pending:event:{oldest.id}",
+        fingerprint="pending_events",
+        subject="register",
+        message=(
+            f"event:{oldest.id} ({what}) pending for {_minutes(age)}, "
+            f"{oldest.attempts} attempts{error}"
+        ),
+        occurred_at=now,
+    )
+
+
+def stale_signal(
+    last_success: datetime | None,
+    *,
+    now: datetime,
+    watching_since: datetime,
+    settings: Settings,
+    calendar: BusinessCalendar,
+) -> Signal | None:
+    """During business hours of a business day: no successful ``evaluate`` for longer than the
+    threshold, counted from the latest of its last success, the day's first business hour, and
+    when the checks began on this machine (a machine started at 10:30 is not silent since 07:00).
+    One signal per silence (a run that succeeds ends it)."""
+    zone = ZoneInfo(settings.timezone)
+    local = now.astimezone(zone)
+    if not calendar.is_business_day(local.date()):
+        return None
+    opens = local.replace(hour=settings.business_hours_start, minute=0, second=0, microsecond=0)
+    if settings.business_hours_end >= 24:
+        closes = opens.replace(hour=0) + timedelta(days=1)
+    else:
+        closes = opens.replace(hour=settings.business_hours_end)
+    if not opens <= local < closes:
+        return None
+    since = max(t for t in (last_success, opens, watching_since) if t is not None)
+    silence = now - since
+    if silence < timedelta(hours=settings.alert_evaluate_silence_h):
+        return None
+    last = (
+        f"its last success was at {last_success.astimezone(zone):%Y-%m-%d %H:%M %Z}"
+        if last_success is not None
+        else "it never succeeded on this machine"
+    )
+    return Signal(
+        kind="stale_evaluate",
+        source=f"stale:evaluate:{since.astimezone(zone):%Y-%m-%dT%H:%M:%S%z}",
+        fingerprint="stale_evaluate",
+        subject="evaluate",
+        message=f"no successful run for {_minutes(silence)} of business hours; {last}",
+        occurred_at=now,
+    )
