@@ -177,7 +177,7 @@ class Settings(BaseSettings):
     #: Business hours without a successful ``evaluate`` before an alert.
     alert_evaluate_silence_h: float = Field(default=2.0, gt=0)
     #: How often the ``alert_checks`` sensor looks for dead letters, lag and silence.
-    alerts_sensor_interval_s: int = Field(default=60, ge=1, le=3600)
+    alerts_sensor_interval_s: int = Field(default=30, ge=1, le=3600)
     #: The Dagster UI as operators reach it (the run links in alerts); unset: the address the
     #: last ``followup dev`` served on, else http://127.0.0.1:3000.
     ui_url: AnyHttpUrl | None = None

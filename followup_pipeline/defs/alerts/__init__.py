@@ -14,6 +14,7 @@
   to ClickUp only, by the sensor itself, and never raises an alert.
 """
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -57,7 +58,9 @@ def _first_error(instance: dg.DagsterInstance, run_id: str, fallback: str) -> tu
     if error is None:
         return "RunFailure", fallback
     kind = str(error.cls_name)
-    return kind, str(error.message).strip().removeprefix(f"{kind}: ")
+    # The message repeats the class, qualified or not ("dagster._core….Failure: …").
+    prefix = re.compile(rf"^(?:[\w.]+\.)?{re.escape(kind)}: ")
+    return kind, prefix.sub("", str(error.message).strip(), count=1)
 
 
 def retry_slot(first_at: datetime, now: datetime) -> int:

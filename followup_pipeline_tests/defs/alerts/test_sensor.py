@@ -46,11 +46,11 @@ def _sensor(machine: Machine, name: str) -> Any:
 
 
 def _failed_run(
-    instance: dg.DagsterInstance, message: str, job: str = "evaluate"
+    instance: dg.DagsterInstance, message: str, job: str = "evaluate", kind: type = ValueError
 ) -> dg.ExecuteInProcessResult:
     @dg.op(name="boom")
     def boom() -> None:
-        raise ValueError(message)
+        raise kind(message)
 
     @dg.job(name=job)
     def failing() -> None:
@@ -178,6 +178,11 @@ def test_alerts_another_failure_is_another_alert(machine: Machine) -> None:
         machine, _failed_run(machine.instance, "espocrm: HTTP 503", job="register"), MONDAY_10
     )
     assert len(_check(machine, MONDAY_10)) == 3
+    # An op's dg.Failure: its message without the qualified class name Dagster puts before it.
+    failure = _failed_run(machine.instance, "no such name", job="replay", kind=dg.Failure)
+    _sense_failure(machine, failure, MONDAY_10)
+    row = machine.db.execute("SELECT message FROM alerts WHERE subject = 'replay'").fetchone()
+    assert row == {"message": "Failure: no such name"}
     assert fingerprint("evaluate", "ValueError", "a 1") == fingerprint(
         "evaluate", "ValueError", "a 2"
     )
