@@ -185,6 +185,14 @@ def read_addresses(settings: Settings) -> dict[str, str]:
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
+def ui_url(settings: Settings) -> str:
+    """Where operators reach the Dagster UI (the links in alerts): ``FOLLOWUP_UI_URL``, else the
+    address the last ``followup dev`` served on, else Dagster's default."""
+    if settings.ui_url is not None:
+        return str(settings.ui_url).rstrip("/")
+    return read_addresses(settings).get("ui", "http://127.0.0.1:3000").rstrip("/")
+
+
 class NoInstance(RuntimeError):
     """The machine's Dagster instance cannot be opened (never started, or unreadable)."""
 

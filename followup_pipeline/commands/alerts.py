@@ -3,55 +3,59 @@
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from followup_pipeline.clock import build_clock
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.alerts import Listed, listed
 from followup_pipeline.store.db import connect, resolve_database_url
 
-#: What ``list`` shows without ``--all``.
-RECENT = timedelta(days=7)
-LIMIT = 200
+#: What ``list`` shows without ``--all``: the rows recorded in the last days.
+RECENT_DAYS = 7
 
 
 def channel(row: Listed) -> str:
     """How the alert of a row went: by mail, as a ClickUp task, held back, or not yet."""
     if row.action_key is None:
-        return f"held, counted in {row.counted_in}" if row.counted_in else "held"
+        if row.counted_in is None:
+            return "held back (the next alert of it will count it)"
+        if row.counted_in.startswith("alert:"):
+            return f"held back, counted by {row.counted_in}"
+        return row.counted_in  # "known before alerting"
     if row.mail_outcome in ("accepted", "confirmed"):
         return "mail"
-    if row.mail_outcome == "suppressed":
-        return "not sent (dry run)"
     if row.task_outcome in ("accepted", "confirmed"):
         return f"clickup task {row.task_ref}"
+    if row.mail_outcome in ("attempted", "unknown"):
+        return "mail may have gone (unknown): the next alert run asks Sent Items"
     tried = [
-        f"{name} {outcome}"
-        for name, outcome in (("mail", row.mail_outcome), ("clickup", row.task_outcome))
+        f"{name} {outcome}: {error or 'no error recorded'}"
+        for name, outcome, error in (
+            ("mail", row.mail_outcome, row.mail_error),
+            ("clickup", row.task_outcome, row.task_error),
+        )
         if outcome is not None
     ]
-    return "NOT SENT yet" + (f" ({', '.join(tried)})" if tried else "")
+    return "NOT SENT yet" + (f" ({'; '.join(tried)})" if tried else ", an alert run is due")
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
-    now = build_clock(settings.now).now()
-    since = now - RECENT if not args.all else now.replace(year=1970)
     zone = ZoneInfo(settings.timezone)
     with connect(resolve_database_url(settings), autocommit=True) as conn:
-        rows = listed(conn, since=since, limit=LIMIT if not args.all else 1_000_000)
+        rows = listed(conn, days=None if args.all else RECENT_DAYS)
     for row in rows:
-        held = f", counts {row.held} held" if row.held else ""
+        held = f", counts {row.held} held back" if row.held else ""
+        first_line = row.message.splitlines()[0][:160] if row.message else ""
         print(
             f"{row.id:>5}  {row.occurred_at.astimezone(zone):%Y-%m-%d %H:%M}  "
             f"{row.kind:<14}  {row.subject}: {channel(row)}{held}"
         )
-        print(f"       {row.message.splitlines()[0][:160] if row.message else ''}")
+        print(f"       {first_line}")
         if row.action_key:
             print(f"       key {row.action_key}")
-    scope = "in all" if args.all else f"in the last {RECENT.days} days (all: --all)"
-    print(f"{len(rows)} alert(s) {scope}")
+    alerts = len({row.action_key for row in rows if row.action_key})
+    scope = "in all" if args.all else f"recorded in the last {RECENT_DAYS} days (all: --all)"
+    print(f"{len(rows)} row(s) in {alerts} alert(s) {scope}")
     return 0
 
 

@@ -33,11 +33,12 @@ from followup_pipeline.machine import (
     NoInstance,
     open_instance,
     read_addresses,
+    ui_url,
     vendor_mode,
     with_sandbox,
 )
 from followup_pipeline.settings import ConfigError, Settings
-from followup_pipeline.store.alerts import unsent as unsent_alerts
+from followup_pipeline.store.alerts import count_unsent as count_unsent_alerts
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
 from followup_pipeline.store.events import webhook_silence
@@ -364,11 +365,9 @@ def _alerts(settings: Settings) -> Check:
             client.close()
     try:
         with connect(resolve_database_url(settings), autocommit=True) as conn:
-            waiting = len(unsent_alerts(conn))
+            waiting = count_unsent_alerts(conn)
     except (ConfigError, StoreError, psycopg.Error):
         waiting = 0  # the database check says what is wrong with it
-    if waiting:
-        return warn("alerts", f"{waiting} alert(s) reached nobody yet: followup alerts list")
     if not owners and not ops_list:
         return fail(
             "alerts",
@@ -389,7 +388,13 @@ def _alerts(settings: Settings) -> Check:
         )
     if settings.ops_backup is None or settings.ops_owner is None:
         return warn("alerts", f"mail to {owners[0]} alone: set both FOLLOWUP_OPS_OWNER and _BACKUP")
-    return ok("alerts", f"mail to {', '.join(owners)}; ClickUp list {ops_list} when mail fails")
+    if waiting:
+        return warn("alerts", f"{waiting} alert(s) reached nobody yet: followup alerts list")
+    return ok(
+        "alerts",
+        f"mail to {', '.join(owners)}; ClickUp list {ops_list} when mail fails; run links to "
+        f"{ui_url(settings)} (FOLLOWUP_UI_URL)",
+    )
 
 
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:

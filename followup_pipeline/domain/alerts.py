@@ -7,10 +7,12 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Literal
 from zoneinfo import ZoneInfo
+
+from followup_pipeline.domain.tasks import markdown_text
 
 #: Parts of a message that differ between repeats of one failure.
 VOLATILE = (
@@ -123,10 +125,12 @@ def render_alert(
     held_since: datetime | None,
     ui_url: str,
     zone: str,
-    note: str | None = None,
 ) -> AlertMail:
     """The mail about ``items`` (one alert: one failure, one silence, or the dead letters found
-    in one sensor tick), with how many repeats were held back since its fingerprint's last one."""
+    in one sensor tick), with how many repeats were held back since its fingerprint's last one.
+
+    What it quotes (error messages, names) is outside text: escaped in the HTML, and literal in
+    the Markdown (``markdown_text``: no markup, no link)."""
     first = items[0]
     local = ZoneInfo(zone)
     names = [i.subject for i in items]
@@ -134,29 +138,47 @@ def render_alert(
         subject = (
             f"{names[0]}: dead letter"
             if len(items) == 1
-            else (f"{names[0]} and {len(items) - 1} more: dead letters")
+            else f"{names[0]} and {len(items) - 1} more: dead letters"
         )
     else:
         lines = first.message.strip().splitlines() or ["failed"]
         subject = f"{first.subject}: {' '.join(lines[0].split())[:120]}"
     if held:
         subject += f" ({held} repeats held back)"
-    lines = [f"Followup alert: {subject}", ""]
+    subject = " ".join(subject.split())
+    # (quoted, text): quoted lines come from outside and are made literal for Markdown.
+    body: list[tuple[bool, str]] = [(True, f"Followup alert: {subject}"), (False, "")]
     for item in items:
         when = item.occurred_at.astimezone(local)
-        lines.append(f"{item.subject} at {when:%Y-%m-%d %H:%M %Z}:")
-        lines.extend(f"    {line}" for line in item.message.strip().splitlines()[:20])
+        body.append((True, f"{item.subject} at {when:%Y-%m-%d %H:%M %Z}:"))
+        body += [(True, f"    {line}") for line in item.message.strip().splitlines()[:20]]
     if held:
         since = f" since {held_since.astimezone(local):%Y-%m-%d %H:%M %Z}" if held_since else ""
-        lines += ["", f"{held} repeats of this failure{since} were held back (not mailed)."]
-    lines += ["", "What to do:"]
-    lines += [f"- {line}" for line in _what_to_do(first, names, ui_url.rstrip("/"))]
-    lines += ["- Every alert and what was held back: followup alerts list"]
-    if note:
-        lines += ["", note]
-    body = "".join(f"{escape(line) if line else ''}<br>\n" for line in lines)
+        body += [
+            (False, ""),
+            (False, f"{held} repeats of this failure{since} were held back (not mailed)."),
+        ]
+    body += [(False, ""), (False, "What to do:")]
+    body += [(False, f"- {line}") for line in _what_to_do(first, names, ui_url.rstrip("/"))]
+    body += [(False, "- Every alert and what was held back: followup alerts list")]
+    html = "".join(f"{escape(text)}<br>\n" if text else "<br>\n" for _, text in body)
+    markdown = "\n".join(_markdown(text) if quoted else text for quoted, text in body)
     return AlertMail(
         subject=f"[followup] {subject}",
-        html=f'<div style="font-family: monospace">\n{body}</div>\n',
-        markdown="\n".join(lines) + "\n",
+        html=f'<div style="font-family: monospace">\n{html}</div>\n',
+        markdown=markdown + "\n",
     )
+
+
+def _markdown(text: str) -> str:
+    """A quoted line as literal Markdown; an indented line (a message) as a block quote."""
+    return f"> {markdown_text(text)}" if text.startswith("    ") else markdown_text(text)
+
+
+def self_alert_key(detail: str, at: datetime, window: timedelta) -> str:
+    """The ledger key of the ClickUp task about a failed ``alert`` run: one per kind of failure
+    (its message, normalised) and window, so retries every 15 minutes do not fill the list."""
+    digest = hashlib.sha256(normalised(detail).encode()).hexdigest()[:16]
+    seconds = int(window.total_seconds())
+    start = datetime.fromtimestamp(int(at.timestamp()) // seconds * seconds, tz=UTC)
+    return f"alert:self:{digest}:{_stamp(start)}"

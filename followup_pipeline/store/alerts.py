@@ -62,11 +62,11 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Unsent:
-    """An alert that reached nobody yet: its key, when it was raised, and attempts so far."""
+    """An alert that reached nobody yet: its key, how long ago it was recorded, its attempts."""
 
     key: str
     first_id: int
-    first_at: datetime
+    age_s: float
     attempts: int
 
 
@@ -97,6 +97,7 @@ class Listed(AlertRow):
     mail_error: str | None
     task_outcome: str | None
     task_ref: str | None
+    task_error: str | None
 
 
 @dataclass(frozen=True)
@@ -111,24 +112,31 @@ class PendingEvent:
     last_error: str | None
 
 
-def record(conn: psycopg.Connection[Any], signal: Signal, *, window: timedelta) -> Recorded | None:
+def record(
+    conn: psycopg.Connection[Any], signal: Signal, *, window: timedelta | None
+) -> Recorded | None:
     """Record ``signal`` once and decide, under a lock on its fingerprint: it opens a new alert
     (which counts the repeats held before it), or it is held because an alert of its fingerprint
-    went out within ``window``. None when its source was recorded before."""
+    went out within ``window`` (no window: it always goes out). None when its source was
+    recorded before."""
     with conn.transaction():
         conn.execute(query("alert_lock_fingerprint"), {"fingerprint": signal.fingerprint})
         row = conn.execute(query("alert_insert"), signal.params()).fetchone()
         if row is None:
             return None
         new_id = int(row["id"])
-        last = conn.execute(
-            query("alert_last_sent"),
-            {
-                "fingerprint": signal.fingerprint,
-                "since": signal.occurred_at - window,
-                "id": new_id,
-            },
-        ).fetchone()
+        last = (
+            conn.execute(
+                query("alert_last_sent"),
+                {
+                    "fingerprint": signal.fingerprint,
+                    "since": signal.occurred_at - window,
+                    "id": new_id,
+                },
+            ).fetchone()
+            if window is not None
+            else None
+        )
         if last is not None:
             return Recorded(new_id, None)
         key = alert_key(signal.kind, signal.fingerprint, signal.occurred_at)
@@ -142,10 +150,11 @@ def record(conn: psycopg.Connection[Any], signal: Signal, *, window: timedelta) 
 
 
 def record_dead_letters(
-    conn: psycopg.Connection[Any], signals: Sequence[Signal], *, at: datetime
+    conn: psycopg.Connection[Any], signals: Sequence[Signal], *, at: datetime, known: bool = False
 ) -> list[str]:
     """Record dead letters; those new to the table go out together, up to
-    ``MAX_NAMES_PER_MAIL`` names a mail. The keys of the new alerts."""
+    ``MAX_NAMES_PER_MAIL`` names a mail. The keys of the new alerts. ``known``: they were there
+    before the checks first ran (an upgrade), and are recorded without an alert."""
     keys: list[str] = []
     with conn.transaction():
         new: list[tuple[int, str]] = []
@@ -153,6 +162,9 @@ def record_dead_letters(
             row = conn.execute(query("alert_insert"), signal.params()).fetchone()
             if row is not None:
                 new.append((int(row["id"]), signal.subject))
+        if known:
+            conn.execute(query("alert_mark_known"), {"ids": [i for i, _ in new]})
+            return []
         for start in range(0, len(new), MAX_NAMES_PER_MAIL):
             chunk = new[start : start + MAX_NAMES_PER_MAIL]
             key = dead_letter_key([name for _, name in chunk], at)
@@ -163,9 +175,21 @@ def record_dead_letters(
     return keys
 
 
-def unsent(conn: psycopg.Connection[Any], *, limit: int = 50) -> list[Unsent]:
-    """Alerts that reached nobody yet, oldest first."""
+def unsent(conn: psycopg.Connection[Any], *, limit: int = 500) -> list[Unsent]:
+    """Alerts that reached nobody yet, newest first."""
     return fetch_all(conn, Unsent, query("alert_unsent"), {"limit": limit})
+
+
+def count_unsent(conn: psycopg.Connection[Any]) -> int:
+    """How many alerts reached nobody yet."""
+    row = conn.execute(query("alert_count_unsent")).fetchone()
+    return int(row["unsent"]) if row else 0
+
+
+def recorded(conn: psycopg.Connection[Any], sources: Sequence[str]) -> set[str]:
+    """Which of ``sources`` are recorded already."""
+    rows = conn.execute(query("alerts_recorded"), {"sources": list(sources)}).fetchall()
+    return {str(row["source"]) for row in rows}
 
 
 def rows_of(conn: psycopg.Connection[Any], key: str) -> list[AlertRow]:
@@ -179,9 +203,9 @@ def held_since(conn: psycopg.Connection[Any], key: str) -> datetime | None:
     return row["since"] if row else None
 
 
-def listed(conn: psycopg.Connection[Any], *, since: datetime, limit: int) -> list[Listed]:
-    """Alerts recorded since ``since``, newest first."""
-    return fetch_all(conn, Listed, query("alert_list"), {"since": since, "limit": limit})
+def listed(conn: psycopg.Connection[Any], *, days: int | None) -> list[Listed]:
+    """Alerts recorded in the last ``days`` (all with None), newest first."""
+    return fetch_all(conn, Listed, query("alert_list"), {"days": days})
 
 
 def oldest_pending_event(conn: psycopg.Connection[Any]) -> PendingEvent | None:

@@ -3,17 +3,20 @@
 - The ``alerts`` run-failure sensor (every job) records each failed run under its fingerprint
   (job, error type, message with numbers and ids normalised): the first of a fingerprint opens
   an alert, repeats within ``FOLLOWUP_ALERT_WINDOW_H`` are held and counted by the next one.
-- The ``alert_checks`` sensor records new dead letters (one alert row each, named by its
-  ``event:``/``action:`` name, those of one tick in one mail), the oldest event pending longer
-  than ``FOLLOWUP_ALERT_PENDING_AFTER_MIN``, and business hours without a successful
-  ``evaluate`` for ``FOLLOWUP_ALERT_EVALUATE_SILENCE_H``; and it launches one ``alert`` run per
-  alert that reached nobody yet (run key = the alert's ledger key, again every 15 minutes while
-  it stays unsent).
+- The ``alert_checks`` sensor records what that sensor missed (a failed run it could not record,
+  say with Postgres down: Dagster moves its cursor on regardless), new dead letters (one alert
+  row each, named by its ``event:``/``action:`` name; those of one tick share one mail), a lag of
+  pending events past ``FOLLOWUP_ALERT_PENDING_AFTER_MIN`` (one alert per episode), and business
+  hours without a successful ``evaluate`` for ``FOLLOWUP_ALERT_EVALUATE_SILENCE_H`` (one per
+  silence); and it launches an ``alert`` run for each alert that reached nobody yet, again after
+  15 min, 30 min, 1 h, 2 h, then every 4 h while it stays unsent.
 - The ``alert`` job mails the owner and backup through Graph, once per ledger key; when mail
   fails it creates a task in the operations list in ClickUp. A failed ``alert`` run is reported
-  to ClickUp only, by the sensor itself, and never raises an alert.
+  to ClickUp only, by the sensor itself, one task per kind of failure and window, and never
+  raises an alert.
 """
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -26,19 +29,23 @@ from followup_pipeline.defs.alerts.delivery import (
     Delivered,
     OpsBoard,
     clickup_key,
-    ui_url,
 )
 from followup_pipeline.defs.common import RunCounts, calendar_of, outcome_output
-from followup_pipeline.domain.alerts import fingerprint
+from followup_pipeline.domain.alerts import fingerprint, self_alert_key
 from followup_pipeline.integrations.resources import ClickUpResource, OutlookResource
+from followup_pipeline.machine import ui_url
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
 
 ALERT_JOB = "alert"
-#: How often an alert that reached nobody is tried again by a new ``alert`` run.
-RETRY_EVERY = timedelta(minutes=15)
 ALERT_TAG = "followup/alert"
+#: When an alert that reached nobody is tried again, counted from when it was recorded; then
+#: every ``RETRY_EVERY_LAST``.
+RETRIES = (timedelta(minutes=15), timedelta(minutes=30), timedelta(hours=1), timedelta(hours=2))
+RETRY_EVERY_LAST = timedelta(hours=4)
+#: How far back ``alert_checks`` looks for failed runs the ``alerts`` sensor did not record.
+MISSED_RUNS_LOOKBACK = timedelta(hours=6)
 
 
 class AlertConfig(dg.Config):
@@ -63,9 +70,28 @@ def _first_error(instance: dg.DagsterInstance, run_id: str, fallback: str) -> tu
     return kind, prefix.sub("", str(error.message).strip(), count=1)
 
 
-def retry_slot(first_at: datetime, now: datetime) -> int:
-    """Which 15-minute retry an unsent alert is at (0 until 15 minutes after it was raised)."""
-    return max(0, int((now - first_at) / RETRY_EVERY))
+def failure_signal(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, message: str, now: datetime
+) -> store.Signal:
+    """What a failed run raises: its fingerprint, its job, its first step's error."""
+    error_type, detail = _first_error(instance, run.run_id, message)
+    return store.Signal(
+        kind="run_failure",
+        source=f"run:{run.run_id}",
+        fingerprint=fingerprint(run.job_name, error_type, detail),
+        subject=run.job_name,
+        message=f"{error_type}: {detail}",
+        occurred_at=now,
+        run_id=run.run_id,
+    )
+
+
+def retry_slot(age: timedelta) -> int:
+    """How many retries are due for an unsent alert recorded ``age`` ago (0 at first)."""
+    slot = sum(age >= at for at in RETRIES)
+    if age >= RETRIES[-1]:
+        slot += int((age - RETRIES[-1]) / RETRY_EVERY_LAST)
+    return slot
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
@@ -136,25 +162,13 @@ def build_defs(settings: Settings) -> dg.Definitions:
         failed ``alert`` run goes to the operations list in ClickUp only."""
         run = context.dagster_run
         message = context.failure_event.message or "run failed"
-        error_type, detail = _first_error(context.instance, run.run_id, message)
         now = clock.now()
         if run.job_name == ALERT_JOB:
-            _report_alert_failure(context, postgres, ops_clickup, run.run_id, detail, now)
+            _report_alert_failure(context, postgres, ops_clickup, run.run_id, message, now)
             return
+        signal = failure_signal(context.instance, run, message, now)
         with postgres.connection() as conn:
-            recorded = store.record(
-                conn,
-                store.Signal(
-                    kind="run_failure",
-                    source=f"run:{run.run_id}",
-                    fingerprint=fingerprint(run.job_name, error_type, detail),
-                    subject=run.job_name,
-                    message=f"{error_type}: {detail}",
-                    occurred_at=now,
-                    run_id=run.run_id,
-                ),
-                window=settings.alert_window(),
-            )
+            recorded = store.record(conn, signal, window=settings.alert_window())
         if recorded is not None and recorded.key is None:
             context.log.info("%s failed again: held back (an alert went out already)", run.run_id)
 
@@ -163,19 +177,21 @@ def build_defs(settings: Settings) -> dg.Definitions:
         postgres: PostgresResource,
         ops_clickup: ClickUpResource,
         run_id: str,
-        detail: str,
+        message: str,
         now: datetime,
     ) -> None:
+        _, detail = _first_error(context.instance, run_id, message)
         if not settings.ops_clickup_list_id:
             context.log.error("alert run %s failed: %s (no operations list set)", run_id, detail)
             return
-        key = clickup_key(f"alert:self:{run_id}")
+        key = clickup_key(self_alert_key(detail, now, settings.alert_window()))
         board = OpsBoard(postgres, ops_clickup.get_client(), settings, now=now, run_id=None)
         markdown = (
             f"The alert run {run_id} failed: {detail}\n\n"
-            f"Open it: {ui_url(settings)}/runs/{run_id}\n"
-            "The alerts it carried are tried again every 15 minutes; see them with "
-            "`followup alerts list`.\n"
+            f"Open it: {ui_url(settings)}/runs/{run_id}\n\n"
+            "The alerts it carried are tried again (after 15 min, 30 min, 1 h, 2 h, then every "
+            "4 h); see them with `followup alerts list`. Further failures like this one within "
+            f"{settings.alert_window_h:g} h are not reported again.\n"
         )
         try:
             board.post_once(
@@ -193,48 +209,84 @@ def build_defs(settings: Settings) -> dg.Definitions:
     def alert_checks(
         context: dg.SensorEvaluationContext, postgres: PostgresResource, clock: ClockResource
     ) -> dg.SensorResult:
-        """Record new dead letters, a pending event past its threshold and a silent
-        ``evaluate``; launch an ``alert`` run for each alert that reached nobody yet."""
+        """Record what the ``alerts`` sensor missed, new dead letters, a lag of pending events
+        and a silent ``evaluate``; launch an ``alert`` run for each alert that reached nobody."""
         now = clock.now()
-        watching_since = _watching_since(context.cursor, now)
+        first_tick = not context.cursor
+        state = _cursor(context.cursor, now)
         last_ok = _last_evaluate_success(context.instance)
         calendar = calendar_of(postgres, settings)
+        missed = _failed_runs(context.instance)
         with postgres.connection() as conn:
-            store.record_dead_letters(conn, dead_letter_signals(conn, settings), at=now)
-            for signal in (
-                pending_signal(store.oldest_pending_event(conn), now=now, settings=settings),
-                stale_signal(
-                    last_ok,
-                    now=now,
-                    watching_since=watching_since,
-                    settings=settings,
-                    calendar=calendar,
-                ),
-            ):
-                if signal is not None:
-                    store.record(conn, signal, window=settings.alert_window())
+            known = store.recorded(conn, [f"run:{run.run_id}" for run in missed])
+            for run in missed:
+                if f"run:{run.run_id}" not in known:
+                    failure = failure_signal(context.instance, run, "run failed", now)
+                    store.record(conn, failure, window=settings.alert_window())
+            # On the first tick, the dead letters already there are not news: on the record,
+            # without an alert (`followup dead-letters list` has them).
+            letters = dead_letter_signals(conn, settings)
+            store.record_dead_letters(conn, letters, at=now, known=first_tick)
+            lag = pending_signal(
+                store.oldest_pending_event(conn),
+                now=now,
+                settings=settings,
+                episode=state.get("lag_since"),
+            )
+            state["lag_since"] = lag.occurred_at.isoformat() if lag is not None else None
+            silence = stale_signal(
+                last_ok,
+                now=now,
+                watching_since=datetime.fromisoformat(str(state["watching_since"])),
+                settings=settings,
+                calendar=calendar,
+            )
+            for episode in (lag, silence):
+                if episode is not None:
+                    store.record(conn, episode, window=None)
             waiting = store.unsent(conn)
+        if waiting and not (settings.ops_recipients() or settings.ops_clickup_list_id):
+            context.log.error(
+                "%s alert(s) wait: set FOLLOWUP_OPS_OWNER, FOLLOWUP_OPS_BACKUP and "
+                "FOLLOWUP_OPS_CLICKUP_LIST_ID (nobody to send them to)",
+                len(waiting),
+            )
+            waiting = []
         requests = [
             dg.RunRequest(
-                run_key=f"{item.key}#{retry_slot(item.first_at, now)}",
+                run_key=f"{item.key}#{retry_slot(timedelta(seconds=item.age_s))}",
                 run_config=dg.RunConfig(ops={"send_alerts": AlertConfig(alert_keys=[item.key])}),
                 tags={ALERT_TAG: item.key},
             )
             for item in waiting
         ]
-        # The cursor keeps when the checks first ran on this machine.
-        return dg.SensorResult(run_requests=requests, cursor=watching_since.isoformat())
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps(state))
 
     return dg.Definitions(jobs=[alert], sensors=[alerts, alert_checks])
 
 
-def _watching_since(cursor: str | None, now: datetime) -> datetime:
-    """When the checks first ran on this machine (kept in the sensor's cursor); now at first."""
+def _cursor(cursor: str | None, now: datetime) -> dict[str, str | None]:
+    """The checks' state: when they first ran on this machine (a machine started at 10:30 is not
+    silent since 07:00), and since when events lag (one alert per episode)."""
     try:
-        since = datetime.fromisoformat(cursor) if cursor else now
-    except ValueError:
-        return now
-    return since if since.tzinfo is not None else now
+        state = json.loads(cursor) if cursor else {}
+        since = datetime.fromisoformat(state["watching_since"])
+    except (ValueError, KeyError, TypeError):
+        return {"watching_since": now.isoformat(), "lag_since": None}
+    if since.tzinfo is None:
+        since = now
+    lag = state.get("lag_since")
+    return {"watching_since": since.isoformat(), "lag_since": lag if isinstance(lag, str) else None}
+
+
+def _failed_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """Runs that failed lately (by Dagster's clock), ``alert`` runs left out."""
+    since = datetime.now(UTC) - MISSED_RUNS_LOOKBACK
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], updated_after=since),
+        limit=200,
+    )
+    return [r.dagster_run for r in records if r.dagster_run.job_name != ALERT_JOB]
 
 
 def _last_evaluate_success(instance: dg.DagsterInstance) -> datetime | None:

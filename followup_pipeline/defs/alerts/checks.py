@@ -46,27 +46,32 @@ def dead_letter_signals(conn: psycopg.Connection[Any], settings: Settings) -> li
 
 
 def pending_signal(
-    oldest: PendingEvent | None, *, now: datetime, settings: Settings
+    oldest: PendingEvent | None, *, now: datetime, settings: Settings, episode: str | None
 ) -> Signal | None:
-    """The oldest pending event, when it waited longer than the threshold (one signal per
-    event; the next late event within the window is held and counted)."""
+    """The oldest pending event, when it waited longer than the threshold: one signal per
+    episode of lag (``episode``: when the current one began, if one is going on), so a lag that
+    lasts an hour is one alert, and a lag after the events caught up is a new one."""
     if oldest is None:
         return None
     age = now - oldest.received_at
     if age < timedelta(minutes=settings.alert_pending_after_min):
         return None
+    try:
+        began = datetime.fromisoformat(episode) if episode else now
+    except ValueError:
+        began = now
     what = f"{oldest.source} {oldest.event_type or ''}".strip()
     error = f"; last error: {oldest.last_error}" if oldest.last_error else ""
     return Signal(
         kind="pending_events",
-        source=f"pending:event:{oldest.id}",
+        source=f"pending:{began.isoformat()}",
         fingerprint="pending_events",
         subject="register",
         message=(
             f"event:{oldest.id} ({what}) pending for {_minutes(age)}, "
             f"{oldest.attempts} attempts{error}"
         ),
-        occurred_at=now,
+        occurred_at=began,
     )
 
 

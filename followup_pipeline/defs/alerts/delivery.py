@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from followup_pipeline.defs.common import Attempts, Connections
@@ -15,7 +16,7 @@ from followup_pipeline.domain.alerts import AlertMail, render_alert
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
-from followup_pipeline.machine import read_addresses
+from followup_pipeline.machine import ui_url
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
@@ -30,13 +31,6 @@ ALERT_TAG = "followup-alert"
 
 class AlertNotSent(RuntimeError):
     """Neither channel took the alert; the next ``alert`` run tries again."""
-
-
-def ui_url(settings: Settings) -> str:
-    """Where operators reach the Dagster UI: the setting, else the last ``followup dev``'s."""
-    if settings.ui_url is not None:
-        return str(settings.ui_url).rstrip("/")
-    return read_addresses(settings).get("ui", "http://127.0.0.1:3000").rstrip("/")
 
 
 def clickup_key(key: str) -> str:
@@ -129,12 +123,26 @@ class AlertDelivery:
         self.now = now
         self.run_id = run_id
         self.log = log
-        self.mailer = Mailer(postgres, outlook, settings, now=now, run_id=run_id, log=log)
+        # Alerts go to the operators, not to the team: FOLLOWUP_DRY_RUN does not hold them.
+        live = settings.model_copy(update={"dry_run": False})
+        self.mailer = Mailer(postgres, outlook, live, now=now, run_id=run_id, log=log)
         self.ops = (
             OpsBoard(postgres, board, settings, now=now, run_id=run_id)
             if board is not None
             else None
         )
+
+    def _ambiguous(self, key: str) -> bool:
+        """Whether the mail of ``key`` may have gone (its action says ``unknown``)."""
+        with self.postgres.connection() as conn:
+            action = ledger.action_by_key(conn, key)
+        return action is not None and action.outcome in ("attempted", "unknown")
+
+    @staticmethod
+    def _mailed(key: str, outcome: str) -> Delivered:
+        if outcome == "in_flight":
+            return Delivered(key, "in_flight", "its mail may still be on its way")
+        return Delivered(key, "mail", outcome)
 
     def render(self, key: str) -> tuple[AlertMail, list[int]]:
         """The mail of the alert ``key`` and the ids of the rows it is about."""
@@ -171,21 +179,30 @@ class AlertDelivery:
             return Delivered(key, "clickup", "sent before")
         recipients = self.settings.ops_recipients()
         if recipients:
+            send = partial(
+                self.mailer.send_once,
+                key=key,
+                kind="alert",
+                to=recipients,
+                subject=mail.subject,
+                html=mail.html,
+                payload={"alerts": ids},
+            )
             try:
-                result = self.mailer.send_once(
-                    key=key,
-                    kind="alert",
-                    to=recipients,
-                    subject=mail.subject,
-                    html=mail.html,
-                    payload={"alerts": ids},
-                )
+                result = send()
             except MailError as error:
                 reason = f"mail failed: {error}"
+                if self._ambiguous(key):
+                    # It may have gone (a 5xx or timeout after the request): wait out its
+                    # window and ask Sent Items before a second channel doubles it.
+                    try:
+                        result = send(resend=False)
+                    except MailError as unsettled:
+                        reason = f"mail failed, and did not arrive: {unsettled}"
+                    else:
+                        return self._mailed(key, result.outcome)
             else:
-                if result.outcome == "in_flight":
-                    return Delivered(key, "in_flight", "its mail may still be on its way")
-                return Delivered(key, "mail", result.outcome)
+                return self._mailed(key, result.outcome)
         else:
             reason = "FOLLOWUP_OPS_OWNER and FOLLOWUP_OPS_BACKUP are not set"
         self.log.warning("%s: %s; trying the operations list in ClickUp", key, reason)

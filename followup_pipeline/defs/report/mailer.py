@@ -77,11 +77,13 @@ class Mailer(Attempts):
         html: str,
         text: str | None = None,
         payload: dict[str, object] | None = None,
+        resend: bool = True,
     ) -> MailResult:
         """Send the message unless the action of ``key`` reached Graph already.
 
         Two runs of one window at once (a retry and a backfill) are kept apart by an advisory
-        lock on the key: the second finds the first sending and leaves it alone.
+        lock on the key: the second finds the first sending and leaves it alone. With
+        ``resend=False`` an earlier send is only settled: ``MailError`` if it did not arrive.
         """
         lock = RunLock.try_take(self.postgres.url, f"mail:{key}", owner=self.run_id or "mailer")
         try:
@@ -95,12 +97,21 @@ class Mailer(Attempts):
                 time_zone=self.settings.timezone,
                 payload=payload,
             )
-            return self._send_once(spec, to=to, subject=subject, html=html, text=text)
+            return self._send_once(
+                spec, to=to, subject=subject, html=html, text=text, resend=resend
+            )
         finally:
             lock.release()
 
     def _send_once(
-        self, spec: ActionSpec, *, to: list[str], subject: str, html: str, text: str | None
+        self,
+        spec: ActionSpec,
+        *,
+        to: list[str],
+        subject: str,
+        html: str,
+        text: str | None,
+        resend: bool,
     ) -> MailResult:
         key = spec.key
         with self.db.connection() as conn:
@@ -121,6 +132,8 @@ class Mailer(Attempts):
             settled = self._settle(spec, action)
             if settled is not None:
                 return settled
+        if not resend:
+            raise MailError(f"{key}: the earlier send is not in Sent Items")
         if self.settings.dry_run:
             with self.db.connection() as conn, conn.transaction():
                 ledger.suppress(conn, spec, reason="dry_run")

@@ -29,9 +29,10 @@ CREATE TABLE alerts (
 CREATE INDEX alerts_fingerprint ON alerts (fingerprint, occurred_at DESC);
 CREATE INDEX alerts_action_key ON alerts (action_key) WHERE action_key IS NOT NULL;
 
--- Failures recorded before alerts were sent stay on the record, held: they never went out and
--- are too old to send now.
-INSERT INTO alerts (kind, source, fingerprint, subject, message, run_id, occurred_at)
-SELECT 'run_failure', 'run:' || run_id, fingerprint, job_name, message, run_id, occurred_at
+-- Failures recorded before alerts were sent stay on the record: never sent (too old now) and
+-- never counted as held repeats by a new alert.
+INSERT INTO alerts (kind, source, fingerprint, subject, message, run_id, occurred_at, counted_in)
+SELECT 'run_failure', 'run:' || run_id, fingerprint, job_name, message, run_id, occurred_at,
+       'known before alerting'
 FROM alerts_0001 ORDER BY id;
 DROP TABLE alerts_0001;

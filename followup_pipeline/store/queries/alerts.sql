@@ -27,6 +27,11 @@ WITH counted AS (
 )
 SELECT count(*) AS held, min(occurred_at) AS held_since FROM counted;
 
+-- name: alert_mark_known
+-- Rows recorded on the checks' first tick (dead letters from before alerting): on the record,
+-- never sent, never counted.
+UPDATE alerts SET counted_in = 'known before alerting' WHERE id = ANY(%(ids)s::bigint[]);
+
 -- name: alert_assign
 -- The alert rows of ids go out under key; the first counts the held repeats.
 UPDATE alerts SET action_key = %(key)s,
@@ -34,9 +39,10 @@ UPDATE alerts SET action_key = %(key)s,
 WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: alert_unsent
--- Alerts that have not reached anyone yet (neither their mail nor their ClickUp task), oldest
--- first, with when they were raised and their attempts so far.
-SELECT a.action_key AS key, min(a.id) AS first_id, min(a.occurred_at) AS first_at,
+-- Alerts that have not reached anyone yet (neither their mail nor their ClickUp task), newest
+-- first, with how long ago they were recorded (by the database's clock) and their attempts.
+SELECT a.action_key AS key, min(a.id) AS first_id,
+       extract(epoch FROM now() - min(a.recorded_at))::float8 AS age_s,
        coalesce(max(m.attempts), 0) + coalesce(max(c.attempts), 0) AS attempts
 FROM alerts a
 LEFT JOIN actions m ON m.idempotency_key = a.action_key
@@ -45,8 +51,22 @@ WHERE a.action_key IS NOT NULL
   AND (m.outcome IS NULL OR m.outcome NOT IN ('accepted', 'confirmed', 'suppressed'))
   AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed'))
 GROUP BY a.action_key
-ORDER BY min(a.id)
+ORDER BY min(a.id) DESC
 LIMIT %(limit)s;
+
+-- name: alert_count_unsent
+-- How many alerts reached nobody yet.
+SELECT count(DISTINCT a.action_key) AS unsent
+FROM alerts a
+LEFT JOIN actions m ON m.idempotency_key = a.action_key
+LEFT JOIN actions c ON c.idempotency_key = a.action_key || ':clickup'
+WHERE a.action_key IS NOT NULL
+  AND (m.outcome IS NULL OR m.outcome NOT IN ('accepted', 'confirmed', 'suppressed'))
+  AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed'));
+
+-- name: alerts_recorded
+-- Which of these sources are recorded already.
+SELECT source FROM alerts WHERE source = ANY(%(sources)s::text[]);
 
 -- name: alert_rows_of_key
 -- The rows an alert is about, in order.
@@ -58,17 +78,16 @@ FROM alerts WHERE action_key = %(key)s ORDER BY id;
 SELECT min(occurred_at) AS since FROM alerts WHERE counted_in = %(key)s;
 
 -- name: alert_list
--- Recent alerts for `followup alerts list`: each row, the alert it went out in or was counted
--- by, and how its mail and its ClickUp task ended.
+-- Alerts recorded in the last days (all with NULL), for `followup alerts list`: each row, the
+-- alert it went out in or was counted by, and how its mail and its ClickUp task ended.
 SELECT a.id, a.kind, a.subject, a.message, a.run_id, a.occurred_at, a.action_key, a.held,
        a.counted_in, m.outcome AS mail_outcome, m.last_error AS mail_error,
-       c.outcome AS task_outcome, c.provider_ref AS task_ref
+       c.outcome AS task_outcome, c.provider_ref AS task_ref, c.last_error AS task_error
 FROM alerts a
 LEFT JOIN actions m ON m.idempotency_key = a.action_key
 LEFT JOIN actions c ON c.idempotency_key = a.action_key || ':clickup'
-WHERE a.occurred_at >= %(since)s
-ORDER BY a.id DESC
-LIMIT %(limit)s;
+WHERE %(days)s::int IS NULL OR a.recorded_at >= now() - make_interval(days => %(days)s::int)
+ORDER BY a.id DESC;
 
 -- name: oldest_pending_event
 -- The oldest event still pending, for the lag alert.

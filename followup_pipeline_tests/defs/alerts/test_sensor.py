@@ -3,6 +3,7 @@ sandbox's Graph and ClickUp over HTTP, a set clock. (Under the real daemon: ``te
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,9 @@ import pytest
 from followup_pipeline.cli import main
 from followup_pipeline.commands.alerts import channel
 from followup_pipeline.defs import alerts as capability
+from followup_pipeline.defs.alerts.checks import stale_signal
 from followup_pipeline.domain.alerts import fingerprint
+from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.store import alerts as store
 
 from ..evaluate.conftest import SANDBOX, Machine
@@ -73,22 +76,35 @@ def _sense_failure(machine: Machine, result: dg.ExecuteInProcessResult, now: dat
         sensor(context.for_run_failure())
 
 
-def _check(
-    machine: Machine, now: datetime, *, watching_since: datetime | None = None
-) -> list[dg.RunRequest]:
-    """One tick of ``alert_checks`` at ``now`` (watching since the day before by default): the
-    runs it asks for."""
-    sensor = _sensor(machine, "alert_checks")
-    resources = machine.resources(now)
-    since = watching_since or now - timedelta(days=1)
-    with dg.build_sensor_context(
-        instance=machine.instance,
-        cursor=since.isoformat(),
-        resources={k: resources[k] for k in ("postgres", "clock")},
-    ) as context:
-        result = sensor(context)
-    assert isinstance(result, dg.SensorResult)
-    return list(result.run_requests or [])
+class Checks:
+    """Ticks of ``alert_checks``, its cursor carried from tick to tick as the daemon does."""
+
+    def __init__(self, machine: Machine, *, watching_since: datetime | None = None) -> None:
+        self.machine = machine
+        self.cursor: str | None = (
+            json.dumps({"watching_since": watching_since.isoformat(), "lag_since": None})
+            if watching_since is not None
+            else None
+        )
+
+    def __call__(self, now: datetime) -> list[dg.RunRequest]:
+        """One tick at ``now``: the runs it asks for."""
+        sensor = _sensor(self.machine, "alert_checks")
+        resources = self.machine.resources(now)
+        with dg.build_sensor_context(
+            instance=self.machine.instance,
+            cursor=self.cursor,
+            resources={k: resources[k] for k in ("postgres", "clock")},
+        ) as context:
+            result = sensor(context)
+        assert isinstance(result, dg.SensorResult)
+        self.cursor = result.cursor
+        return list(result.run_requests or [])
+
+
+def _check(machine: Machine, now: datetime) -> list[dg.RunRequest]:
+    """One tick of ``alert_checks`` at ``now``, on a machine watched since the day before."""
+    return Checks(machine, watching_since=now - timedelta(days=1))(now)
 
 
 def _send(machine: Machine, request: dg.RunRequest, now: datetime) -> dg.ExecuteInProcessResult:
@@ -155,20 +171,24 @@ def test_alerts_five_failures_one_mail_four_held_and_counted_in_the_next(
     assert len(mails) == 2
     assert "(4 repeats held back)" in mails[1]["subject"]
     assert "4 repeats of this failure" in mails[1]["html"]
-    listed = store.listed(db, since=MONDAY_10 - timedelta(days=1), limit=50)
+    listed = store.listed(db, days=None)
     assert [channel(r) for r in listed].count("mail") == 2
-    assert sum(channel(r).startswith("held, counted in alert:run:") for r in listed) == 4
+    assert sum(channel(r).startswith("held back, counted by alert:run:") for r in listed) == 4
 
-    # What an operator sees: March is more than a week ago, so only with --all.
+    # What an operator sees: the last week's rows, all of them with --all.
+    db.execute(
+        "UPDATE alerts SET recorded_at = now() - interval '8 days' WHERE id = %s", (rows[0]["id"],)
+    )
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
     assert main(["alerts", "list"]) == 0
-    assert capsys.readouterr().out.endswith("0 alert(s) in the last 7 days (all: --all)\n")
+    out = capsys.readouterr().out
+    assert out.endswith("5 row(s) in 1 alert(s) recorded in the last 7 days (all: --all)\n")
+    assert out.count("evaluate: held back, counted by alert:run:") == 4
+    assert "evaluate: mail, counts 4 held back" in out
     assert main(["alerts", "list", "--all"]) == 0
     out = capsys.readouterr().out
     assert out.count("  run_failure     evaluate: mail") == 2
-    assert out.count("evaluate: held, counted in alert:run:") == 4
-    assert "evaluate: mail, counts 4 held" in out
-    assert out.endswith("6 alert(s) in all\n")
+    assert out.endswith("6 row(s) in 2 alert(s) in all\n")
 
 
 def test_alerts_another_failure_is_another_alert(machine: Machine) -> None:
@@ -246,7 +266,7 @@ def test_alerts_graph_outage_goes_to_the_operations_list(
     assert _check(machine, MONDAY_10 + timedelta(hours=1)) == []
     assert _send(machine, request, MONDAY_10).success
     assert len(_ops_tasks(machine)) == 1
-    (row,) = store.listed(db, since=MONDAY_10 - timedelta(days=1), limit=5)
+    (row,) = store.listed(db, days=7)
     assert channel(row) == f"clickup task {task['id']}"
 
 
@@ -267,44 +287,155 @@ def test_alerts_a_failed_alert_run_goes_to_clickup_only(
     assert failed.run_id in task["description"]
     assert _alert_mails(machine) == []
     # The alert itself is tried again by a later run (a new run key after 15 minutes).
+    db.execute("UPDATE alerts SET recorded_at = recorded_at - interval '16 minutes'")
     (retry,) = _check(machine, MONDAY_10 + timedelta(minutes=16))
     assert retry.run_key == f"{request.tags[capability.ALERT_TAG]}#1"
+
+
+def _event(db: psycopg.Connection[Any], key: str, received_at: datetime) -> int:
+    row = db.execute(
+        "INSERT INTO events (source, event_type, dedup_key, body, headers, status, received_at)"
+        " VALUES ('espocrm', 'Opportunity.update', %s, '{}'::bytea, '{}'::jsonb, 'pending', %s)"
+        " RETURNING id",
+        (key, received_at),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
 
 
 def test_alerts_a_late_event_and_a_silent_evaluate_raise_one_alert_each(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
     machine.settings["alert_evaluate_silence_h"] = 2
-    db.execute(
-        "INSERT INTO events (source, event_type, dedup_key, body, headers, status, received_at)"
-        " VALUES ('espocrm', 'Opportunity.update', 'late-1', '{}'::bytea, '{}'::jsonb,"
-        " 'pending', %s)",
-        (MONDAY_10 - timedelta(minutes=20),),
-    )
-    # 08:30: the event is late, but evaluate has been silent for only 1.5 business hours.
-    early = MONDAY_10 - timedelta(minutes=90)
-    assert _check(machine, early) == []  # the event is 20 min old only at 10:00
-    requests = _check(machine, MONDAY_10)
+    late = _event(db, "late-1", MONDAY_10 - timedelta(minutes=20))
+    checks = Checks(machine, watching_since=MONDAY_10 - timedelta(days=1))
+    # 08:30: evaluate has been silent for only 1.5 business hours, and the event is not late.
+    assert checks(MONDAY_10 - timedelta(minutes=90)) == []
+    requests = checks(MONDAY_10)
     kinds = sorted(r.tags[capability.ALERT_TAG].split(":")[1] for r in requests)
     assert kinds == ["evaluate", "pending"]
     for request in requests:
         assert _send(machine, request, MONDAY_10).success
-    assert _check(machine, MONDAY_10 + timedelta(minutes=5)) == []  # once, not every tick
+    assert checks(MONDAY_10 + timedelta(minutes=5)) == []  # once per episode, not every tick
     subjects = sorted(m["subject"] for m in _alert_mails(machine))
     assert subjects[0].startswith("[followup] evaluate: no successful run for 3 h 00 min")
-    assert subjects[1].startswith("[followup] register: event:")
-    # On a Sunday, nobody expects evaluate to run.
-    assert _check(machine, MONDAY_10 - timedelta(days=1)) == []
+    assert subjects[1].startswith(f"[followup] register: event:{late} (espocrm")
+
+    # The events catch up; a later lag is a new episode, and a new alert at once.
+    db.execute("UPDATE events SET status = 'done' WHERE id = %s", (late,))
+    assert checks(MONDAY_10 + timedelta(minutes=10)) == []
+    _event(db, "late-2", MONDAY_10)
+    (again,) = checks(MONDAY_10 + timedelta(minutes=30))
+    assert str(again.run_key).startswith("alert:pending:")
+
+
+def test_alerts_evaluate_is_expected_on_business_hours_of_business_days_only(
+    machine: Machine,
+) -> None:
+    machine.settings["alert_evaluate_silence_h"] = 2
+    settings = machine.loaded_settings()
+    calendar = BusinessCalendar(country="DE")
+    long_ago = MONDAY_10 - timedelta(days=7)
+
+    def silent(now: datetime) -> bool:
+        found = stale_signal(
+            None, now=now, watching_since=long_ago, settings=settings, calendar=calendar
+        )
+        return found is not None
+
+    assert silent(MONDAY_10)
+    assert not silent(MONDAY_10 - timedelta(days=1))  # Sunday
+    assert not silent(MONDAY_10 + timedelta(hours=10))  # 20:00, after business hours
+    assert not silent(datetime(2026, 4, 6, 9, 0, tzinfo=UTC))  # Easter Monday
+    # Silent since its last success at 12:00, not since the morning.
+    last = MONDAY_10 + timedelta(hours=2)
+    found = stale_signal(
+        last, now=last + timedelta(hours=3), watching_since=long_ago, settings=settings,
+        calendar=calendar,
+    )  # fmt: skip
+    assert found is not None
+    assert found.message.startswith("no successful run for 3 h 00 min")
 
 
 def test_alerts_a_machine_started_late_is_not_silent_since_the_morning(machine: Machine) -> None:
     machine.settings["alert_evaluate_silence_h"] = 2
     # Started at 10:00 with no evaluate yet: its first tick raises nothing, and neither does
     # 11:59; at 12:01 two business hours have passed without a success.
-    assert _check(machine, MONDAY_10, watching_since=MONDAY_10) == []
-    later = MONDAY_10 + timedelta(hours=1, minutes=59)
-    assert _check(machine, later, watching_since=MONDAY_10) == []
-    (request,) = _check(
-        machine, MONDAY_10 + timedelta(hours=2, minutes=1), watching_since=MONDAY_10
-    )
+    checks = Checks(machine)
+    assert checks(MONDAY_10) == []
+    assert checks(MONDAY_10 + timedelta(hours=1, minutes=59)) == []
+    (request,) = checks(MONDAY_10 + timedelta(hours=2, minutes=1))
     assert str(request.run_key).startswith("alert:evaluate:")
+
+
+def test_alerts_a_failure_the_sensor_missed_is_found_by_the_checks(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    # The run-failure sensor could not record it (Postgres was down): Dagster moved on.
+    failed = _failed_run(machine.instance, "store: the database is unreachable")
+    (request,) = _check(machine, MONDAY_10)
+    row = db.execute("SELECT source, action_key FROM alerts").fetchone()
+    assert row == {
+        "source": f"run:{failed.run_id}",
+        "action_key": request.tags[capability.ALERT_TAG],
+    }
+    _sense_failure(machine, failed, MONDAY_10)  # the sensor, late: nothing new
+    assert db.execute("SELECT count(*) AS n FROM alerts").fetchone() == {"n": 1}
+
+
+def test_alerts_dead_letters_from_before_alerting_are_not_news(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    _dead_events(db, 3)
+    checks = Checks(machine)  # the first tick on this machine
+    assert checks(MONDAY_10) == []
+    rows = db.execute("SELECT action_key, counted_in FROM alerts").fetchall()
+    assert rows == [{"action_key": None, "counted_in": "known before alerting"}] * 3
+    (new,) = _dead_events(db, 1)
+    (request,) = checks(MONDAY_10 + timedelta(minutes=1))
+    assert request.tags[capability.ALERT_TAG].startswith(f"alert:dead:event:{new}@")
+
+
+def test_alerts_wait_when_nobody_is_set_to_receive_them(machine: Machine) -> None:
+    for name in ("ops_owner", "ops_backup", "ops_clickup_list_id"):
+        machine.settings[name] = None
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
+    assert _check(machine, MONDAY_10) == []  # no run that can only fail
+    machine.settings.update(OPS)
+    assert len(_check(machine, MONDAY_10)) == 1
+
+
+def test_alerts_a_mail_that_went_though_graph_answered_500_is_not_doubled(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
+    machine.fault(
+        vendor="graph", kind="apply_then_error", method="POST", path="/sendMail$", count=1
+    )
+    (request,) = _check(machine, MONDAY_10)
+    result = _send(machine, request, MONDAY_10)
+    assert result.success
+    assert machine.outcome(result) == "ok"
+    assert len(_alert_mails(machine)) == 1  # it went, once
+    assert _ops_tasks(machine) == []  # and Sent Items said so: no second channel
+    (row,) = store.listed(db, days=7)
+    assert channel(row) == "mail"
+
+
+def test_alerts_go_out_in_a_dry_run(machine: Machine) -> None:
+    machine.settings["dry_run"] = True
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
+    (request,) = _check(machine, MONDAY_10)
+    assert _send(machine, request, MONDAY_10).success
+    assert len(_alert_mails(machine)) == 1
+
+
+def test_alerts_failed_alert_runs_of_one_kind_make_one_task(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    for _ in range(3):
+        failed = _failed_run(machine.instance, "graph: HTTP 503 and clickup: HTTP 503", job="alert")
+        _sense_failure(machine, failed, MONDAY_10)
+    (task,) = _ops_tasks(machine)
+    assert task["name"].startswith("[followup] alert run failed: ")
+    assert db.execute("SELECT count(*) AS n FROM alerts").fetchone() == {"n": 0}
