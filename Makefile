@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast schema lint typecheck pytest bench clean
+.PHONY: run test test-fast browser schema lint typecheck pytest bench clean
 
 # The install's own output goes to a log (the console stays short); its tail is shown if it fails.
 $(STAMP): pyproject.toml
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/followup dev
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -29,6 +29,18 @@ test-fast: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -m "not slow"
+
+# The browser test drives Debian's Chromium (Playwright downloads none): installed with apt when
+# missing and this runs as root; otherwise the test is skipped and says so. Never fails the build.
+browser: $(STAMP)
+	@command -v chromium > /dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null 2>&1; then \
+			echo "installing Debian's chromium for the browser test (log: $(VENV)/browser.log)"; \
+			{ apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+				> $(VENV)/browser.log 2>&1 || echo "make browser: chromium could not be installed; see $(VENV)/browser.log"; \
+		else \
+			echo "make browser: no chromium, and no apt as root to install it: the browser test is skipped"; \
+		fi; }
 
 # Regenerate followup_pipeline/store/schema.sql after adding a migration; review the diff.
 schema: $(STAMP)

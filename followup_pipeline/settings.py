@@ -182,6 +182,14 @@ class Settings(BaseSettings):
     #: last ``followup dev`` served on, else http://127.0.0.1:3000.
     ui_url: AnyHttpUrl | None = None
 
+    # --- retention (``followup purge``) -----------------------------------------------------------
+    #: Days a processed webhook's raw body and headers are kept (dead letters keep theirs).
+    retain_webhook_bodies_days: int = Field(default=90, ge=1)
+    #: Days e-mail text sent to the model is kept (the review list's ``source_text``).
+    retain_email_text_days: int = Field(default=90, ge=1)
+    #: Days finished Dagster runs (and their event logs) are kept.
+    retain_runs_days: int = Field(default=90, ge=1)
+
     # --- the vendor clients ----------------------------------------------------------------------
     #: Seconds a vendor client waits for an answer (and to send a body).
     vendor_timeout_s: float = Field(default=30.0, gt=0)

@@ -2,13 +2,16 @@
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+from followup_pipeline.sandbox import activity, persist
 from followup_pipeline.sandbox.clickup import clickup_app, rate_limiter
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.control import control_app
@@ -18,6 +21,9 @@ from followup_pipeline.sandbox.gate import VendorGate
 from followup_pipeline.sandbox.graph import graph_app, login_app
 from followup_pipeline.sandbox.mistral import mistral_app
 from followup_pipeline.sandbox.state import SandboxState
+
+#: How often a changed world is written to the state file.
+SAVE_EVERY_S = 3.0
 
 
 class _QuietDrops(logging.Filter):
@@ -35,6 +41,17 @@ def _quiet_drops() -> None:
         logger.addFilter(_QuietDrops())
 
 
+async def _keep(state: SandboxState, path: Path) -> None:
+    """Save the world every few seconds when it changed (and once more at shutdown)."""
+    last = None
+    while True:
+        await asyncio.sleep(SAVE_EVERY_S)
+        current = persist.snapshot(state)
+        if current != last:
+            persist.save(state, path)
+            last = json.loads(json.dumps(current))  # a copy: the records change in place
+
+
 def sandbox_state(app: Starlette) -> SandboxState:
     """The state behind an app made by ``create_app`` (for tests and the demo loader)."""
     state: SandboxState = app.state.sandbox
@@ -47,23 +64,43 @@ def create_app(
     webhook_transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
     """Build the sandbox app; ``webhook_transport`` (tests) replaces the network for webhooks.
+    With ``config.state_file``, the world kept there is loaded (``app.state.kept`` says whether
+    there was one) and saved while the app runs.
 
     The webhook queue job runs while the app's lifespan runs (uvicorn, ``TestClient`` used as a
     context manager); without it, ``POST /_sandbox/webhooks/flush`` sends the queue.
     """
     state = SandboxState(config or SandboxConfig())
     state.webhooks.transport = webhook_transport
+    kept = state.config.state_file is not None and persist.load(state, state.config.state_file)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         _quiet_drops()
-        job = asyncio.create_task(state.webhooks.run())
+        config = state.config
+        jobs = [asyncio.create_task(state.webhooks.run())]
+        if config.demo_activity_s is not None:
+            jobs.append(
+                asyncio.create_task(
+                    activity.run(
+                        state,
+                        every_s=config.demo_activity_s,
+                        first_s=config.demo_activity_first_s,
+                        seed=config.seed,
+                    )
+                )
+            )
+        if config.state_file is not None:
+            jobs.append(asyncio.create_task(_keep(state, config.state_file)))
         try:
             yield
         finally:
-            job.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await job
+            for job in jobs:
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job
+            if config.state_file is not None:
+                persist.save(state, config.state_file)
 
     app = Starlette(
         routes=[
@@ -80,4 +117,5 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.sandbox = state
+    app.state.kept = kept
     return app

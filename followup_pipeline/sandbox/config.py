@@ -1,6 +1,7 @@
 """The sandbox's own configuration: credentials it accepts, webhooks it sends, its slow clocks."""
 
 from datetime import datetime
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
@@ -103,5 +104,11 @@ class SandboxConfig(BaseModel):
 
     # Sandbox
     seed: int = 0
+    #: Where the world is kept across restarts (``persist.py``); None: in memory only.
+    state_file: Path | None = None
+    #: Demo activity (``activity.py``): one change every this many seconds; None: none.
+    demo_activity_s: float | None = Field(default=None, gt=0)
+    #: The first change this many seconds after the start.
+    demo_activity_first_s: float = Field(default=10.0, ge=0)
     #: Start of the sandbox clock (UTC); it ticks from there. None: the real time.
     start: datetime | None = None

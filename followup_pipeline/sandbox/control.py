@@ -132,6 +132,21 @@ def control_app(state: SandboxState) -> Starlette:
         task["list"] = {**task["list"], "id": str(body.get("list_id", "elsewhere"))}
         return JSONResponse(task)
 
+    async def stages(request: Request) -> Response:
+        """The CRM's stage options; PUT replaces them, as an admin renaming a stage would (the
+        deals keep theirs)."""
+        if request.method == "PUT":
+            body = await _body(request, {})
+            names = body.get("stages") if isinstance(body, dict) else None
+            if (
+                not isinstance(names, list)
+                or not names
+                or not all(isinstance(n, str) and n for n in names)
+            ):
+                return _problem(400, 'expected {"stages": ["name", ...]}')
+            state.config.espocrm_stages[:] = names
+        return JSONResponse({"stages": state.config.espocrm_stages})
+
     async def outbox(request: Request) -> Response:
         return JSONResponse({"messages": state.outbox})
 
@@ -202,6 +217,7 @@ def control_app(state: SandboxState) -> Starlette:
         Route("/webhooks", configure_webhooks, methods=["POST"]),
         Route("/webhooks/flush", flush, methods=["POST"]),
         Route("/clock", clock, methods=["GET", "POST"]),
+        Route("/stages", stages, methods=["GET", "PUT"]),
     ]
     return Starlette(
         routes=[Route(r.path, _checked(r.endpoint), methods=r.methods) for r in routes]

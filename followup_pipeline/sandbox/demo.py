@@ -116,6 +116,18 @@ def _email(
     }
 
 
+def email_about(rng: random.Random, deal: dict[str, Any], sent: datetime) -> dict[str, Any]:
+    """A new e-mail about ``deal`` (German for German companies), sent at ``sent``."""
+    company = str(deal.get("accountName") or "")
+    lang = next((lang for name, lang in _COMPANIES if name == company), "en")
+    product = str(deal.get("name") or "").rpartition(" – ")[2] or "Angebot"
+    customer = (
+        f"{rng.choice(_PEOPLE)[1]}@{company.split()[0].lower() if company else 'customer'}.example"
+    )
+    amount = float(deal.get("amount") or 0)
+    return _email(rng, lang, product, amount, sent, "sales@example.com", customer)
+
+
 def demo_data(seed: int = 0, now: datetime | None = None) -> list[dict[str, Any]]:
     """At least 40 deals across every stage, each with e-mails (German or English), some with
     calls and meetings; the same ``seed`` and ``now`` give the same data.

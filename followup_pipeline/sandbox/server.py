@@ -25,6 +25,17 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--webhook-url", help="where EspoCRM webhooks are delivered")
     command.add_argument("--env-file", type=Path, help="also write the FOLLOWUP_* lines here")
     command.add_argument("--no-demo-data", action="store_true", help="start with no deals")
+    command.add_argument(
+        "--state-file",
+        type=Path,
+        help="keep the deals, tasks and mail here across restarts (demo data only if absent)",
+    )
+    command.add_argument(
+        "--demo",
+        action="store_true",
+        help="a live demo: webhooks every 5 s, and one deal changes every --activity-every s",
+    )
+    command.add_argument("--activity-every", type=float, default=90.0, help="seconds (--demo)")
     return command
 
 
@@ -39,10 +50,18 @@ def masked(line: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Load demo data, print (and optionally write) the env lines, then serve until stopped."""
     args = parser().parse_args(argv)
-    config = SandboxConfig(seed=args.seed, webhook_url=args.webhook_url)
+    demo = {"webhook_queue_interval_s": 5.0, "demo_activity_s": args.activity_every}
+    config = SandboxConfig(
+        seed=args.seed,
+        webhook_url=args.webhook_url,
+        state_file=args.state_file,
+        **(demo if args.demo else {}),
+    )
     app = create_app(config)
-    if not args.no_demo_data:
-        state = sandbox_state(app)
+    state = sandbox_state(app)
+    if app.state.kept:
+        print(f"sandbox: {len(state.deals)} deal(s) as kept in {args.state_file}", flush=True)
+    elif not args.no_demo_data:
         for deal in demo_data(args.seed, state.clock.now()):
             create_deal(state, deal, webhooks=False)
     lines = env_lines(config, f"http://{args.host}:{args.port}")

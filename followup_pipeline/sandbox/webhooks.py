@@ -125,6 +125,11 @@ class WebhookDispatcher:
         self.queue: list[QueueItem] = []
         self.deliveries: list[dict[str, Any]] = []
 
+    def restore(self, webhook_id: str, data: dict[str, Any], attempts: int) -> None:
+        """Queue an item kept from before a restart (due at once), if its webhook still exists."""
+        if any(hook.id == webhook_id for hook in self.webhooks):
+            self.queue.append(QueueItem(next(self._numbers), webhook_id, dict(data), attempts))
+
     def enqueue(self, event: str, data: dict[str, Any]) -> None:
         """Queue ``data`` for every webhook of ``event`` (a ``drop`` fault loses it here)."""
         for hook in self.webhooks:

@@ -46,6 +46,8 @@ RETRIES = (timedelta(minutes=15), timedelta(minutes=30), timedelta(hours=1), tim
 RETRY_EVERY_LAST = timedelta(hours=4)
 #: How far back ``alert_checks`` looks for failed runs the ``alerts`` sensor did not record.
 MISSED_RUNS_LOOKBACK = timedelta(hours=6)
+#: How long a failed run is left to the ``alerts`` sensor before the checks record it.
+SENSOR_FIRST = timedelta(minutes=2)
 
 
 class AlertConfig(dg.Config):
@@ -280,10 +282,15 @@ def _cursor(cursor: str | None, now: datetime) -> dict[str, str | None]:
 
 
 def _failed_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
-    """Runs that failed lately (by Dagster's clock), ``alert`` runs left out."""
-    since = datetime.now(UTC) - MISSED_RUNS_LOOKBACK
+    """Runs that failed lately (by Dagster's clock), ``alert`` runs left out; not those of the
+    last two minutes, which the ``alerts`` sensor records with their failure message."""
+    now = datetime.now(UTC)
     records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], updated_after=since),
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.FAILURE],
+            updated_after=now - MISSED_RUNS_LOOKBACK,
+            updated_before=now - SENSOR_FIRST,
+        ),
         limit=200,
     )
     return [r.dagster_run for r in records if r.dagster_run.job_name != ALERT_JOB]

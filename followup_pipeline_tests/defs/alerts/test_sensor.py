@@ -11,6 +11,7 @@ import dagster as dg
 import httpx
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from followup_pipeline.cli import main
 from followup_pipeline.commands.alerts import channel
@@ -129,7 +130,7 @@ def _alert_mails(machine: Machine) -> list[dict[str, Any]]:
 
 
 def _ops_tasks(machine: Machine) -> list[dict[str, Any]]:
-    return [t for t in machine.tasks() if t["list"]["id"] == SANDBOX.clickup_ops_list_id]
+    return machine.tasks(SANDBOX.clickup_ops_list_id)
 
 
 def test_alerts_five_failures_one_mail_four_held_and_counted_in_the_next(
@@ -373,6 +374,13 @@ def test_alerts_a_failure_the_sensor_missed_is_found_by_the_checks(
 ) -> None:
     # The run-failure sensor could not record it (Postgres was down): Dagster moved on.
     failed = _failed_run(machine.instance, "store: the database is unreachable")
+    assert _check(machine, MONDAY_10) == []  # the sensor's for two minutes
+    storage: Any = machine.instance.run_storage
+    with storage.connect() as conn:  # three minutes pass
+        conn.execute(
+            sa.text("UPDATE runs SET update_timestamp = :at"),
+            {"at": datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=3)},
+        )
     (request,) = _check(machine, MONDAY_10)
     row = db.execute("SELECT source, action_key FROM alerts").fetchone()
     assert row == {

@@ -165,9 +165,11 @@ class Machine:
         with self.control() as control:
             control.post("/faults", json=spec).raise_for_status()
 
-    def tasks(self) -> list[dict[str, Any]]:
+    def tasks(self, list_id: str = SANDBOX.clickup_list_id) -> list[dict[str, Any]]:
+        """The tasks of the follow-up list (of ``list_id``: the operations list has alerts)."""
         with self.control() as control:
-            return list(control.get("/clickup/tasks").json()["tasks"])
+            found = control.get("/clickup/tasks").json()["tasks"]
+        return [t for t in found if t["list"]["id"] == list_id]
 
     def comments(self) -> Any:
         with self.control() as control:

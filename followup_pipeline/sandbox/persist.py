@@ -1,0 +1,77 @@
+"""The sandbox's world kept in a file, so that a second ``make run`` finds the CRM's deals, the
+ClickUp tasks and the mail as the machine last saw them (the machine's watches are in Postgres;
+a sandbox that forgot would disagree with them).
+
+Saved every few seconds while something changed, and at shutdown; written to a temporary file
+and renamed, so a crash leaves the last whole snapshot. Faults, rate windows and counters are not
+kept: a restart clears them, as it clears a real vendor's incident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from followup_pipeline.sandbox.state import SandboxState
+
+#: Bump when the layout changes; a file of another version is set aside, not misread.
+VERSION = 1
+
+
+def snapshot(state: SandboxState) -> dict[str, Any]:
+    """What a restart should find: the records, the outbox and the webhooks still queued."""
+    return {
+        "version": VERSION,
+        "deals": state.deals,
+        "activities": state.activities,
+        "leads": state.leads,
+        "tasks": state.tasks,
+        "comments": state.comments,
+        "outbox": state.outbox,
+        "drafts": state.drafts,
+        "queue": [
+            {"webhook_id": item.webhook_id, "data": item.data, "attempts": item.attempts}
+            for item in state.webhooks.queue
+        ],
+    }
+
+
+def save(state: SandboxState, path: Path) -> None:
+    """Write the snapshot atomically (temporary file, then rename), readable by its owner."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(snapshot(state), ensure_ascii=False, separators=(",", ":"))
+    temporary = path.with_name(path.name + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as output:
+        output.write(text)
+        output.flush()
+        os.fsync(output.fileno())
+    os.replace(temporary, path)
+
+
+def load(state: SandboxState, path: Path) -> bool:
+    """Restore a snapshot into ``state``; False when there is none. A file that cannot be read
+    is renamed ``*.unreadable`` (kept for a look) and the sandbox starts afresh."""
+    if not path.exists():
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError(f"not a sandbox snapshot of version {VERSION}")
+        state.deals.update(data["deals"])
+        state.activities.update(data["activities"])
+        state.leads.update(data["leads"])
+        state.tasks.update(data["tasks"])
+        state.comments.update(data["comments"])
+        state.outbox.extend(data["outbox"])
+        state.drafts.update(data["drafts"])
+        for item in data["queue"]:
+            state.webhooks.restore(item["webhook_id"], item["data"], int(item["attempts"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        state.reset()
+        path.rename(path.with_name(path.name + ".unreadable"))
+        print(f"sandbox: {path} could not be read ({error}); starting afresh", flush=True)
+        return False
+    return True
