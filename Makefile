@@ -36,7 +36,8 @@ browser: $(STAMP)
 	@command -v chromium > /dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null 2>&1; then \
 			echo "installing Debian's chromium for the browser test (log: $(VENV)/browser.log)"; \
-			{ apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+			export DEBIAN_FRONTEND=noninteractive; apt="apt-get -y -q -o DPkg::Lock::Timeout=60"; \
+			{ $$apt install chromium || { $$apt update && $$apt install chromium; }; } \
 				> $(VENV)/browser.log 2>&1 || echo "make browser: chromium could not be installed; see $(VENV)/browser.log"; \
 		else \
 			echo "make browser: no chromium, and no apt as root to install it: the browser test is skipped"; \

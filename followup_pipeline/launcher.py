@@ -91,6 +91,8 @@ def launch_first_evaluate(ui: str) -> str:
         result = answer["data"]["launchRun"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
         return f"the first evaluate could not be queued ({error}); it runs at the next hour"
+    if not isinstance(result, dict):
+        return f"the first evaluate could not be queued ({answer}); it runs at the next hour"
     if result.get("__typename") != "LaunchRunSuccess":
         why = result.get("message") or result.get("errors") or result.get("__typename")
         return f"the first evaluate could not be queued ({why}); it runs at the next hour"
@@ -172,8 +174,12 @@ class FinishedRuns:
 class Launcher:
     """Starts the machine's processes and stops them all on Ctrl-C."""
 
-    def __init__(self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000) -> None:
+    def __init__(
+        self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000, demo: bool = True
+    ) -> None:
         self.settings = settings
+        #: On the sandbox: the live demo (a busy CRM, webhooks every 5 s, a first evaluate).
+        self.demo = demo
         self.host = host
         self.port = port
         self.children: list[tuple[str, subprocess.Popen[bytes], Path]] = []
@@ -235,11 +241,11 @@ class Launcher:
                 str(env_file),
                 "--webhook-url",
                 webhook,
-                # A live demo: webhooks every 5 s, a deal changing every 90 s, and the world
-                # kept under FOLLOWUP_HOME so a second start agrees with the machine's watches.
-                "--demo",
+                # The world kept under FOLLOWUP_HOME, so a second start agrees with the machine's
+                # watches; in the demo, webhooks every 5 s and a deal changing every 90 s.
                 "--state-file",
                 str(self.settings.home / "sandbox" / "state.json"),
+                *(["--demo"] if self.demo else []),
             ],
         )
         _wait_http(f"http://127.0.0.1:{port}/_sandbox/stats", "the sandbox", process, path)
@@ -326,7 +332,9 @@ class Launcher:
             _say(f"webhooks: {ingress}/webhooks/espocrm; logs in {self.logs}")
             if mode == "sandbox":
                 _say(f"sandbox vendors at http://127.0.0.1:{self.settings.sandbox_port}")
-            _say(launch_first_evaluate(self.ui))
+            if mode == "sandbox" and self.demo:
+                # With real vendors, the schedule decides (business days and hours only).
+                _say(launch_first_evaluate(self.ui))
             _say("Ctrl-C stops everything; finished runs are listed below")
             return self.watch()
         except KeyboardInterrupt:

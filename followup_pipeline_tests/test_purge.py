@@ -16,7 +16,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.cli import main
-from followup_pipeline.machine import install_dagster_home, open_instance
+from followup_pipeline.machine import dagster_home, install_dagster_home, open_instance
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.retention import describe_age, parse_age
 
@@ -90,9 +90,10 @@ class Machine:
         rows = self.db.execute("SELECT id, source_text, raw_output FROM review_items")
         return {row["id"]: (row["source_text"], row["raw_output"]) for row in rows}
 
-    def run(self, ended: datetime) -> str:
+    def run(self, ended: datetime, partition: str | None = None) -> str:
         """A finished run of ``tiny`` whose end (and last update) is ``ended``."""
-        result = tiny.execute_in_process(instance=self.instance)
+        tags = {"dagster/partition": partition} if partition else None
+        result = tiny.execute_in_process(instance=self.instance, tags=tags)
         self.age_run(result.run_id, ended)
         return str(result.run_id)
 
@@ -246,3 +247,23 @@ def test_purge_refuses_a_malformed_older_than(
 def test_purge_ages_in_hours_days_and_weeks(given: str, days: float, shown: str) -> None:
     assert parse_age(given) == timedelta(days=days)
     assert describe_age(parse_age(given)) == shown
+
+
+def test_purge_keeps_a_partitions_latest_run_and_a_week_of_runs(
+    machine: Machine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    superseded = machine.run(OLD, partition="2026-01-05-09:00")
+    latest = machine.run(OLD + timedelta(hours=1), partition="2026-01-05-09:00")
+    three_days = machine.run(datetime.now(UTC) - timedelta(days=3))
+    storage = dagster_home(load_settings()) / "storage"
+    for run_id in (superseded, latest):
+        (storage / run_id).mkdir(parents=True, exist_ok=True)
+        (storage / run_id / "stdout").write_text("a step's output")
+    status, counts, out = _purge(capsys, "--older-than", "1d")
+    assert status == 0, out
+    assert counts["dagster runs"] == 1
+    assert "kept for 1w at least" in out
+    # The hour keeps its status on the Partitions tab; the week's run stays; the folder goes.
+    assert machine.run_ids() == {latest, three_days}
+    assert not (storage / superseded).exists()
+    assert (storage / latest / "stdout").exists()

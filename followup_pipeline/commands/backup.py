@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
+from packaging.version import InvalidVersion, Version
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -285,6 +286,16 @@ def _read_archive(source: Path, folder: Path) -> dict[str, Any]:
             f"FILE {source}: its schema is at version {manifest['schema_version']}, this followup "
             f"knows versions up to {latest}: restore it with a newer followup"
         )
+    made_by, here = str(manifest.get("dagster_version", "0")), importlib.metadata.version("dagster")
+    try:
+        newer = Version(made_by) > Version(here)
+    except InvalidVersion:
+        newer = True
+    if newer:
+        raise BackupError(
+            f"FILE {source}: made by Dagster {made_by}, this machine has Dagster {here}, which "
+            "cannot read a newer storage: restore it with the newer followup"
+        )
     return manifest
 
 
@@ -417,7 +428,12 @@ def _dagster_after_restore(settings: Settings, manifest: dict[str, Any]) -> int:
         made_by = manifest.get("dagster_version")
         if made_by != importlib.metadata.version("dagster"):
             print(f"upgrading Dagster's storage (the backup was made by Dagster {made_by})")
-            instance.upgrade()
+            try:
+                instance.upgrade()
+            except Exception as error:
+                raise BackupError(
+                    f"restored, but Dagster's storage could not be upgraded: {error}"
+                ) from error
         return int(instance.get_runs_count())
 
 

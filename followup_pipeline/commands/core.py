@@ -14,7 +14,7 @@ from followup_pipeline.store.migrate import current_version, migrate
 def _dev(args: argparse.Namespace, settings: Settings) -> int:
     from followup_pipeline.launcher import Launcher
 
-    return Launcher(settings, host=args.host, port=args.port).run()
+    return Launcher(settings, host=args.host, port=args.port, demo=not args.no_demo).run()
 
 
 def _migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -42,6 +42,11 @@ def register(commands: Any) -> None:
     dev = commands.add_parser("dev", help="start Postgres, migrate, the sandbox and dagster dev")
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=3000)
+    dev.add_argument(
+        "--no-demo",
+        action="store_true",
+        help="on the sandbox: no busy demo CRM, webhooks every 2 minutes, no evaluate at start",
+    )
     dev.set_defaults(handler=_dev)
 
     mig = commands.add_parser("migrate", help="apply pending database migrations")

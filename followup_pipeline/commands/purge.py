@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from followup_pipeline.clock import build_clock
-from followup_pipeline.machine import NoInstance, open_instance
+from followup_pipeline.machine import NoInstance, dagster_home, open_instance
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url, translated_errors
 from followup_pipeline.store.retention import (
@@ -27,6 +27,8 @@ from followup_pipeline.store.retention import (
     parse_age,
 )
 
+#: Finished runs younger than this are never deleted, whatever ``--older-than`` says.
+MIN_RUN_AGE = timedelta(days=7)
 #: Exit status of a request the command cannot do (a malformed ``--older-than`` or ``--batch``).
 USAGE = 2
 
@@ -73,8 +75,19 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{'dagster runs':<15} skipped: {error}")
     else:
         with instance:
-            age = retention.runs
-            count = delete_old_runs(instance, before=now - age, batch=args.batch, dry_run=dry_run)
+            age = max(retention.runs, MIN_RUN_AGE)
+            if age > retention.runs:
+                print(
+                    f"{'dagster runs':<15} kept for {describe_age(MIN_RUN_AGE)} at least: the "
+                    "alerts look back 6 h for failed runs, an operator a week"
+                )
+            count = delete_old_runs(
+                instance,
+                before=now - age,
+                batch=args.batch,
+                dry_run=dry_run,
+                storage=dagster_home(settings) / "storage",
+            )
         done("dagster runs", count, age)
     total = sum(counts)
     if dry_run:

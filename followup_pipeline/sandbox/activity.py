@@ -70,6 +70,8 @@ async def run(state: SandboxState, *, every_s: float, first_s: float, seed: int)
             said = step(state, rng, into_offer=first)
         except RecordError as error:  # e.g. a stage renamed through the control API
             said = f"nothing ({error})"
+        except Exception as error:  # a demo's hiccup must not end the demo
+            said = f"nothing ({type(error).__name__}: {error})"
         print(f"sandbox demo activity: {said}", flush=True)
         first = False
         await asyncio.sleep(every_s)

@@ -48,7 +48,11 @@ async def _keep(state: SandboxState, path: Path) -> None:
         await asyncio.sleep(SAVE_EVERY_S)
         current = persist.snapshot(state)
         if current != last:
-            persist.save(state, path)
+            try:
+                persist.save(state, path)
+            except OSError as error:  # a full disk: say so, and try again next time
+                print(f"sandbox: cannot save {path}: {error}", flush=True)
+                continue
             last = json.loads(json.dumps(current))  # a copy: the records change in place
 
 
@@ -72,6 +76,9 @@ def create_app(
     """
     state = SandboxState(config or SandboxConfig())
     state.webhooks.transport = webhook_transport
+    if state.config.state_file is not None:
+        # Held for the process's life: a second sandbox on the same file refuses to start.
+        state.lock_fd = persist.claim(state.config.state_file)
     kept = state.config.state_file is not None and persist.load(state, state.config.state_file)
 
     @contextlib.asynccontextmanager
@@ -97,10 +104,13 @@ def create_app(
         finally:
             for job in jobs:
                 job.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job
+            # One job's failure must not skip the others' stop, nor the last save.
+            await asyncio.gather(*jobs, return_exceptions=True)
             if config.state_file is not None:
-                persist.save(state, config.state_file)
+                try:
+                    persist.save(state, config.state_file)
+                except OSError as error:
+                    print(f"sandbox: cannot save {config.state_file}: {error}", flush=True)
 
     app = Starlette(
         routes=[

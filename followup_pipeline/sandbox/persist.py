@@ -9,8 +9,11 @@ kept: a restart clears them, as it clears a real vendor's incident.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +41,39 @@ def snapshot(state: SandboxState) -> dict[str, Any]:
     }
 
 
+class StateInUse(RuntimeError):
+    """Another sandbox keeps its world in the same file."""
+
+
+def claim(path: Path) -> int:
+    """Hold the state file's lock for this process's life (its descriptor); ``StateInUse`` when
+    another sandbox holds it: two writers would overwrite each other's world."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StateInUse(f"{path} is in use by another sandbox") from None
+    return fd
+
+
 def save(state: SandboxState, path: Path) -> None:
-    """Write the snapshot atomically (temporary file, then rename), readable by its owner."""
+    """Write the snapshot atomically (a temporary file of its own, then rename), readable by its
+    owner only."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(snapshot(state), ensure_ascii=False, separators=(",", ":"))
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as output:
-        output.write(text)
-        output.flush()
-        os.fsync(output.fileno())
-    os.replace(temporary, path)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as output:
+            output.write(text)
+            output.flush()
+            os.fsync(output.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def load(state: SandboxState, path: Path) -> bool:
@@ -69,6 +94,9 @@ def load(state: SandboxState, path: Path) -> bool:
         state.drafts.update(data["drafts"])
         for item in data["queue"]:
             state.webhooks.restore(item["webhook_id"], item["data"], int(item["attempts"]))
+        # A seeded source would give the ids of the first run again (a new task would replace
+        # an old one): after a restart, ids come from the system's randomness.
+        state.rng.seed()
     except (OSError, ValueError, KeyError, TypeError) as error:
         state.reset()
         path.rename(path.with_name(path.name + ".unreadable"))

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import uvicorn
 
+from followup_pipeline.sandbox import persist
 from followup_pipeline.sandbox.app import create_app, sandbox_state
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.demo import demo_data
@@ -57,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         state_file=args.state_file,
         **(demo if args.demo else {}),
     )
-    app = create_app(config)
+    try:
+        app = create_app(config)
+    except persist.StateInUse as error:
+        print(f"followup sandbox: {error}; stop it first, or give another --state-file")
+        return 1
     state = sandbox_state(app)
     if app.state.kept:
         print(f"sandbox: {len(state.deals)} deal(s) as kept in {args.state_file}", flush=True)

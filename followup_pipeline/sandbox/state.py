@@ -77,6 +77,8 @@ class SandboxState:
     tokens: dict[str, float] = field(default_factory=dict)
     rate_windows: dict[str, RateWindow] = field(default_factory=dict)
     stats: dict[str, Counter[str]] = field(default_factory=dict)
+    #: The state file's lock (``persist.claim``), held while the sandbox runs.
+    lock_fd: int | None = None
 
     def __post_init__(self) -> None:
         self.clock = Clock(self.config.start)

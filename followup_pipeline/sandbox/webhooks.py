@@ -38,6 +38,8 @@ NO_CONNECTION = 0
 TIMED_OUT = 408
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 TOTAL_TIMEOUT_S = 10.0
+#: How long webhooks kept across a restart wait before they are sent.
+RESTORED_GRACE_S = 30.0
 
 
 def php_json(value: Any) -> bytes:
@@ -126,9 +128,13 @@ class WebhookDispatcher:
         self.deliveries: list[dict[str, Any]] = []
 
     def restore(self, webhook_id: str, data: dict[str, Any], attempts: int) -> None:
-        """Queue an item kept from before a restart (due at once), if its webhook still exists."""
+        """Queue an item kept from before a restart, if its webhook still exists: due after
+        ``RESTORED_GRACE_S``, so that the receiver (started after the sandbox) is up; a refused
+        connection would lose it for good."""
         if any(hook.id == webhook_id for hook in self.webhooks):
-            self.queue.append(QueueItem(next(self._numbers), webhook_id, dict(data), attempts))
+            due = time.monotonic() + RESTORED_GRACE_S
+            item = QueueItem(next(self._numbers), webhook_id, dict(data), attempts, due)
+            self.queue.append(item)
 
     def enqueue(self, event: str, data: dict[str, Any]) -> None:
         """Queue ``data`` for every webhook of ``event`` (a ``drop`` fault loses it here)."""

@@ -16,9 +16,11 @@ nothing.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, LiteralString
 
 import psycopg
@@ -143,10 +145,20 @@ def _ended_at(record: Any) -> datetime:
 
 
 def delete_old_runs(
-    instance: Any, *, before: datetime, batch: int = DEFAULT_BATCH, dry_run: bool
+    instance: Any,
+    *,
+    before: datetime,
+    batch: int = DEFAULT_BATCH,
+    dry_run: bool,
+    storage: Path | None = None,
 ) -> int:
     """Delete the finished Dagster runs that ended before ``before``, with their event logs
-    (``instance.delete_run``), ``batch`` runs at a time; with ``dry_run`` only count them.
+    (``instance.delete_run``) and their folder under ``storage`` (step outputs, stdout and
+    stderr), ``batch`` runs at a time; with ``dry_run`` only count them.
+
+    Kept whatever their age: the latest run of each partition (the Partitions tab would show the
+    hour as missing, and a "backfill missing" would run it again) and the runs of a backfill that
+    has not finished.
 
     Runs are read oldest first through Dagster's storage, prefiltered on their last update
     (which a finished run's end never follows); a run whose end is in fact recent is kept, and
@@ -158,17 +170,24 @@ def delete_old_runs(
     statuses = [s for s in dg.DagsterRunStatus if s.value not in OPEN_RUN_STATUSES]
     filters = dg.RunsFilter(statuses=statuses, updated_before=before.astimezone(UTC))
     total, cursor = 0, None
+    latest: dict[tuple[str, str], str | None] = {}
     while True:
         records = instance.get_run_records(
             filters=filters, limit=batch, cursor=cursor, ascending=True
         )
         if not records:
             return total
-        old = [r.dagster_run.run_id for r in records if _ended_at(r) < before]
-        kept = [r.dagster_run.run_id for r in records if _ended_at(r) >= before]
+        old = [
+            r.dagster_run.run_id
+            for r in records
+            if _ended_at(r) < before and not _needed(instance, r.dagster_run, latest)
+        ]
+        kept = [r.dagster_run.run_id for r in records if r.dagster_run.run_id not in old]
         if not dry_run:
             for run_id in old:
                 instance.delete_run(run_id)
+                if storage is not None:
+                    shutil.rmtree(storage / run_id, ignore_errors=True)
         total += len(old)
         if dry_run:
             cursor = records[-1].dagster_run.run_id
@@ -176,6 +195,28 @@ def delete_old_runs(
             cursor = kept[-1]
         if len(records) < batch:
             return total
+
+
+def _needed(instance: Any, run: Any, latest: dict[tuple[str, str], str | None]) -> bool:
+    """Whether an old run must stay: the latest of its partition, or part of an open backfill."""
+    import dagster as dg
+
+    backfill_id = run.tags.get("dagster/backfill")
+    if backfill_id:
+        backfill = instance.get_backfill(backfill_id)
+        if backfill is not None and backfill.status == dg.BulkActionStatus.REQUESTED:
+            return True
+    partition = run.tags.get("dagster/partition")
+    if not partition:
+        return False
+    key = (run.job_name, partition)
+    if key not in latest:
+        newest = instance.get_run_records(
+            filters=dg.RunsFilter(job_name=run.job_name, tags={"dagster/partition": partition}),
+            limit=1,
+        )
+        latest[key] = newest[0].dagster_run.run_id if newest else None
+    return bool(latest[key] == run.run_id)
 
 
 def machine_counts(conn: psycopg.Connection[Any]) -> dict[str, int] | None:
