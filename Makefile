@@ -47,7 +47,11 @@ browser: $(STAMP)
 schema: $(STAMP)
 	$(BIN)/python -m followup_pipeline_tests.store.dump_schema
 
+# The load figures need wrk (Debian's package): installed with apt when missing, as root.
 bench: $(STAMP)
+	@command -v wrk > /dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null 2>&1 \
+		&& DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=60 install wrk \
+		> $(VENV)/bench.log 2>&1; } || echo "make bench: no wrk; the load figures are skipped"
 	$(BIN)/python -m benchmarks
 
 clean:

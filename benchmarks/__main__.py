@@ -6,7 +6,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import calendar, evaluate, ingress
+from benchmarks import calendar, evaluate, ingress, load
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -25,6 +25,11 @@ def main() -> None:
         f"and depend on the machine: {platform.machine()}, Python {platform.python_version()},",
         f"measured {datetime.now(UTC):%Y-%m-%d}.",
         "",
+    ]
+    lines += [
+        "## ingress under load: unique signed webhooks a second (wrk), against Python and pgbench",
+        "",
+        *load.run(),
     ]
     for title, rows in sections.items():
         lines += [

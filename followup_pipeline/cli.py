@@ -6,9 +6,11 @@ import argparse
 import importlib
 import logging
 import pkgutil
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
+from types import FrameType
 
 from followup_pipeline import commands
 from followup_pipeline.commands import Handler
@@ -48,8 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``followup`` console script."""
+    if argv is None:  # the console script, not a caller in this process
+        # SIGTERM (systemd, Docker, Kubernetes) ends the command as Ctrl-C does: its exit hooks
+        # run (an embedded cluster it started is released). Its default would end the process
+        # at once, e.g. when uvicorn raises the SIGTERM it caught after its graceful shutdown.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args_list = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

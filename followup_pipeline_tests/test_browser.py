@@ -32,6 +32,7 @@ import httpx
 import psycopg
 import pytest
 
+from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline_tests.support import free_port, wait_until
 
@@ -72,6 +73,8 @@ class Live:
     home: Path
     up_at: float
     shots: Path
+    process: subprocess.Popen[bytes]
+    console: Path
 
     def runs(self, job: str) -> list[dict[str, Any]]:
         answer = httpx.post(
@@ -114,7 +117,15 @@ def live(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Iterator[
     shots.mkdir(exist_ok=True)
     try:
         wait_until(lambda: "Followup is up" in (root / "console.txt").read_text(), 180, "the UI")
-        yield Live(ui, f"http://127.0.0.1:{sandbox_port}", home.resolve(), time.time(), shots)
+        yield Live(
+            ui,
+            f"http://127.0.0.1:{sandbox_port}",
+            home.resolve(),
+            time.time(),
+            shots,
+            process,
+            root / "console.txt",
+        )
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
@@ -317,3 +328,37 @@ def test_live_demo_shows_work_within_two_minutes(live: Live) -> None:
     # The sandbox keeps its world under FOLLOWUP_HOME for the next start (test_demo.py shows a
     # restart finding it).
     assert (live.home / "sandbox" / "state.json").stat().st_size > 0
+
+
+DAEMONS = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
+
+
+def test_live_machine_runs_on_postgres_and_stops_everything_quietly(live: Live) -> None:
+    # (The last test of the module: it stops the machine as Ctrl-C does.)
+    answer = httpx.post(f"{live.ui}/graphql", json={"query": DAEMONS}, timeout=10).json()
+    statuses = answer["data"]["instance"]["daemonHealth"]["allDaemonStatuses"]
+    assert {"SCHEDULER", "SENSOR", "QUEUED_RUN_COORDINATOR"} <= {
+        s["daemonType"] for s in statuses if s["healthy"]
+    }
+    with psycopg.connect(EmbeddedCluster(live.home).url("dagster")) as conn:
+        tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}
+    assert {"runs", "event_logs", "jobs"} <= tables
+    assert (live.home / "dagster" / "dagster.yaml").exists()
+
+    os.killpg(live.process.pid, signal.SIGINT)
+    live.process.wait(timeout=90)
+    assert not EmbeddedCluster(live.home).is_running()
+    # A quiet console: the start-up, the URLs once the UI answered, a line per finished run,
+    # the stop; the children's output is in their log files. No secret, the sandbox's included.
+    lines = live.console.read_text().splitlines()
+    other = [line for line in lines if " run " not in line]
+    assert len(other) < 15, lines
+    up = next(line for line in lines if "Followup is up: Dagster UI at" in line)
+    assert live.ui in up
+    assert all("Traceback" not in line and "Warning" not in line for line in lines), lines
+    sandbox = SandboxConfig()
+    for secret in (sandbox.clickup_token, sandbox.espocrm_api_key, sandbox.mistral_api_key):
+        assert secret.get_secret_value() not in "\n".join(lines)
+    logs = live.home / "logs"
+    assert {"sandbox.log", "ingress.log", "dagster.log"} <= {p.name for p in logs.iterdir()}
+    assert "Serving dagster-webserver" in (logs / "dagster.log").read_text()

@@ -1,23 +1,67 @@
-"""``followup ingress``: serve the webhook ingress with uvicorn on loopback."""
+"""``followup ingress``: serve the webhook ingress with uvicorn on loopback, from as many worker
+processes as cores.
+
+Stopping as production stops it: SIGTERM (systemd, Docker, Kubernetes) and SIGINT alike drain
+the requests in flight (each still answered only after its commit), stop every worker, and then
+release the embedded cluster this process started (``resolve_database_url``'s exit hook). uvicorn
+raises the signal it caught once it has shut down; SIGTERM's default action would then end the
+process before its exit hooks run, leaving Postgres without an owner, so ``cli.main`` turns
+SIGTERM into ``SystemExit`` for every command.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 from typing import Any
 
+from followup_pipeline.ingress.metrics import MULTIPROCESS_DIR
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import resolve_database_url
+
+#: What each worker reads to build its app (``app_from_environment``).
+APP_FACTORY = "followup_pipeline.ingress.app:app_from_environment"
+
+
+def default_workers() -> int:
+    """As many workers as cores: the ingress is CPU-bound (parsing, signatures, the driver)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
 def _ingress(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from followup_pipeline.ingress import create_app
-
-    app = create_app(settings, resolve_database_url(settings))
+    url = resolve_database_url(settings)
     host = args.host or settings.ingress_host
     port = args.port or settings.ingress_port
-    uvicorn.run(app, host=host, port=port, ws="none", log_level="info", server_header=False)
+    workers = args.workers or default_workers()
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "ws": "none",
+        "log_level": "info",
+        "server_header": False,
+        # A line per request costs more than storing it; refusals are logged by the app.
+        "access_log": False,
+        # Each worker drains its requests before it stops; after this, they are cut.
+        "timeout_graceful_shutdown": 15,
+    }
+    if workers == 1:
+        from followup_pipeline.ingress import create_app
+
+        uvicorn.run(create_app(settings, url), **options)
+        return 0
+    # The workers are new processes: they read the database's URL (the embedded cluster this
+    # process holds) and where to keep their counters from the environment.
+    counters = tempfile.mkdtemp(prefix="followup-ingress-metrics-")
+    os.environ["FOLLOWUP_DATABASE_URL"] = url
+    os.environ[MULTIPROCESS_DIR] = counters
+    try:
+        uvicorn.run(APP_FACTORY, factory=True, workers=workers, **options)
+    finally:
+        shutil.rmtree(counters, ignore_errors=True)
     return 0
 
 
@@ -29,5 +73,11 @@ def register(commands: Any) -> None:
     ingress.add_argument("--host", default=None, help="interface (default FOLLOWUP_INGRESS_HOST)")
     ingress.add_argument(
         "--port", type=int, default=None, help="port (default FOLLOWUP_INGRESS_PORT)"
+    )
+    ingress.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"worker processes (default: the cores, {default_workers()} here)",
     )
     ingress.set_defaults(handler=_ingress)

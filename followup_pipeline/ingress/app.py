@@ -16,9 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -28,7 +27,7 @@ from followup_pipeline.ingress.metrics import Metrics
 from followup_pipeline.ingress.signatures import Rejected, Verified, verify_espocrm, verify_standard
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
-from followup_pipeline.store.db import StoreError, StoreUnavailable, build_pool
+from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,8 @@ DB_TIMEOUT_S = 3.0
 #: How long the ingress's pool retries a lost connection in the background before it leaves the
 #: reconnecting to the next request.
 RECONNECT_TIMEOUT_S = 0.5
+#: Connections of one ingress process: a store holds one for a single round trip.
+POOL_SIZE = 8
 SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: Request headers kept with an event (signatures are kept: they prove origin, reveal no secret).
 KEPT_HEADERS = (
@@ -72,25 +73,56 @@ class Ingress:
     """The app's state: settings, the pool, the counters."""
 
     def __init__(
-        self, settings: Settings, pool: ConnectionPool[Any], now: Callable[[], float]
+        self,
+        settings: Settings,
+        pool: AsyncConnectionPool[Any],
+        now: Callable[[], float],
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.now = now
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
 
-    def _store(self, **delivery: Any) -> events.Stored:
-        # The answer goes out only after this transaction committed (store, then acknowledge).
-        with self.pool.connection() as conn, conn.transaction():
-            return events.store_delivery(conn, **delivery)
+    async def _store(self, params: dict[str, object]) -> events.Stored:
+        """One round trip: the database's ``store_delivery``, in autocommit its own transaction,
+        whose answer comes only with its commit (store, then acknowledge).
 
-    def _gauges(self) -> dict[str, float]:
-        with self.pool.connection() as conn:
-            return events.gauges(conn)
+        A connection that broke (Postgres restarted since it was pooled) is dropped and the call
+        made once more on a fresh one: if the first call did commit, the second finds its key
+        within the window and counts a duplicate, so nothing is stored twice."""
+        for attempt in (1, 2):
+            try:
+                async with (
+                    self.pool.connection() as conn,
+                    conn.cursor(row_factory=typed_row(events.Stored)) as cursor,
+                ):
+                    await cursor.execute(query("events_store"), params)
+                    stored: events.Stored | None = await cursor.fetchone()
+            except PoolTimeout:
+                raise  # no connection to be had: the database is away
+            except psycopg.OperationalError:
+                if attempt == 2:
+                    raise
+                await self.pool.check()
+                continue
+            assert stored is not None  # the function answers one row, always
+            return stored
+        raise AssertionError("unreachable")
 
-    def _ping(self) -> None:
-        with self.pool.connection() as conn:
-            conn.execute(query("database_ping")).fetchone()
+    async def _gauges(self) -> dict[str, float]:
+        async with (
+            self.pool.connection() as conn,
+            conn.cursor(row_factory=typed_row(events.Gauges)) as cursor,
+        ):
+            await cursor.execute(query("events_gauges"))
+            row: events.Gauges | None = await cursor.fetchone()
+        assert row is not None
+        return row.values()
+
+    async def _ping(self) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(query("database_ping"))
 
     def verify(self, source: str, request: Request, body: bytes) -> Verified:
         """Who signed the delivery; ``Rejected`` when nobody we trust did."""
@@ -112,16 +144,16 @@ class Ingress:
         verified = self.verify(source, request, body)
         parsed = parse_delivery(source, verified.event_type, body)
         headers = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
+        params = events.delivery_params(
+            source=source,
+            event_type=parsed.event_type,
+            body=body,
+            headers=headers,
+            status=parsed.status,
+            error=parsed.error,
+        )
         try:
-            stored = await run_in_threadpool(
-                self._store,
-                source=source,
-                event_type=parsed.event_type,
-                body=body,
-                headers=headers,
-                status=parsed.status,
-                error=parsed.error,
-            )
+            stored = await self._store(params)
         except (psycopg.OperationalError, StoreUnavailable) as error:
             log.warning("cannot store a %s delivery: %s", source, type(error).__name__)
             raise Rejected("database_unavailable", "the event could not be stored", 503) from None
@@ -157,7 +189,7 @@ class Ingress:
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``: 200 when the database answers, else 503."""
         try:
-            await run_in_threadpool(self._ping)
+            await self._ping()
         except (psycopg.Error, StoreError):
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
         return JSONResponse({"status": "ok", "database": "ok"})
@@ -165,7 +197,7 @@ class Ingress:
     async def prometheus(self, request: Request) -> Response:
         """``GET /metrics``: the counters, the histogram and the event log's gauges."""
         try:
-            gauges: dict[str, float] | None = await run_in_threadpool(self._gauges)
+            gauges: dict[str, float] | None = await self._gauges()
         except (psycopg.Error, StoreError):
             gauges = None
         text = self.metrics.render(gauges)
@@ -178,28 +210,33 @@ def create_app(
     *,
     db_timeout_s: float = DB_TIMEOUT_S,
     now: Callable[[], float] = time.time,
+    pool_size: int = POOL_SIZE,
+    metrics: Metrics | None = None,
 ) -> Starlette:
     """The ingress app; its pool opens with the app (without waiting for the database)."""
     # A short background reconnection: once it gives up, each request that needs a connection
     # makes one itself, so a database that is back is noticed by the next delivery, not after
     # the pool's doubling backoff (up to 14 s seen); a healthy pool costs no extra round trip.
-    pool = build_pool(
+    pool = build_async_pool(
         database_url,
-        max_size=8,
+        max_size=pool_size,
         name="ingress",
         timeout=db_timeout_s,
         reconnect_timeout=RECONNECT_TIMEOUT_S,
+        # Never wait long on a lock or a statement: EspoCRM gives up after 10 s. Set once per
+        # connection, not per transaction.
+        options="-c lock_timeout=2s -c statement_timeout=5s",
     )
-    ingress = Ingress(settings, pool, now)
+    ingress = Ingress(settings, pool, now, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # wait=False: the ingress starts (and answers 503) while the database is down.
-        pool.open(wait=False)
+        await pool.open(wait=False)
         try:
             yield
         finally:
-            await run_in_threadpool(pool.close)
+            await pool.close()
 
     routes = [
         Route("/webhooks/espocrm", ingress.webhook, methods=["POST"]),
@@ -210,3 +247,15 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.ingress = ingress
     return app
+
+
+def app_from_environment() -> Starlette:
+    """The app of one worker of ``followup ingress --workers N``: the settings and the database
+    URL from the environment its parent set (the parent holds the embedded cluster)."""
+    from followup_pipeline.settings import load_settings
+
+    settings = load_settings()
+    url = settings.database_url
+    if url is None:
+        raise RuntimeError("FOLLOWUP_DATABASE_URL is not set: start workers through the command")
+    return create_app(settings, url.get_secret_value())

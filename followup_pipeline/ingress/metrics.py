@@ -1,28 +1,30 @@
 """The ingress's counters and latency histogram, rendered in Prometheus' text format.
 
-Counters live in the process (one ingress replica's view, as Prometheus expects); the event log's
-gauges (dead letters, oldest pending event) are read from the database at each scrape, so every
-replica reports the same truth about the log.
+One ingress serves from several worker processes (``followup ingress --workers N``): their
+counters are kept with ``prometheus_client``'s multiprocess mode, each worker writing its own
+memory-mapped files in ``PROMETHEUS_MULTIPROC_DIR`` (set by ``followup ingress`` before the
+workers start), and every scrape sums them, whichever worker answers it. Without that variable
+(one process, the tests) the counters live in the process. The event log's gauges (dead letters,
+oldest pending event) are read from the database at each scrape.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
+import os
 from collections.abc import Mapping
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 #: Upper bounds (seconds) of the latency histogram's buckets.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PREFIX = "followup_ingress"
+#: Where the workers of one ingress keep their counters (``prometheus_client``'s name).
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: str) -> str:
-    inner = ",".join(f'{name}="{_escape(value)}"' for name, value in labels.items())
-    return "{" + inner + "}" if inner else ""
+# The `_created` timestamp series mean nothing to an operator and differ between workers.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def _number(value: float) -> str:
@@ -30,66 +32,66 @@ def _number(value: float) -> str:
 
 
 class Metrics:
-    """Thread-safe counters of one ingress process."""
+    """The counters of one ingress (all its workers in multiprocess mode)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.received: Counter[str] = Counter()
-        self.duplicates: Counter[str] = Counter()
-        self.rejected: Counter[str] = Counter()
-        self._buckets = [0] * len(LATENCY_BUCKETS)
-        self._latency_sum = 0.0
-        self._latency_count = 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.received = Counter(
+            f"{PREFIX}_received",
+            "Deliveries stored as new events.",
+            ["source"],
+            registry=self.registry,
+        )
+        self.duplicates = Counter(
+            f"{PREFIX}_duplicates",
+            "Redeliveries counted, not stored.",
+            ["source"],
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            f"{PREFIX}_rejected",
+            "Deliveries refused, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "Time from a webhook's arrival to its answer.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
 
     def count_received(self, source: str) -> None:
         """A delivery was stored (a new event)."""
-        with self._lock:
-            self.received[source] += 1
+        self.received.labels(source=source).inc()
 
     def count_duplicate(self, source: str) -> None:
         """A delivery was a redelivery of a stored event."""
-        with self._lock:
-            self.duplicates[source] += 1
+        self.duplicates.labels(source=source).inc()
 
     def count_rejected(self, reason: str) -> None:
         """A delivery was refused (401, 413, 400, 503, ...) for ``reason``."""
-        with self._lock:
-            self.rejected[reason] += 1
+        self.rejected.labels(reason=reason).inc()
 
     def observe(self, seconds: float) -> None:
         """The time one webhook request took, from its arrival to its answer."""
-        with self._lock:
-            self._latency_sum += seconds
-            self._latency_count += 1
-            for index, bound in enumerate(LATENCY_BUCKETS):
-                if seconds <= bound:
-                    self._buckets[index] += 1
+        self.latency.observe(seconds)
 
     def render(self, gauges: Mapping[str, float] | None) -> str:
         """The Prometheus text exposition; ``gauges`` None when the database cannot be read."""
-        lines: list[str] = []
+        folder = os.environ.get(MULTIPROCESS_DIR)
+        if folder:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+            text = generate_latest(registry).decode()
+        else:
+            text = generate_latest(self.registry).decode()
+        lines = text.rstrip("\n").splitlines()
 
         def family(name: str, kind: str, help_text: str) -> None:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} {kind}")
 
-        with self._lock:
-            family(f"{PREFIX}_received_total", "counter", "Deliveries stored as new events.")
-            for source, n in sorted(self.received.items()):
-                lines.append(f"{PREFIX}_received_total{_labels(source=source)} {n}")
-            family(f"{PREFIX}_duplicates_total", "counter", "Redeliveries counted, not stored.")
-            for source, n in sorted(self.duplicates.items()):
-                lines.append(f"{PREFIX}_duplicates_total{_labels(source=source)} {n}")
-            family(f"{PREFIX}_rejected_total", "counter", "Deliveries refused, by reason.")
-            for reason, n in sorted(self.rejected.items()):
-                lines.append(f"{PREFIX}_rejected_total{_labels(reason=reason)} {n}")
-            name = f"{PREFIX}_request_duration_seconds"
-            family(name, "histogram", "Time from a webhook's arrival to its answer.")
-            for bound, n in zip(LATENCY_BUCKETS, self._buckets, strict=True):
-                lines.append(f"{name}_bucket{_labels(le=_number(bound))} {n}")
-            lines.append(f'{name}_bucket{{le="+Inf"}} {self._latency_count}')
-            lines.append(f"{name}_sum {self._latency_sum!r}")
-            lines.append(f"{name}_count {self._latency_count}")
         family("followup_database_up", "gauge", "1 when the event log could be read.")
         lines.append(f"followup_database_up {0 if gauges is None else 1}")
         if gauges is not None:

@@ -16,7 +16,7 @@ from typing import Any, LiteralString, TypedDict, TypeVar
 import psycopg
 from psycopg import pq
 from psycopg.rows import BaseRowFactory, RowFactory, RowMaker, dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from followup_pipeline.settings import ConfigError, Settings
 from followup_pipeline.store.embedded import EmbeddedCluster
@@ -149,6 +149,34 @@ def build_pool(
         open=False,
         check=ConnectionPool.check_connection,
         kwargs=dict(connection_kwargs()),
+        name=name,
+        timeout=timeout,
+        reconnect_timeout=reconnect_timeout,
+    )
+
+
+def build_async_pool(
+    url: str,
+    *,
+    max_size: int,
+    name: str,
+    timeout: float,
+    reconnect_timeout: float,
+    options: str = "",
+) -> AsyncConnectionPool[Any]:
+    """An asyncio pool of autocommit connections to ``url`` (each statement its own
+    transaction), not yet open. ``options`` are extra server settings for its sessions, set once
+    per connection (``-c lock_timeout=2s``), not per transaction. No check on checkout (a round
+    trip per request): the caller retries once after ``pool.check()`` when a connection broke."""
+    kwargs: dict[str, Any] = dict(connection_kwargs())
+    kwargs["options"] = f"{kwargs['options']} {options}".strip()
+    kwargs["autocommit"] = True
+    return AsyncConnectionPool(
+        url,
+        min_size=max_size,
+        max_size=max_size,
+        open=False,
+        kwargs=kwargs,
         name=name,
         timeout=timeout,
         reconnect_timeout=reconnect_timeout,

@@ -117,6 +117,30 @@ def dedup_key(source: str, event_type: str | None, body: bytes) -> str:
     return digest.hexdigest()
 
 
+def delivery_params(
+    *,
+    source: str,
+    event_type: str | None,
+    body: bytes,
+    headers: Mapping[str, str],
+    status: StoredStatus = "pending",
+    error: str | None = None,
+) -> dict[str, object]:
+    """The parameters of ``events_store`` for one delivery."""
+    return {
+        "source": source,
+        "event_type": event_type,
+        "dedup_key": dedup_key(source, event_type, body),
+        "body": body,
+        "headers": Jsonb(dict(headers)),
+        "status": status,
+        "last_error": error,
+        "dead_step": "ingress" if status == "dead" else None,
+        "window": DEDUP_WINDOW,
+        "namespace": DEDUP_LOCK_NAMESPACE,
+    }
+
+
 def store_delivery(
     conn: psycopg.Connection[Any],
     *,
@@ -127,35 +151,22 @@ def store_delivery(
     status: StoredStatus = "pending",
     error: str | None = None,
 ) -> Stored:
-    """Store one delivery, or count it as a duplicate of the one stored within the window.
+    """Store one delivery, or count it as a duplicate of the one stored within the window: one
+    statement (``store_delivery`` in the database), its own transaction in autocommit.
 
-    Call inside a transaction, and answer the sender only after it committed.
+    Answer the sender only after it returned: in autocommit, it has committed then.
     """
-    require_transaction(conn, "store_delivery")
-    key = dedup_key(source, event_type, body)
-    conn.execute(query("events_store_timeouts"))
-    conn.execute(query("events_store_statement_timeout"))
-    conn.execute(query("events_dedup_lock"), {"namespace": DEDUP_LOCK_NAMESPACE, "dedup_key": key})
-    row = conn.execute(
-        query("events_count_duplicate"), {"dedup_key": key, "window": DEDUP_WINDOW}
-    ).fetchone()
-    if row is not None:
-        return Stored(int(row["id"]), str(row["status"]), duplicate=True)
-    row = conn.execute(
-        query("events_insert"),
-        {
-            "source": source,
-            "event_type": event_type,
-            "dedup_key": key,
-            "body": body,
-            "headers": Jsonb(dict(headers)),
-            "status": status,
-            "last_error": error,
-            "dead_step": "ingress" if status == "dead" else None,
-        },
-    ).fetchone()
-    assert row is not None
-    return Stored(int(row["id"]), str(row["status"]), duplicate=False)
+    params = delivery_params(
+        source=source,
+        event_type=event_type,
+        body=body,
+        headers=headers,
+        status=status,
+        error=error,
+    )
+    stored = fetch_one(conn, Stored, query("events_store"), params)
+    assert stored is not None  # the function answers one row, always
+    return stored
 
 
 def backoff(
@@ -293,17 +304,31 @@ def complete(
     conn.execute(query("step_completion_insert"), params)
 
 
+@dataclass(frozen=True)
+class Gauges:
+    """A row of ``events_gauges``."""
+
+    dead: int
+    pending: int
+    oldest_pending_s: float | None
+    review_open: int
+
+    def values(self) -> dict[str, float]:
+        """As /metrics shows them (no pending event: an age of 0)."""
+        return {
+            "dead": float(self.dead),
+            "pending": float(self.pending),
+            "oldest_pending_s": float(self.oldest_pending_s or 0.0),
+            "review_open": float(self.review_open),
+        }
+
+
 def gauges(conn: psycopg.Connection[Any]) -> dict[str, float]:
     """Dead letters, pending events, the age in seconds of the oldest pending one, and the open
     review items."""
-    row = conn.execute(query("events_gauges")).fetchone()
+    row = fetch_one(conn, Gauges, query("events_gauges"))
     assert row is not None
-    return {
-        "dead": float(row["dead"]),
-        "pending": float(row["pending"]),
-        "oldest_pending_s": float(row["oldest_pending_s"] or 0.0),
-        "review_open": float(row["review_open"]),
-    }
+    return row.values()
 
 
 def supersedes(

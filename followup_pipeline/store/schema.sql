@@ -14,6 +14,34 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION followup.store_delivery(p_source text, p_event_type text, p_dedup_key text, p_body bytea, p_headers jsonb, p_status text, p_last_error text, p_dead_step text, p_window interval, p_namespace integer) RETURNS TABLE(event_id bigint, event_status text, duplicate boolean)
+    LANGUAGE plpgsql
+    SET search_path TO 'followup'
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_namespace, hashtext(p_dedup_key));
+    RETURN QUERY
+    UPDATE events AS e
+    SET duplicate_count = e.duplicate_count + 1, last_duplicate_at = now()
+    WHERE e.id = (
+        SELECT x.id FROM events AS x
+        WHERE x.dedup_key = p_dedup_key AND x.received_at > now() - p_window
+        ORDER BY x.received_at DESC, x.id DESC
+        LIMIT 1
+    )
+    RETURNING e.id, e.status, true;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    INSERT INTO events AS e (source, event_type, dedup_key, body, headers, status, last_error,
+                             dead_step)
+    VALUES (p_source, p_event_type, p_dedup_key, p_body, p_headers, p_status, p_last_error,
+            p_dead_step)
+    RETURNING e.id, e.status, false;
+END;
+$$;
+
 CREATE TABLE followup.action_attempts (
     id bigint NOT NULL,
     action_id bigint NOT NULL,

@@ -1,36 +1,11 @@
--- name: events_store_timeouts
--- The ingress must answer within EspoCRM's 10 seconds: never wait long on a lock or a statement.
-SET LOCAL lock_timeout = '2s';
-
--- name: events_store_statement_timeout
--- A bound on each statement of the ingress's transaction.
-SET LOCAL statement_timeout = '5s';
-
--- name: events_dedup_lock
--- Serialise concurrent deliveries of the same body: a transaction lock on the dedup key's hash
--- (the two-integer form, in a namespace of its own, so it never meets another advisory lock).
-SELECT pg_advisory_xact_lock(%(namespace)s, hashtext(%(dedup_key)s));
-
--- name: events_count_duplicate
--- A redelivery within the window: count it on the latest event with the same dedup key.
-UPDATE events
-SET duplicate_count = duplicate_count + 1, last_duplicate_at = now()
-WHERE id = (
-    SELECT id FROM events
-    WHERE dedup_key = %(dedup_key)s AND received_at > now() - %(window)s::interval
-    ORDER BY received_at DESC, id DESC
-    LIMIT 1
-)
-RETURNING id, status;
-
--- name: events_insert
--- One delivery, raw bytes kept; status pending, unhandled, or dead (signed but unparseable).
-INSERT INTO events (source, event_type, dedup_key, body, headers, status, last_error, dead_step)
-VALUES (
+-- name: events_store
+-- Store one delivery in one round trip (the function of migration 0009): its event id, status,
+-- and whether it was a redelivery within the window (then counted, not stored).
+SELECT event_id, event_status AS status, duplicate
+FROM store_delivery(
     %(source)s, %(event_type)s, %(dedup_key)s, %(body)s, %(headers)s, %(status)s,
-    %(last_error)s, %(dead_step)s
-)
-RETURNING id, status;
+    %(last_error)s, %(dead_step)s, %(window)s::interval, %(namespace)s
+);
 
 -- name: events_claim
 -- Lease due events of the handled sources: the claim commits at once, so no row stays locked
