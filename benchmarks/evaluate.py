@@ -50,7 +50,7 @@ def _work(resources: dict[str, Any], settings: Settings, now: str) -> None:
         db, resources["clickup"].get_client(), settings, now=at, run_id=None, log=log
     )
     tally = Reconciler(db, crm, tasks, settings, calendar=calendar, now=at, log=log).run()
-    resets = CadenceResetter(db, crm, calendar, now=at, log=log).run()
+    resets = CadenceResetter(db, crm, calendar, now=at, log=log).run_changes(None)
     due = DueSteps(db, crm, tasks, settings, calendar=calendar, now=at, log=log)
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
     due.close_exhausted()

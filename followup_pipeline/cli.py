@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise SystemExit(0)  # a requested stop is a clean one (systemd reads 0 as success)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -204,6 +204,11 @@ class Settings(BaseSettings):
     ingress_host: str = "127.0.0.1"
     ingress_port: int = Field(default=8787, ge=1, le=65535)
     ingress_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    #: Database connections of the whole ingress, shared by its workers (at least 2 each):
+    #: Postgres allows 100 by default, and Dagster needs its own.
+    ingress_db_connections: int = Field(default=16, ge=2, le=500)
+    #: Connections of one ingress process (set by ``followup ingress`` for its workers).
+    ingress_pool_size: int | None = Field(default=None, ge=1, le=500)
     sandbox_port: int = Field(default=8765, ge=1, le=65535)
 
     # --- the event log ---------------------------------------------------------------------------

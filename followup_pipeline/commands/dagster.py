@@ -45,12 +45,16 @@ def run_dagster(argv: list[str], settings: Settings) -> int:
     env = machine_environment(settings, dict(os.environ))
     # Ctrl-C reaches the child from the terminal; this process waits for it to finish its own
     # stop instead of killing it (subprocess.run would, a quarter of a second later).
+    # SIGTERM (a supervisor's stop) is passed on, and the child waited for, as for Ctrl-C: the
+    # embedded cluster this process holds is released only after Dagster let go of it.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child = subprocess.Popen([dagster, *dagster_argv(argv, dagster_home(settings))], env=env)
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     try:
-        child = subprocess.Popen([dagster, *dagster_argv(argv, dagster_home(settings))], env=env)
         return child.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, before)
 
 
 def register(commands: Any) -> None:

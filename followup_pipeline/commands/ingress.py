@@ -25,9 +25,16 @@ from followup_pipeline.store.db import resolve_database_url
 APP_FACTORY = "followup_pipeline.ingress.app:app_from_environment"
 
 
+#: Workers by default at most: each holds database connections, and a big host's cores would
+#: ask Postgres for more than it allows.
+MAX_DEFAULT_WORKERS = 8
+
+
 def default_workers() -> int:
-    """As many workers as cores: the ingress is CPU-bound (parsing, signatures, the driver)."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    """As many workers as cores this process may use (at most ``MAX_DEFAULT_WORKERS``): the
+    ingress is CPU-bound (parsing, signatures, the driver)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
 
 
 def _ingress(args: argparse.Namespace, settings: Settings) -> int:
@@ -37,6 +44,11 @@ def _ingress(args: argparse.Namespace, settings: Settings) -> int:
     host = args.host or settings.ingress_host
     port = args.port or settings.ingress_port
     workers = args.workers or default_workers()
+    if workers < 1:
+        print(f"followup: --workers {workers}: give 1 or more")
+        return 2
+    # The workers share the ingress's connection budget, two at least each.
+    per_worker = max(2, settings.ingress_db_connections // workers)
     options: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -51,12 +63,14 @@ def _ingress(args: argparse.Namespace, settings: Settings) -> int:
     if workers == 1:
         from followup_pipeline.ingress import create_app
 
-        uvicorn.run(create_app(settings, url), **options)
+        os.environ.pop(MULTIPROCESS_DIR, None)  # one process: its counters are its own
+        uvicorn.run(create_app(settings, url, pool_size=per_worker), **options)
         return 0
     # The workers are new processes: they read the database's URL (the embedded cluster this
     # process holds) and where to keep their counters from the environment.
     counters = tempfile.mkdtemp(prefix="followup-ingress-metrics-")
     os.environ["FOLLOWUP_DATABASE_URL"] = url
+    os.environ["FOLLOWUP_INGRESS_POOL_SIZE"] = str(per_worker)
     os.environ[MULTIPROCESS_DIR] = counters
     try:
         uvicorn.run(APP_FACTORY, factory=True, workers=workers, **options)

@@ -9,8 +9,11 @@ it (EspoCRM retries 503, not 502/504). Every answer but 200 carries ``{"error", 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import os
 import re
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -101,10 +104,12 @@ class Ingress:
                     stored: events.Stored | None = await cursor.fetchone()
             except PoolTimeout:
                 raise  # no connection to be had: the database is away
-            except psycopg.OperationalError:
-                if attempt == 2:
+            except psycopg.OperationalError as error:
+                # Only a connection that broke (no SQLSTATE: the server never answered) is worth
+                # another try; a lock or statement timeout, a refusal by the server, is not.
+                if attempt == 2 or error.sqlstate is not None:
                     raise
-                await self.pool.check()
+                await self.pool.check()  # drop the other connections a restart broke
                 continue
             assert stored is not None  # the function answers one row, always
             return stored
@@ -210,7 +215,7 @@ def create_app(
     *,
     db_timeout_s: float = DB_TIMEOUT_S,
     now: Callable[[], float] = time.time,
-    pool_size: int = POOL_SIZE,
+    pool_size: int | None = None,
     metrics: Metrics | None = None,
 ) -> Starlette:
     """The ingress app; its pool opens with the app (without waiting for the database)."""
@@ -219,7 +224,7 @@ def create_app(
     # the pool's doubling backoff (up to 14 s seen); a healthy pool costs no extra round trip.
     pool = build_async_pool(
         database_url,
-        max_size=pool_size,
+        max_size=pool_size or settings.ingress_pool_size or POOL_SIZE,
         name="ingress",
         timeout=db_timeout_s,
         reconnect_timeout=RECONNECT_TIMEOUT_S,
@@ -249,11 +254,29 @@ def create_app(
     return app
 
 
+def _die_with_parent() -> None:
+    """A worker ends with its parent, even a killed one (Linux ``PR_SET_PDEATHSIG``): a worker
+    left alone would hold the port and answer with nobody holding the database."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the supervisor's own checks remain
+    if os.getppid() == 1:  # the parent died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def app_from_environment() -> Starlette:
     """The app of one worker of ``followup ingress --workers N``: the settings and the database
     URL from the environment its parent set (the parent holds the embedded cluster)."""
     from followup_pipeline.settings import load_settings
 
+    # A spawned worker has no logging set up (the command's basicConfig ran in its parent):
+    # refusals and errors are logged as the command logs them.
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    _die_with_parent()
     settings = load_settings()
     url = settings.database_url
     if url is None:

@@ -39,6 +39,9 @@ VENDOR = "espocrm"
 API_PREFIX = "api/v1"
 #: EspoCRM refuses ``maxSize`` above 200 (403).
 PAGE_SIZE = 200
+#: Ids in one ``id in (…)`` listing: an EspoCRM webhook's batch, and a URL of about 2.5 kB,
+#: well within a proxy's usual limit (8 kB).
+IDS_PER_LISTING = 50
 DEAL_FIELDS = (
     "id,name,stage,amount,amountCurrency,closeDate,accountId,accountName,contactId,contactName,"
     "assignedUserId,assignedUserName,description,createdAt,modifiedAt"
@@ -50,11 +53,24 @@ EMAIL_FIELDS = (
 #: Only which deal an e-mail belongs to, and when it came: what a listing of changes needs.
 EMAIL_CHANGE_FIELDS = "id,parentType,parentId,createdAt,dateSent"
 ACTIVITY_FIELDS = "id,name,status,dateStart"
+ACTIVITY_CHANGE_FIELDS = "id,name,status,dateStart,parentType,parentId,modifiedAt"
 
 
 def espo_datetime(moment: datetime) -> str:
     """A moment as EspoCRM writes one: UTC, ``YYYY-MM-DD HH:MM:SS``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _changed(since: datetime) -> dict[str, Any]:
+    """``where`` of the activity of Opportunities modified after ``since``."""
+    return {
+        "where[0][type]": "after",
+        "where[0][attribute]": "modifiedAt",
+        "where[0][value]": espo_datetime(since),
+        "where[1][type]": "equals",
+        "where[1][attribute]": "parentType",
+        "where[1][value]": "Opportunity",
+    }
 
 
 def hmac_header(*, api_key: str, secret: str, method: str, path: str) -> str:
@@ -102,6 +118,23 @@ class EspoCrmClient:
         }
         return self._listing("Opportunity", Deal, DEAL_FIELDS, "createdAt", where)
 
+    def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
+        """The deals of ``ids`` that exist, in one listing per ``IDS_PER_LISTING`` ids (an id
+        that is not listed was deleted); schema breaks in ``invalid``."""
+        records: list[Deal] = []
+        invalid: list[SchemaError] = []
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), IDS_PER_LISTING):
+            where = {
+                "where[0][type]": "in",
+                "where[0][attribute]": "id",
+                "where[0][value][]": unique[start : start + IDS_PER_LISTING],
+            }
+            found = self._listing("Opportunity", Deal, DEAL_FIELDS, "createdAt", where)
+            records += found.records
+            invalid += found.invalid
+        return DealListing(records=records, invalid=invalid)
+
     def get_deal(self, *, deal_id: str) -> Deal:
         """One deal; ``NotFoundError`` if it was deleted, ``SchemaError`` if it broke schema."""
         # One path segment, whatever the id holds: never another endpoint of the API.
@@ -135,6 +168,25 @@ class EspoCrmClient:
             "where[1][value]": "Opportunity",
         }
         return self._listing("Email", Email, EMAIL_CHANGE_FIELDS, "createdAt", where)
+
+    def list_deals_modified_since(self, *, since: datetime) -> DealListing:
+        """Every deal modified after ``since``, in any stage (a stage change moves modifiedAt):
+        one listing of what changed, whatever the number of deals."""
+        where = {
+            "where[0][type]": "after",
+            "where[0][attribute]": "modifiedAt",
+            "where[0][value]": espo_datetime(since),
+        }
+        return self._listing("Opportunity", Deal, DEAL_FIELDS, "modifiedAt", where)
+
+    def list_calls_since(self, *, since: datetime) -> Listing[Call]:
+        """Every deal's calls modified after ``since`` (a call marked Held late counts)."""
+        return self._listing("Call", Call, ACTIVITY_CHANGE_FIELDS, "modifiedAt", _changed(since))
+
+    def list_meetings_since(self, *, since: datetime) -> Listing[Meeting]:
+        """Every deal's meetings modified after ``since`` (a meeting marked Held late counts)."""
+        where = _changed(since)
+        return self._listing("Meeting", Meeting, ACTIVITY_CHANGE_FIELDS, "modifiedAt", where)
 
     def list_calls(self, *, deal_id: str) -> Listing[Call]:
         """The calls linked to a deal."""

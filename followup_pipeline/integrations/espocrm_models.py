@@ -87,6 +87,8 @@ class Call(EspoRecord):
     name: str | None = None
     status: str | None = None
     date_start: EspoOptionalDateTime = None
+    parent_type: str | None = None
+    parent_id: str | None = None
 
 
 class Meeting(Call):

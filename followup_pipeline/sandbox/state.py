@@ -24,6 +24,12 @@ class Clock:
         if start is not None:
             self.set(start)
 
+    def reset(self, start: datetime | None = None) -> None:
+        """Back to real time, or to ``start`` (ticking on)."""
+        self._offset = timedelta(0)
+        if start is not None:
+            self.set(start)
+
     def now(self) -> datetime:
         """The current sandbox instant (aware, UTC)."""
         return datetime.now(UTC) + self._offset
@@ -87,8 +93,10 @@ class SandboxState:
         self.webhooks = WebhookDispatcher(self.config, self.rng, self.faults, self.clock)
 
     def reset(self, seed: int | None = None) -> None:
-        """Forget every record, fault, counter and queued webhook; re-seed the random source."""
+        """Forget every record, fault, counter and queued webhook; re-seed the random source and
+        put the clock back."""
         self.rng.seed(self.config.seed if seed is None else seed)
+        self.clock.reset(self.config.start)
         stores = (self.deals, self.activities, self.leads, self.tasks, self.comments, self.tokens)
         for store in stores:
             store.clear()

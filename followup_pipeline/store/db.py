@@ -173,7 +173,7 @@ def build_async_pool(
     kwargs["autocommit"] = True
     return AsyncConnectionPool(
         url,
-        min_size=max_size,
+        min_size=min(2, max_size),
         max_size=max_size,
         open=False,
         kwargs=kwargs,

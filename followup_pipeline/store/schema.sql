@@ -16,7 +16,7 @@ $$;
 
 CREATE FUNCTION followup.store_delivery(p_source text, p_event_type text, p_dedup_key text, p_body bytea, p_headers jsonb, p_status text, p_last_error text, p_dead_step text, p_window interval, p_namespace integer) RETURNS TABLE(event_id bigint, event_status text, duplicate boolean)
     LANGUAGE plpgsql
-    SET search_path TO 'followup'
+    SET search_path TO 'followup', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(p_namespace, hashtext(p_dedup_key));

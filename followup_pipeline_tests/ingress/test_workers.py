@@ -131,7 +131,7 @@ def test_workers_a_stop_under_load_answers_only_what_it_stored(
     if left_running:
         cluster.stop()  # not to leave it to the rest of the session
     assert not left_running, log.read_text()
-    assert before > 50, log.read_text()
+    assert before > 10, log.read_text()
     cluster.acquire()
     try:
         with psycopg.connect(cluster.url("followup")) as conn:

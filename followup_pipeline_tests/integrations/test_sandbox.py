@@ -81,6 +81,21 @@ def test_espocrm_lists_gets_and_reads_activity(sandbox: str, sleeps: list[float]
         client.close()
 
 
+def test_espocrm_lists_deals_by_ids_in_listings_of_fifty(sandbox: str, sleeps: list[float]) -> None:
+    deals = seed_deals(sandbox, 120)
+    ids = [*[d["id"] for d in deals][:110], "00000000000000gone"]
+    control(sandbox, "DELETE", f"/deals/{ids[3]}")
+    before = control(sandbox, "GET", "/stats")["requests"].get("espocrm", {})
+    client = espo(sandbox, sleeps)
+    try:
+        listing = client.list_deals_by_ids(ids=ids + ids[:5])  # repeats are asked once
+    finally:
+        client.close()
+    after = control(sandbox, "GET", "/stats")["requests"]["espocrm"]
+    assert sum(after.values()) - sum(before.values()) == 3  # 111 ids: 50 + 50 + 11
+    assert {d.id for d in listing.records} == set(ids) - {ids[3], "00000000000000gone"}
+
+
 def test_espocrm_hmac_auth_is_accepted(sandbox: str, sleeps: list[float]) -> None:
     (deal,) = seed_deals(sandbox, 1)
     client = espo(sandbox, sleeps, DEFAULTS.espocrm_hmac_secret.get_secret_value())

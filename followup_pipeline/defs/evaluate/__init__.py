@@ -7,7 +7,7 @@ schedule from the one ``Settings``.
 """
 
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import dagster as dg
 
@@ -23,10 +23,13 @@ from followup_pipeline.defs.evaluate.due import DueSteps
 from followup_pipeline.defs.evaluate.reconcile import Reconciler
 from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
+from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.enrichments import cursor as job_cursor
+from followup_pipeline.store.enrichments import set_cursor as set_job_cursor
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 45 * 60
@@ -59,6 +62,19 @@ def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts
     return outcome_output(context, "skipped", {"skipped": 1, "reason": reason})
 
 
+#: The cursor of the changes ``evaluate`` has read (``job_cursors``).
+CURSOR = "evaluate"
+#: Read from this much before the cursor: clocks of the CRM and of this machine may differ.
+CURSOR_OVERLAP = timedelta(minutes=5)
+
+
+class EvaluateConfig(dg.Config):
+    """``full``: reconcile every deal in a watched stage and every open watch (as the first run
+    of each business day does), not only what changed since the last run."""
+
+    full: bool = False
+
+
 def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions:
     """The ``evaluate`` job and its business-hours schedule, in the settings' time zone
     (``cron`` replaces the schedule's for a daemon test that cannot wait for the next hour)."""
@@ -84,6 +100,7 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
     @dg.op
     def sync(
         context: dg.OpExecutionContext,
+        config: EvaluateConfig,
         postgres: PostgresResource,
         espocrm: EspoCrmResource,
         clickup: ClickUpResource,
@@ -105,14 +122,31 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
             log=context.log,
         )
         tally = Tally(context.log)
+        with postgres.connection() as conn:
+            position = job_cursor(conn, CURSOR)
+        since = position - CURSOR_OVERLAP if position is not None else None
+        full = config.full or position is None or local_date(position, zone) < local_date(now, zone)
+        complete = True
         try:
             reconciler.check_stage_names()
         except IntegrationError as error:
             tally.problem(f"CRM unreachable, no reconciliation this run: {error}")
+            complete = False
         else:
-            tally.add(reconciler.run())
+            if full or since is None:
+                tally.count("full_reconciliation")
+                tally.add(reconciler.run())
+            else:
+                tally.add(reconciler.run_changes(since))
+            complete = reconciler.complete
         tally.add(tasks.tally)
-        state = {"now": now.isoformat(), "counts": dict(tally.counts), "problems": tally.problems}
+        state = {
+            "now": now.isoformat(),
+            "since": since.isoformat() if since else None,
+            "complete": complete,
+            "counts": dict(tally.counts),
+            "problems": tally.problems,
+        }
         return dg.Output(state, metadata=tally.metadata())
 
     @dg.op(name="evaluate_due")
@@ -138,12 +172,18 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
         calendar = calendar_of(postgres, settings)
         tasks = ledger_of(context, postgres, clickup, now)
         tally = Tally(context.log, Counter(synced["counts"]), list(synced["problems"]))
-        resets = CadenceResetter(postgres, crm, calendar, now=now, log=context.log).run()
+        since = synced.get("since")
+        resetter = CadenceResetter(postgres, crm, calendar, now=now, log=context.log)
+        resets = resetter.run_changes(datetime.fromisoformat(str(since)) if since else None)
         due = DueSteps(postgres, crm, tasks, settings, calendar=calendar, now=now, log=context.log)
         tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
         due.close_exhausted()
         tasks.close_tasks_of_closed_watches()
         tally.add(tasks.tally)
+        if synced.get("complete") and resets.complete:
+            # Only a run that read every change moves the cursor: to when its reading began.
+            with postgres.connection() as conn:
+                set_job_cursor(conn, CURSOR, datetime.fromisoformat(str(synced["now"])))
         return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())
 
     @dg.job(

@@ -27,10 +27,13 @@ class Resets:
 
     tally: Tally
     unreadable: set[int] = field(default_factory=set)
+    #: Whether all activity was read (else the cursor stays where it was).
+    complete: bool = True
 
 
 class CadenceResetter:
-    """Reads each open deal's activity and plans its open steps again after new activity."""
+    """Reads what activity changed since the cursor, in three listings, and plans the open
+    steps of each deal with new activity again."""
 
     def __init__(
         self,
@@ -47,37 +50,49 @@ class CadenceResetter:
         self.now = now
         self.log = log
 
-    def latest_activity(self, subject_id: str, since: datetime) -> datetime | None:
-        """The newest e-mail, held call or held meeting of a deal after ``since``."""
-        emails = self.crm.list_emails(deal_id=subject_id, since=since).records
-        moments = [e.date_sent for e in emails]
+    def activity_since(self, since: datetime) -> dict[str, list[datetime]]:
+        """The moments of activity per deal, read in three listings of what changed after
+        ``since``: e-mails created, calls and meetings modified (held late counts) since."""
+        moments: dict[str, list[datetime]] = {}
+        for email in self.crm.list_emails_since(since=since).records:
+            if email.parent_id and email.date_sent is not None:
+                moments.setdefault(email.parent_id, []).append(email.date_sent)
         for listing in (
-            self.crm.list_calls(deal_id=subject_id),
-            self.crm.list_meetings(deal_id=subject_id),
+            self.crm.list_calls_since(since=since),
+            self.crm.list_meetings_since(since=since),
         ):
-            moments += [r.date_start for r in listing.records if r.status == HELD]
-        fresh = [m for m in moments if m is not None and since < m <= self.now]
-        return max(fresh) if fresh else None
+            for record in listing.records:
+                if record.parent_id and record.status == HELD and record.date_start is not None:
+                    moments.setdefault(record.parent_id, []).append(record.date_start)
+        return moments
 
-    def run(self) -> Resets:
-        """Plan the open steps of every deal with new activity again from the activity's day."""
+    def run_changes(self, since: datetime | None) -> Resets:
+        """Reset every open deal with new activity, read as what changed after ``since`` (the
+        cursor; None: since the oldest open watch's last reset), not per deal."""
         resets = Resets(Tally(self.log))
         with self.db.connection() as conn:
             open_now = watches.open_watches(conn)
-        for watch in open_now:
-            try:
-                moment = self.latest_activity(watch.subject_id, watch.active_since)
-            except IntegrationError as error:
-                resets.unreadable.add(watch.id)
-                resets.tally.problem(
-                    f"deal {watch.subject_id}: activity unreadable, no reset: {error}"
-                )
+        if not open_now:
+            return resets
+        start = since or min(w.active_since for w in open_now)
+        try:
+            moments = self.activity_since(start)
+        except IntegrationError as error:
+            resets.unreadable = {w.id for w in open_now}
+            resets.complete = False
+            resets.tally.problem(f"activity unreadable, no reset this run: {error}")
+            for watch in open_now:  # each watch says why its steps wait
                 self._set_error(watch, str(error))
-                continue
+            return resets
+        resets.tally.count("crm_activity_changed", sum(len(m) for m in moments.values()))
+        for watch in open_now:
             if watch.last_error:
                 self._set_error(watch, None)
-            if moment is not None:
-                self._reset(watch, moment)
+            fresh = [
+                m for m in moments.get(watch.subject_id, []) if watch.active_since < m <= self.now
+            ]
+            if fresh:
+                self._reset(watch, max(fresh))
                 resets.tally.count("reset")
         return resets
 

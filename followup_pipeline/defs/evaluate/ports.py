@@ -51,6 +51,22 @@ class DealSource(Protocol):
         """Every deal in one of ``stages``; records that broke schema are in ``invalid``."""
         ...
 
+    def list_deals_modified_since(self, *, since: datetime) -> DealListing:
+        """Every deal modified after ``since``, in any stage."""
+        ...
+
+    def list_emails_since(self, *, since: datetime) -> Listing[Email]:
+        """Every deal's e-mails created after ``since``."""
+        ...
+
+    def list_calls_since(self, *, since: datetime) -> Listing[Call]:
+        """Every deal's calls modified after ``since``."""
+        ...
+
+    def list_meetings_since(self, *, since: datetime) -> Listing[Meeting]:
+        """Every deal's meetings modified after ``since``."""
+        ...
+
     def get_deal(self, *, deal_id: str) -> Deal:
         """One deal; ``NotFoundError`` if it is gone."""
         ...

@@ -45,6 +45,8 @@ class Reconciler:
         self.now = now
         self.policy = stage_policy(settings)
         self.tally = Tally(log)
+        #: Whether the CRM was read whole this run (else the cursor stays where it was).
+        self.complete = True
 
     def check_stage_names(self) -> None:
         """Fail loudly when a configured stage is not one of the CRM's stages."""
@@ -63,6 +65,39 @@ class Reconciler:
                 metadata={"bad_stages": bad, "valid_stages": valid},
             )
 
+    def run_changes(self, since: datetime) -> Tally:
+        """The hourly reconciliation: only the deals modified after ``since`` (one listing,
+        every stage): open a watch for one that entered a watched stage, close the watch of
+        one that left. A deleted deal is not listed: its webhook, or the day's first (full)
+        run, closes its watch. ``complete`` False when the listing failed."""
+        tally = self.tally = Tally(self.tally.log)
+        try:
+            listing = self.crm.list_deals_modified_since(since=since)
+        except IntegrationError as error:
+            tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
+            self.complete = False
+            return tally
+        for broken in listing.invalid:
+            tally.problem(
+                f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}"
+            )
+        tally.count("crm_deals_changed", len(listing.records))
+        with self.db.connection() as conn:
+            open_now = {w.subject_id: w for w in watches.open_watches(conn)}
+        for deal in listing.records:
+            decision = decide_for_stage(deal.stage, self.policy)
+            watch = open_now.get(deal.id)
+            if isinstance(decision, Close):
+                if watch is not None:
+                    self.tasks.close_watch(watch, decision.reason)
+            elif watch is None:
+                opened = self._open(deal)
+                if opened:
+                    tally.count("registered")
+                elif opened is None:
+                    tally.count("not_reopened_exhausted")
+        return tally
+
     def run(self) -> Tally:
         """Open the missing watches and close those whose deal left the watched stages."""
         tally = self.tally = Tally(self.tally.log)
@@ -70,6 +105,7 @@ class Reconciler:
             listing = self.crm.list_deals(stages=self.settings.watched_stages)
         except IntegrationError as error:
             tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
+            self.complete = False
             return tally
         for broken in listing.invalid:
             tally.problem(

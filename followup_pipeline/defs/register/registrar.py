@@ -32,8 +32,9 @@ from psycopg import pq
 
 from followup_pipeline.defs.common import stage_policy, subject_of
 from followup_pipeline.domain.decisions import Close, decide_for_stage
-from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
-from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.integrations.errors import IntegrationError, SchemaError
+from followup_pipeline.integrations.espocrm import IDS_PER_LISTING
+from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.integrations.espocrm_webhooks import (
     DealItem,
     UnparseableBody,
@@ -60,10 +61,10 @@ LEASE = timedelta(minutes=15)
 
 
 class DealReader(Protocol):
-    """What registration needs from the CRM: one deal by id."""
+    """What registration needs from the CRM: the deals of some ids, in one listing."""
 
-    def get_deal(self, *, deal_id: str) -> Deal:
-        """One deal; ``NotFoundError`` if it is gone."""
+    def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
+        """The deals of ``ids`` that exist (an id not listed is gone)."""
         ...
 
 
@@ -186,6 +187,7 @@ class Registrar:
                 items = espocrm_items(event.event_type, bytes(event.body))
             except UnparseableBody as error:
                 raise ItemFailed("parse", str(error), permanent=True) from None
+            self.prefetch(items)
             for item in items:
                 self.item(event, item)
             with self.conn.transaction():
@@ -252,16 +254,48 @@ class Registrar:
             events.complete(self.conn, key=key, event_id=event.id, result=result)
         self.counts["items_invalid"] += 1
 
-    def read(self, item: DealItem) -> Deal | Literal["gone"] | None:
-        """The deal from the CRM when the payload lacks its names; ``gone`` on a 404."""
-        if item.kind == "delete" or (item.stage is None and item.kind == "update"):
-            return None
-        if item.stage is not None and item.name is not None:
-            return None
+    @staticmethod
+    def needs_read(item: DealItem) -> bool:
+        """Whether the item's payload lacks what the CRM must tell (its stage or names)."""
+        if item.problem is not None or item.kind == "delete":
+            return False
+        if item.stage is None and item.kind == "update":
+            return False
+        return item.stage is None or item.name is None
+
+    def prefetch(self, items: Sequence[DealItem]) -> None:
+        """Read every deal the event's items need in one ``id in (…)`` listing (a page per 50
+        ids), not one request per item; a failure fails the event, to be retried."""
+        ids = [item.deal_id for item in items if self.needs_read(item)]
+        self.deals: dict[str, Deal] = {}
+        self.broken: dict[str, str] = {}
+        if not ids:
+            return
         try:
-            return self.crm.get_deal(deal_id=item.deal_id)
-        except NotFoundError:
-            return "gone"
+            listing = self.crm.list_deals_by_ids(ids=ids)
+        except Exception as error:  # any error of the read but a lost connection: a retry
+            if lost_connection(error, self.conn):
+                raise
+            what = error if isinstance(error, IntegrationError) else repr(error)
+            raise ItemFailed("read", f"the CRM could not list the event's deals: {what}") from None
+        self.counts["crm_requests"] += -(-len(set(ids)) // IDS_PER_LISTING)
+        self.deals = {deal.id: deal for deal in listing.records}
+        self.broken = {str(e.record_id): str(e) for e in listing.invalid if e.record_id}
+
+    def read(self, item: DealItem) -> Deal | Literal["gone"] | None:
+        """The deal as the CRM listed it when the payload lacks its names; ``gone`` when the
+        listing did not have it (deleted)."""
+        if not self.needs_read(item):
+            return None
+        if item.deal_id in self.broken:
+            raise SchemaError(
+                vendor="espocrm",
+                record_id=item.deal_id,
+                field="*",
+                problem=self.broken[item.deal_id],
+                raw=None,
+            )
+        return self.deals.get(item.deal_id, "gone")
 
     def apply(
         self, event: Event, item: DealItem, deal: Deal | Literal["gone"] | None

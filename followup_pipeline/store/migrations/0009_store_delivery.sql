@@ -16,7 +16,7 @@ CREATE FUNCTION store_delivery(
     p_window      interval,
     p_namespace   integer
 ) RETURNS TABLE (event_id bigint, event_status text, duplicate boolean)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path = followup, pg_temp AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(p_namespace, hashtext(p_dedup_key));
     RETURN QUERY

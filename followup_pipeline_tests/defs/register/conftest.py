@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 import pytest
 
-from followup_pipeline.integrations.errors import NotFoundError, TransientError
-from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.integrations.errors import SchemaError, TransientError
+from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.sandbox.webhooks import php_json
 from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.events import store_delivery
@@ -25,6 +25,8 @@ class FakeCrm:
         self.broken: set[str] = set()
         self.delay_s = 0.0
         self.calls: list[str] = []
+        self.listings = 0
+        self.invalid: set[str] = set()
 
     def add(self, deal_id: str, stage: str = "Proposal", name: str | None = None) -> None:
         """Add a deal to the CRM."""
@@ -41,17 +43,24 @@ class FakeCrm:
             }
         )
 
-    def get_deal(self, *, deal_id: str) -> Deal:
-        """One deal, or the error the test asked for."""
-        self.calls.append(deal_id)
+    def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
+        """The deals of ``ids`` that exist, in one listing, or the error the test asked for."""
+        self.calls.extend(ids)
+        self.listings += 1
         time.sleep(self.delay_s)
-        if deal_id in self.broken:
+        if any(deal_id in self.broken for deal_id in ids):
             raise ValueError("Expecting value: line 1 column 1 (char 0)")  # an HTML error page
-        if deal_id in self.failing:
+        if any(deal_id in self.failing for deal_id in ids):
             raise TransientError("answered 503", vendor="espocrm", status=503)
-        if deal_id not in self.deals:
-            raise NotFoundError("answered 404", vendor="espocrm", status=404)
-        return self.deals[deal_id]
+        found = [self.deals[i] for i in ids if i in self.deals]
+        return DealListing(
+            records=[d for d in found if d.id not in self.invalid],
+            invalid=[
+                SchemaError(vendor="espocrm", record_id=d.id, field="stage", problem="x", raw={})
+                for d in found
+                if d.id in self.invalid
+            ],
+        )
 
 
 @pytest.fixture

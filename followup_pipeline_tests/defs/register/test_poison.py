@@ -3,6 +3,7 @@ and a run that dies charges only the event it was working on."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -10,7 +11,7 @@ import pytest
 
 from followup_pipeline.cli import main
 from followup_pipeline.defs.register.registrar import Registrar
-from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.integrations.espocrm_models import DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import lost_connection, storable
 from followup_pipeline.store.dead_letters import dead_letters, requeue_events
@@ -135,7 +136,7 @@ def test_poison_storable_text_has_no_nul_nor_lone_surrogate_and_is_bounded() -> 
 class _Dies(FakeCrm):
     """A CRM read during which the worker dies (a SIGKILL, as far as the run can tell)."""
 
-    def get_deal(self, *, deal_id: str) -> Deal:
+    def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
         raise SystemExit("killed")
 
 

@@ -120,7 +120,7 @@ def test_registrar_a_failed_item_waits_and_finished_items_are_skipped(
 ) -> None:
     crm.add("d1")
     crm.add("d2")
-    crm.failing.add("d2")
+    crm.invalid.add("d2")  # the CRM lists it, but the record breaks its schema
     event_id = add_event([{"id": "d1", "stage": "Proposal"}, {"id": "d2", "stage": "Proposal"}])
     slow = settings.model_copy(update={"event_backoff_base_s": 60.0})
     counts = _run(db, crm, slow)
@@ -134,7 +134,7 @@ def test_registrar_a_failed_item_waits_and_finished_items_are_skipped(
     assert waited is not None
     assert 40 < waited["wait"].total_seconds() < 80
     assert _run(db, crm, slow) == {}  # not due yet
-    crm.failing.clear()
+    crm.invalid.clear()
     db.execute("UPDATE events SET next_attempt_at = now()")
     counts = _run(db, crm, slow)
     assert (counts["items_already_done"], counts["registered"]) == (1, 1)
@@ -150,7 +150,8 @@ def test_registrar_dead_letters_after_the_last_attempt_and_replay_registers_once
     for _ in range(settings.event_max_attempts):
         _run(db, crm, settings)
     event = _event(db, event_id)
-    assert (event["status"], event["attempts"], event["dead_step"]) == ("dead", 5, "0:open")
+    # One listing reads every deal of the event: when it fails, the event waits as a whole.
+    assert (event["status"], event["attempts"], event["dead_step"]) == ("dead", 5, "read")
     assert "answered 503" in event["last_error"]
     assert _run(db, crm, settings) == {}
     crm.failing.clear()
@@ -259,3 +260,16 @@ def test_registrar_a_claim_holds_no_lock_and_a_dead_run_frees_it(
     assert _run(db, crm, settings)["registered"] == 1
     # The dead run only claimed it, never started it: it is charged nothing (issue 10).
     assert _event(db, event_id)["attempts"] == 1
+
+
+def test_registrar_reads_an_events_deals_in_one_listing(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    for n in range(49):
+        crm.add(f"d{n}")
+    # EspoCRM's stage webhook names no deal: 50 items, one deleted meanwhile (not listed).
+    event_id = add_event([{"id": f"d{n}", "stage": "Proposal"} for n in range(50)])
+    counts = _run(db, crm, settings)
+    assert crm.listings == 1
+    assert (counts["registered"], counts["nothing_to_close"], counts["crm_requests"]) == (49, 1, 1)
+    assert _event(db, event_id)["status"] == "done"
