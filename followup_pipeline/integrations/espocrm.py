@@ -51,7 +51,7 @@ EMAIL_FIELDS = (
     "createdAt"
 )
 #: Only which deal an e-mail belongs to, and when it came: what a listing of changes needs.
-EMAIL_CHANGE_FIELDS = "id,parentType,parentId,createdAt,dateSent"
+EMAIL_CHANGE_FIELDS = "id,parentType,parentId,createdAt,modifiedAt,dateSent"
 ACTIVITY_FIELDS = "id,name,status,dateStart"
 ACTIVITY_CHANGE_FIELDS = "id,name,status,dateStart,parentType,parentId,modifiedAt"
 
@@ -157,17 +157,13 @@ class EspoCrmClient:
         return Listing[Email](records=recent, invalid=listing.invalid)
 
     def list_emails_since(self, *, since: datetime) -> Listing[Email]:
-        """Every deal's e-mails created after ``since``, in one listing (``GET /Email``): what
-        changed, whatever the number of deals (VENDORS.md, "Activity since a moment")."""
-        where = {
-            "where[0][type]": "after",
-            "where[0][attribute]": "createdAt",
-            "where[0][value]": espo_datetime(since),
-            "where[1][type]": "equals",
-            "where[1][attribute]": "parentType",
-            "where[1][value]": "Opportunity",
-        }
-        return self._listing("Email", Email, EMAIL_CHANGE_FIELDS, "createdAt", where)
+        """Every deal's e-mails modified after ``since``, in one listing (``GET /Email``): what
+        changed, whatever the number of deals (VENDORS.md, "Activity since a moment"). By
+        ``modifiedAt``: a draft sent later, or a fetched e-mail linked to the deal later, counts.
+
+        Changes listings are ordered by ``createdAt``, which an edit does not move: a record
+        modified while the pages are read can only be read twice, never skipped."""
+        return self._listing("Email", Email, EMAIL_CHANGE_FIELDS, "createdAt", _changed(since))
 
     def list_deals_modified_since(self, *, since: datetime) -> DealListing:
         """Every deal modified after ``since``, in any stage (a stage change moves modifiedAt):
@@ -177,16 +173,16 @@ class EspoCrmClient:
             "where[0][attribute]": "modifiedAt",
             "where[0][value]": espo_datetime(since),
         }
-        return self._listing("Opportunity", Deal, DEAL_FIELDS, "modifiedAt", where)
+        return self._listing("Opportunity", Deal, DEAL_FIELDS, "createdAt", where)
 
     def list_calls_since(self, *, since: datetime) -> Listing[Call]:
         """Every deal's calls modified after ``since`` (a call marked Held late counts)."""
-        return self._listing("Call", Call, ACTIVITY_CHANGE_FIELDS, "modifiedAt", _changed(since))
+        return self._listing("Call", Call, ACTIVITY_CHANGE_FIELDS, "createdAt", _changed(since))
 
     def list_meetings_since(self, *, since: datetime) -> Listing[Meeting]:
         """Every deal's meetings modified after ``since`` (a meeting marked Held late counts)."""
         where = _changed(since)
-        return self._listing("Meeting", Meeting, ACTIVITY_CHANGE_FIELDS, "modifiedAt", where)
+        return self._listing("Meeting", Meeting, ACTIVITY_CHANGE_FIELDS, "createdAt", where)
 
     def list_calls(self, *, deal_id: str) -> Listing[Call]:
         """The calls linked to a deal."""

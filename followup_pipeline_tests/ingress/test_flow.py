@@ -116,7 +116,7 @@ def test_flow_poison_event_is_dead_lettered_then_replayed_exactly_once(
     for _ in range(settings.event_max_attempts):
         Registrar(db, crm, settings).run()
     [event] = db.execute("SELECT * FROM events").fetchall()
-    assert (event["status"], event["attempts"], event["dead_step"]) == ("dead", 5, "read")
+    assert (event["status"], event["attempts"], event["dead_step"]) == ("dead", 5, "0:open")
     assert "500" in event["last_error"]
     assert _watches(db) == []
 

@@ -124,8 +124,12 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
         tally = Tally(context.log)
         with postgres.connection() as conn:
             position = job_cursor(conn, CURSOR)
+        if position is not None and position > now:
+            position = None  # a cursor from a clock set ahead: read everything once
         since = position - CURSOR_OVERLAP if position is not None else None
-        full = config.full or position is None or local_date(position, zone) < local_date(now, zone)
+        full = (
+            config.full or position is None or local_date(position, zone) != local_date(now, zone)
+        )
         complete = True
         try:
             reconciler.check_stage_names()
@@ -180,7 +184,8 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
         due.close_exhausted()
         tasks.close_tasks_of_closed_watches()
         tally.add(tasks.tally)
-        if synced.get("complete") and resets.complete:
+        if synced.get("complete") and resets.complete and settings.now is None:
+            # (A run on a clock set by FOLLOWUP_NOW reads, but never moves the cursor.)
             # Only a run that read every change moves the cursor: to when its reading began.
             with postgres.connection() as conn:
                 set_job_cursor(conn, CURSOR, datetime.fromisoformat(str(synced["now"])))

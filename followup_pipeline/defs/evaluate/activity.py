@@ -5,7 +5,7 @@ registration). A reset plans each open step again from the activity's local date
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
 from followup_pipeline.defs.evaluate.tally import Tally
@@ -18,6 +18,8 @@ from followup_pipeline.store.watches import Watch
 
 #: Calls and meetings count as activity once held; planned ones are not activity yet.
 HELD = "Held"
+#: How far ahead of this machine's clock an activity's date may be and still count (as now).
+CLOCK_SKEW = timedelta(hours=1)
 
 
 @dataclass
@@ -49,18 +51,23 @@ class CadenceResetter:
         self.calendar = calendar
         self.now = now
         self.log = log
+        #: Activity records of the last listings that broke their schema.
+        self.invalid: list[str] = []
 
     def activity_since(self, since: datetime) -> dict[str, list[datetime]]:
         """The moments of activity per deal, read in three listings of what changed after
         ``since``: e-mails created, calls and meetings modified (held late counts) since."""
         moments: dict[str, list[datetime]] = {}
-        for email in self.crm.list_emails_since(since=since).records:
+        emails = self.crm.list_emails_since(since=since)
+        self.invalid = [str(e) for e in emails.invalid]
+        for email in emails.records:
             if email.parent_id and email.date_sent is not None:
                 moments.setdefault(email.parent_id, []).append(email.date_sent)
         for listing in (
             self.crm.list_calls_since(since=since),
             self.crm.list_meetings_since(since=since),
         ):
+            self.invalid += [str(e) for e in listing.invalid]
             for record in listing.records:
                 if record.parent_id and record.status == HELD and record.date_start is not None:
                     moments.setdefault(record.parent_id, []).append(record.date_start)
@@ -85,12 +92,16 @@ class CadenceResetter:
                 self._set_error(watch, str(error))
             return resets
         resets.tally.count("crm_activity_changed", sum(len(m) for m in moments.values()))
+        for broken in self.invalid:
+            resets.tally.problem(f"CRM activity record breaks its schema, skipped: {broken}")
         for watch in open_now:
             if watch.last_error:
                 self._set_error(watch, None)
-            fresh = [
-                m for m in moments.get(watch.subject_id, []) if watch.active_since < m <= self.now
-            ]
+            # Dated a little after now (a sender's clock ahead): as of now, not dropped (the next
+            # run would not list it again); dated further ahead, it is not activity yet.
+            ahead = self.now + CLOCK_SKEW
+            mine = moments.get(watch.subject_id, [])
+            fresh = [min(m, self.now) for m in mine if watch.active_since < m <= ahead]
             if fresh:
                 self._reset(watch, max(fresh))
                 resets.tally.count("reset")

@@ -32,7 +32,7 @@ from psycopg import pq
 
 from followup_pipeline.defs.common import stage_policy, subject_of
 from followup_pipeline.domain.decisions import Close, decide_for_stage
-from followup_pipeline.integrations.errors import IntegrationError, SchemaError
+from followup_pipeline.integrations.errors import IntegrationError, NotFoundError, SchemaError
 from followup_pipeline.integrations.espocrm import IDS_PER_LISTING
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.integrations.espocrm_webhooks import (
@@ -60,11 +60,20 @@ MAX_BATCHES = 20
 LEASE = timedelta(minutes=15)
 
 
+class UnreadDeal(RuntimeError):
+    """The event's listing of deals failed: an item that needs its deal cannot be done now."""
+
+
 class DealReader(Protocol):
-    """What registration needs from the CRM: the deals of some ids, in one listing."""
+    """What registration needs from the CRM: the deals of some ids in one listing, and one deal
+    by id (to tell a deleted deal from one the listing left out)."""
 
     def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
-        """The deals of ``ids`` that exist (an id not listed is gone)."""
+        """The deals of ``ids`` that the CRM lists."""
+        ...
+
+    def get_deal(self, *, deal_id: str) -> Deal:
+        """One deal; ``NotFoundError`` if it is gone."""
         ...
 
 
@@ -269,16 +278,19 @@ class Registrar:
         ids = [item.deal_id for item in items if self.needs_read(item)]
         self.deals: dict[str, Deal] = {}
         self.broken: dict[str, str] = {}
+        self.unread: str | None = None
         if not ids:
             return
+        self.counts["crm_requests"] += -(-len(set(ids)) // IDS_PER_LISTING)
         try:
             listing = self.crm.list_deals_by_ids(ids=ids)
-        except Exception as error:  # any error of the read but a lost connection: a retry
+        except Exception as error:  # any error of the read but a lost connection
             if lost_connection(error, self.conn):
                 raise
-            what = error if isinstance(error, IntegrationError) else repr(error)
-            raise ItemFailed("read", f"the CRM could not list the event's deals: {what}") from None
-        self.counts["crm_requests"] += -(-len(set(ids)) // IDS_PER_LISTING)
+            # Each item that needs the CRM fails in its turn (and the event waits), as a read
+            # of its own would have; deletes and complete payloads are applied.
+            self.unread = str(error) if isinstance(error, IntegrationError) else repr(error)
+            return
         self.deals = {deal.id: deal for deal in listing.records}
         self.broken = {str(e.record_id): str(e) for e in listing.invalid if e.record_id}
 
@@ -287,6 +299,8 @@ class Registrar:
         listing did not have it (deleted)."""
         if not self.needs_read(item):
             return None
+        if self.unread is not None:
+            raise UnreadDeal(f"the CRM could not list the event's deals: {self.unread}")
         if item.deal_id in self.broken:
             raise SchemaError(
                 vendor="espocrm",
@@ -295,7 +309,15 @@ class Registrar:
                 problem=self.broken[item.deal_id],
                 raw=None,
             )
-        return self.deals.get(item.deal_id, "gone")
+        if item.deal_id in self.deals:
+            return self.deals[item.deal_id]
+        # Not listed: deleted, or out of the API user's sight (a listing leaves those out where a
+        # read answers 403). Asked on its own, a 404 says gone; anything else fails the item.
+        self.counts["crm_requests"] += 1
+        try:
+            return self.crm.get_deal(deal_id=item.deal_id)
+        except NotFoundError:
+            return "gone"
 
     def apply(
         self, event: Event, item: DealItem, deal: Deal | Literal["gone"] | None

@@ -81,7 +81,8 @@ SELECT position FROM job_cursors WHERE name = %(name)s;
 
 -- name: job_cursor_set
 INSERT INTO job_cursors (name, position, updated_at) VALUES (%(name)s, %(position)s, now())
-ON CONFLICT (name) DO UPDATE SET position = excluded.position, updated_at = now();
+ON CONFLICT (name) DO UPDATE
+SET position = greatest(job_cursors.position, excluded.position), updated_at = now();
 
 -- name: enrich_open_watches
 -- Open watches among the given deals, or every open watch (enrich's first run).

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from followup_pipeline.integrations.errors import SchemaError, TransientError
+from followup_pipeline.integrations.errors import NotFoundError, SchemaError, TransientError
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.sandbox.webhooks import php_json
 from followup_pipeline.settings import Settings, load_settings
@@ -42,6 +42,15 @@ class FakeCrm:
                 "modifiedAt": "2026-11-03 09:00:00",
             }
         )
+
+    def get_deal(self, *, deal_id: str) -> Deal:
+        """One deal, or the error the test asked for."""
+        self.calls.append(deal_id)
+        if deal_id in self.failing:
+            raise TransientError("answered 503", vendor="espocrm", status=503)
+        if deal_id not in self.deals:
+            raise NotFoundError("answered 404", vendor="espocrm", status=404)
+        return self.deals[deal_id]
 
     def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
         """The deals of ``ids`` that exist, in one listing, or the error the test asked for."""

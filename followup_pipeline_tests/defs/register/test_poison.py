@@ -11,7 +11,7 @@ import pytest
 
 from followup_pipeline.cli import main
 from followup_pipeline.defs.register.registrar import Registrar
-from followup_pipeline.integrations.espocrm_models import DealListing
+from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import lost_connection, storable
 from followup_pipeline.store.dead_letters import dead_letters, requeue_events
@@ -137,6 +137,9 @@ class _Dies(FakeCrm):
     """A CRM read during which the worker dies (a SIGKILL, as far as the run can tell)."""
 
     def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
+        raise SystemExit("killed")
+
+    def get_deal(self, *, deal_id: str) -> Deal:
         raise SystemExit("killed")
 
 
