@@ -71,18 +71,6 @@ class DealSource(Protocol):
         """One deal; ``NotFoundError`` if it is gone."""
         ...
 
-    def list_emails(self, *, deal_id: str, since: datetime | None = None) -> Listing[Email]:
-        """A deal's e-mails, sent after ``since`` if given."""
-        ...
-
-    def list_calls(self, *, deal_id: str) -> Listing[Call]:
-        """A deal's calls."""
-        ...
-
-    def list_meetings(self, *, deal_id: str) -> Listing[Meeting]:
-        """A deal's meetings."""
-        ...
-
 
 class TaskBoard(Protocol):
     """Where follow-up tasks are created, found by their key, and closed."""
