@@ -192,7 +192,17 @@ def _launch_from_launchpad(page: Any, live: Live, partition: str) -> str:
     box.click()
     box.fill(partition)
     page.get_by_role("menuitem", name=partition).click()  # not Enter: that launches too
-    page.get_by_role("button", name="Launch Run").click()
+    # The partition's config loads and is checked before a launch is taken: a click before
+    # that is lost (no run, no navigation).
+    page.wait_for_load_state("networkidle")
+    page.get_by_text("No errors", exact=True).first.wait_for()
+    launch = page.get_by_role("button", name="Launch Run")
+    launch.wait_for()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('button')]"
+        ".some(b => b.textContent.includes('Launch Run') && !b.disabled)"
+    )
+    launch.click()
     page.wait_for_url("**/runs/*")
     return str(page.url.rsplit("/", 1)[1])
 
