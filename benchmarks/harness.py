@@ -26,6 +26,13 @@ from followup_pipeline.store.migrate import migrate
 SANDBOX = SandboxConfig(clickup_rate_limit=100_000)
 
 
+def free_port() -> int:
+    """A loopback port free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def timed(work: Callable[[], Any], repeat: int) -> float:
     """The median wall time of ``work`` in seconds over ``repeat`` runs."""
     samples = []

@@ -5,6 +5,7 @@ Call inside a transaction where it says so (the store's rule, ``store/__init__.p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Literal
@@ -157,6 +158,33 @@ def latest_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> Watch | N
 def open_watches(conn: psycopg.Connection[Any]) -> list[Watch]:
     """Every open watch, oldest first."""
     return fetch_all(conn, Watch, query("open_watches"), {})
+
+
+def open_watches_of(conn: psycopg.Connection[Any], subject_ids: Sequence[str]) -> list[Watch]:
+    """The open watches of the deals ``subject_ids``, oldest first."""
+    return fetch_all(
+        conn,
+        Watch,
+        query("open_watches_of_subjects"),
+        {"subject_type": SUBJECT_TYPE, "subject_ids": list(subject_ids)},
+    )
+
+
+def oldest_open_activity_start(conn: psycopg.Connection[Any]) -> datetime | None:
+    """The earliest ``active_since`` of the open watches; None when none is open."""
+    row = conn.execute(query("oldest_open_activity_start")).fetchone()
+    return row["since"] if row else None
+
+
+def clear_open_watch_errors(conn: psycopg.Connection[Any]) -> None:
+    """Clear the CRM error of every open watch holding one."""
+    conn.execute(query("clear_open_watch_errors"))
+
+
+def set_open_watch_errors(conn: psycopg.Connection[Any], *, error: str, at: datetime) -> set[int]:
+    """Set ``error`` on every open watch, in one statement; their ids."""
+    rows = conn.execute(query("set_open_watch_errors"), {"error": storable(error), "at": at})
+    return {int(row["id"]) for row in rows.fetchall()}
 
 
 def due_watches(conn: psycopg.Connection[Any], *, now: datetime) -> list[Watch]:

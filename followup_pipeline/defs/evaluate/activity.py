@@ -75,43 +75,39 @@ class CadenceResetter:
 
     def run_changes(self, since: datetime | None) -> Resets:
         """Reset every open deal with new activity, read as what changed after ``since`` (the
-        cursor; None: since the oldest open watch's last reset), not per deal."""
+        cursor; None: since the oldest open watch's last reset), not per deal. The database is
+        asked only for the watches of deals with activity: the cost follows the changes."""
         resets = Resets(Tally(self.log))
         with self.db.connection() as conn:
-            open_now = watches.open_watches(conn)
-        if not open_now:
-            return resets
-        start = since or min(w.active_since for w in open_now)
+            start = since or watches.oldest_open_activity_start(conn)
+        if start is None:
+            return resets  # no watch is open
         try:
             moments = self.activity_since(start)
         except IntegrationError as error:
-            resets.unreadable = {w.id for w in open_now}
             resets.complete = False
             resets.tally.problem(f"activity unreadable, no reset this run: {error}")
-            for watch in open_now:  # each watch says why its steps wait
-                self._set_error(watch, str(error))
+            with self.db.connection() as conn:  # each watch says why its steps wait
+                resets.unreadable = watches.set_open_watch_errors(
+                    conn, error=str(error), at=self.now
+                )
             return resets
         resets.tally.count("crm_activity_changed", sum(len(m) for m in moments.values()))
         for broken in self.invalid:
             resets.tally.problem(f"CRM activity record breaks its schema, skipped: {broken}")
-        for watch in open_now:
-            if watch.last_error:
-                self._set_error(watch, None)
-            # Dated a little after now (a sender's clock ahead): as of now, not dropped (the next
-            # run would not list it again); dated further ahead, it is not activity yet.
-            ahead = self.now + CLOCK_SKEW
+        with self.db.connection() as conn:
+            watches.clear_open_watch_errors(conn)
+            touched = watches.open_watches_of(conn, list(moments))
+        # Dated a little after now (a sender's clock ahead): as of now, not dropped (the next run
+        # would not list it again); dated further ahead, it is not activity yet.
+        ahead = self.now + CLOCK_SKEW
+        for watch in touched:
             mine = moments.get(watch.subject_id, [])
             fresh = [min(m, self.now) for m in mine if watch.active_since < m <= ahead]
             if fresh:
                 self._reset(watch, max(fresh))
                 resets.tally.count("reset")
         return resets
-
-    def _set_error(self, watch: Watch, error: str | None) -> None:
-        with self.db.connection() as conn:
-            watches.set_watch_error(
-                conn, watch_id=watch.id, error=error, at=self.now if error else None
-            )
 
     def _reset(self, watch: Watch, moment: datetime) -> None:
         reset_on = local_date(moment, watch.time_zone)

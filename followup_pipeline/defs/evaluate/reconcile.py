@@ -82,8 +82,9 @@ class Reconciler:
                 f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}"
             )
         tally.count("crm_deals_changed", len(listing.records))
-        with self.db.connection() as conn:
-            open_now = {w.subject_id: w for w in watches.open_watches(conn)}
+        with self.db.connection() as conn:  # only the watches of the deals that changed
+            changed = [deal.id for deal in listing.records]
+            open_now = {w.subject_id: w for w in watches.open_watches_of(conn, changed)}
         for deal in listing.records:
             decision = decide_for_stage(deal.stage, self.policy)
             watch = open_now.get(deal.id)

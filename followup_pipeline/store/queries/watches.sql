@@ -76,12 +76,15 @@ LIMIT %(limit)s;
 
 -- name: due_watches
 -- Open watches with a step neither fired nor skipped that is due by the local date of %(now)s
--- in the watch's own time zone, oldest first: the only watches the due-step pass visits.
+-- in the watch's own time zone, oldest first: the only watches the due-step pass visits. The
+-- steps are found through their partial index (no local date is past UTC's date + 1), so the
+-- cost follows the steps due, not the number of watches.
 SELECT w.* FROM watches w
 WHERE w.closed_at IS NULL
-  AND EXISTS (
-      SELECT 1 FROM watch_steps s
-      WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
+  AND w.id IN (
+      SELECT s.watch_id FROM watch_steps s
+      WHERE s.fired_at IS NULL AND s.skipped_at IS NULL
+        AND s.due_on <= (%(now)s::timestamptz AT TIME ZONE 'UTC')::date + 1
         AND s.due_on <= (%(now)s::timestamptz AT TIME ZONE w.time_zone)::date
   )
 ORDER BY w.registered_at, w.id;
@@ -105,3 +108,24 @@ WHERE w.closed_at IS NULL
           - (greatest(last.fired_at, w.last_reset_at) AT TIME ZONE w.time_zone)::date
           >= %(min_days)s)
 ORDER BY w.registered_at, w.id;
+
+-- name: open_watches_of_subjects
+-- The open watches of the deals named, oldest first (what an hourly run's changes touch).
+SELECT * FROM watches
+WHERE subject_type = %(subject_type)s AND subject_id = ANY(%(subject_ids)s) AND closed_at IS NULL
+ORDER BY registered_at, id;
+
+-- name: oldest_open_activity_start
+-- Since when activity counts for the open watch that counts it the longest (NULL: none open).
+SELECT min(coalesce(last_reset_at, registered_at)) AS since FROM watches WHERE closed_at IS NULL;
+
+-- name: clear_open_watch_errors
+-- Clear the CRM error of every open watch that holds one (the CRM answered again).
+UPDATE watches SET last_error = NULL, last_error_at = NULL
+WHERE closed_at IS NULL AND last_error IS NOT NULL;
+
+-- name: set_open_watch_errors
+-- Set the CRM error of every open watch (their activity could not be read); their ids.
+UPDATE watches SET last_error = %(error)s, last_error_at = %(at)s
+WHERE closed_at IS NULL
+RETURNING id;
