@@ -22,11 +22,21 @@ import dagster as dg
 import httpx
 import psycopg
 
-from benchmarks.harness import database, evaluate_resources, free_port, sandbox_settings
-from followup_pipeline.defs import evaluate
+from benchmarks.harness import (
+    SANDBOX,
+    database,
+    evaluate_resources,
+    free_port,
+    sandbox_settings,
+)
+from followup_pipeline.defs import evaluate, register
+from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.sandbox.webhooks import php_json
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.cadences import cadence_offsets
 from followup_pipeline.store.db import connect
+from followup_pipeline.store.events import store_delivery
 
 #: The sizes measured (``FOLLOWUP_BENCH_SIZES=1000,10000`` for a shorter run by hand).
 SIZES = tuple(
@@ -36,6 +46,17 @@ QUIET_REPEAT = 3
 #: The runs' clock: a Wednesday, 10:00 in the team's zone (Europe/Berlin by default).
 NOW = datetime.fromisoformat("2026-03-04T09:00:00+00:00")
 SEED_CHUNK = 5_000
+REGISTER_ITEMS = 10_000
+#: EspoCRM sends a webhook's items in batches of this many.
+REGISTER_BATCH = 50
+#: Rows committed one by one for the baseline.
+REGISTER_BASELINE = 2_000
+SEED_BASELINE = """
+INSERT INTO followup.bench_watches (subject_id, subject_name, stage, cadence_name, offsets,
+    time_zone, base_on, registered_at, registered_by)
+VALUES (%(id)s, 'Deal', 'Proposal', 'default', %(offsets)s, 'Europe/Berlin', %(base_on)s,
+    %(registered_at)s, 'webhook')
+"""
 
 SEED_WATCHES = """
 INSERT INTO followup.watches (subject_id, subject_name, stage, cadence_name, offsets, time_zone,
@@ -176,6 +197,90 @@ class World:
         return seconds, self.requests() - before, counts
 
 
+def commit_per_row(db_url: str) -> float:
+    """Rows a second, one INSERT + COMMIT each, into a copy of ``watches`` (then dropped)."""
+    with connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE followup.bench_watches (LIKE followup.watches INCLUDING DEFAULTS "
+            "INCLUDING IDENTITY INCLUDING INDEXES INCLUDING CONSTRAINTS)"
+        )
+        start = time.perf_counter()
+        for n in range(REGISTER_BASELINE):
+            conn.execute(
+                SEED_BASELINE,
+                {
+                    "id": f"baseline-{n}",
+                    "registered_at": NOW,
+                    "offsets": [5, 12, 21],
+                    "base_on": NOW.date(),
+                },
+            )
+        rate = REGISTER_BASELINE / (time.perf_counter() - start)
+        conn.execute("DROP TABLE followup.bench_watches")
+    return rate
+
+
+def register_rate(db_url: str, base: str, settings: Settings) -> list[str]:
+    """``register`` over ``REGISTER_ITEMS`` stage-change items that name no deal (so each needs
+    the CRM), in EspoCRM's batches of 50 a delivery: items/s of one whole run, CRM requests.
+    Baseline, in the same run on the same Postgres: one INSERT + COMMIT a row into a copy of
+    ``watches`` (the most a transaction per item could ever reach)."""
+    world = World(db_url, base, settings)
+    try:
+        world.seed(REGISTER_ITEMS)
+        with connect(db_url) as conn:
+            conn.execute("TRUNCATE followup.watches, followup.watch_steps CASCADE")
+            stage = settings.watched_stages[-1]
+            for first in range(0, len(world.ids), REGISTER_BATCH):
+                batch = world.ids[first : first + REGISTER_BATCH]
+                items = [{"id": deal_id, "stage": stage} for deal_id in batch]
+                store_delivery(
+                    conn,
+                    source="espocrm",
+                    event_type="Opportunity.fieldUpdate.stage",
+                    body=php_json(items),
+                    headers={},
+                )
+        commits = commit_per_row(db_url)
+        job_defs = dg.Definitions.merge(
+            register.build_defs(settings),
+            dg.Definitions(
+                resources={
+                    "postgres": PostgresResource(url=db_url),
+                    "espocrm": EspoCrmResource(
+                        base_url=f"{base}/espocrm",
+                        api_key=SANDBOX.espocrm_api_key.get_secret_value(),
+                    ),
+                }
+            ),
+        )
+        job = job_defs.resolve_job_def("register")
+        before = world.requests()
+        start = time.perf_counter()
+        result = job.execute_in_process(
+            instance=dg.DagsterInstance.ephemeral(),
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
+        seconds = time.perf_counter() - start
+        requests = world.requests() - before
+        counts = result.output_for_node("register_events")
+        with connect(db_url) as conn:
+            row = conn.execute("SELECT count(*) AS n FROM followup.watches").fetchone()
+        opened = int(row["n"]) if row else 0
+    finally:
+        world.close()
+    assert counts.get("registered") == REGISTER_ITEMS == opened, (counts, opened)
+    rate = REGISTER_ITEMS / seconds
+    return [
+        "| items | deliveries | seconds (one run) | items/s | CRM requests"
+        " | INSERT+COMMIT a row/s | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {REGISTER_ITEMS:,} | {REGISTER_ITEMS // REGISTER_BATCH} | {seconds:.2f} | {rate:,.0f} "
+        f"| {requests} | {commits:,.0f} | {rate / commits:.2f} |",
+        "",
+    ]
+
+
 def run() -> list[str]:
     """The lines of the section of docs/benchmarks.md."""
     rows: dict[int, dict[str, tuple[float, int]]] = {}
@@ -219,4 +324,8 @@ def run() -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(run()))
+    if "register" in sys.argv[1:]:
+        with database() as url, sandbox_process() as sandbox_base:
+            print("\n".join(register_rate(url, sandbox_base, sandbox_settings(sandbox_base))))
+    else:
+        print("\n".join(run()))

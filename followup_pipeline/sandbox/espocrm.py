@@ -100,7 +100,12 @@ def espocrm_app(state: SandboxState) -> Starlette:
 
     async def opportunities(request: Request) -> Response:
         return guard(request) or search(
-            request, state.deals.values(), OPPORTUNITY_ATTRIBUTES, "createdAt", "desc"
+            request,
+            state.deals.values(),
+            OPPORTUNITY_ATTRIBUTES,
+            "createdAt",
+            "desc",
+            by_id=state.deals,
         )
 
     async def opportunity(request: Request) -> Response:

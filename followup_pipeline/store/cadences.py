@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import psycopg
 
+from followup_pipeline.domain.cadence import PlannedStep, plan_steps
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.settings import ConfigError
 from followup_pipeline.store.queries import query
@@ -20,6 +22,16 @@ class Plan:
     offsets: tuple[int, ...]
     time_zone: str
     calendar: BusinessCalendar
+    _steps: dict[date, list[PlannedStep]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def steps_from(self, base_on: date) -> list[PlannedStep]:
+        """The steps of a watch based on ``base_on`` (computed once per date: the watches of
+        one delivery share it)."""
+        if base_on not in self._steps:
+            self._steps[base_on] = plan_steps(base_on, self.offsets, self.calendar)
+        return self._steps[base_on]
 
 
 class UnknownCadence(ConfigError):

@@ -249,9 +249,10 @@ def mark_failed(
     return False
 
 
-def is_complete(conn: psycopg.Connection[Any], key: str) -> bool:
-    """Whether the step ``{event_id}:{item}:{step}`` is finished."""
-    return conn.execute(query("step_completion"), {"key": key}).fetchone() is not None
+def completed_keys(conn: psycopg.Connection[Any], event_id: int) -> set[str]:
+    """The keys of the steps of event ``event_id`` that are finished."""
+    rows = conn.execute(query("step_completion_keys"), {"event_id": event_id}).fetchall()
+    return {str(row["key"]) for row in rows}
 
 
 def completions_of(conn: psycopg.Connection[Any], event_id: int) -> list[StepCompletion]:
@@ -300,7 +301,20 @@ def complete(
     conn: psycopg.Connection[Any], *, key: str, event_id: int, result: Mapping[str, object]
 ) -> None:
     """Record a finished step (a second record of the same key changes nothing)."""
-    params = {"key": key, "event_id": event_id, "result": Jsonb(dict(result))}
+    complete_many(conn, event_id=event_id, results={key: result})
+
+
+def complete_many(
+    conn: psycopg.Connection[Any], *, event_id: int, results: Mapping[str, Mapping[str, object]]
+) -> None:
+    """Record finished steps of one event, by key, in one statement."""
+    if not results:
+        return
+    params = {
+        "event_id": event_id,
+        "keys": list(results),
+        "results": [Jsonb(dict(result)) for result in results.values()],
+    }
     conn.execute(query("step_completion_insert"), params)
 
 
@@ -338,12 +352,16 @@ def supersedes(
 
     Call inside the item's transaction: the mark stays locked until it ends.
     """
-    row = conn.execute(query("deal_mark_take"), {"deal_id": deal_id}).fetchone()
-    if row is not None and (row["last_received_at"], row["last_event_id"]) > (
-        received_at,
-        event_id,
-    ):
-        return True
-    params = {"deal_id": deal_id, "event_id": event_id, "received_at": received_at}
-    conn.execute(query("deal_mark_set"), params)
-    return False
+    marked = claim_marks(conn, deal_ids=[deal_id], event_id=event_id, received_at=received_at)
+    return deal_id not in marked
+
+
+def claim_marks(
+    conn: psycopg.Connection[Any], *, deal_ids: Sequence[str], event_id: int, received_at: datetime
+) -> set[str]:
+    """Mark this event as the newest applied to each of ``deal_ids`` unless a newer one was, in
+    one statement: the deals marked (the others are superseded). Inside the event's
+    transaction: the marks stay locked until it ends."""
+    params = {"deal_ids": list(deal_ids), "event_id": event_id, "received_at": received_at}
+    rows = conn.execute(query("deal_marks_claim"), params).fetchall()
+    return {str(row["subject_id"]) for row in rows}

@@ -76,19 +76,6 @@ def step_states(steps: Sequence[Step], zone: str) -> list[StepState]:
     return [step.state(zone) for step in steps]
 
 
-def insert_step(conn: psycopg.Connection[Any], *, watch_id: int, step: PlannedStep) -> None:
-    """One planned step of a new watch."""
-    conn.execute(
-        query("insert_step"),
-        {
-            "watch_id": watch_id,
-            "step_no": step.step_no,
-            "offset_days": step.offset_days,
-            "due_on": step.due_on,
-        },
-    )
-
-
 def steps_of(conn: psycopg.Connection[Any], watch_id: int) -> list[Step]:
     """Every step of a watch, in order."""
     return fetch_all(conn, Step, query("steps_of_watch"), {"watch_id": watch_id})

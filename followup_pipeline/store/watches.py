@@ -5,20 +5,18 @@ Call inside a transaction where it says so (the store's rule, ``store/__init__.p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Literal
 
 import psycopg
 
-from followup_pipeline.domain.cadence import plan_steps
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.store.cadences import Plan
-from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
+from followup_pipeline.store.db import fetch_all, fetch_one, storable
 from followup_pipeline.store.queries import query
-from followup_pipeline.store.steps import insert_step
 
 SUBJECT_TYPE = "Opportunity"
 RegisteredBy = Literal["webhook", "reconcile", "operator"]
@@ -86,22 +84,45 @@ def open_watch(
     registered_by: RegisteredBy,
     source_event_id: int | None = None,
 ) -> int | None:
-    """Open a watch with its steps planned; None when the deal already has an open one.
+    """Open a watch with its steps planned; None when the deal already has an open one."""
+    opened = open_watches_for(
+        conn,
+        subjects=[subject],
+        plan=plan,
+        registered_at=registered_at,
+        registered_by=registered_by,
+        source_event_id=source_event_id,
+    )
+    return opened.get(subject.subject_id)
 
-    Call inside a transaction: the watch and its steps land together.
-    """
-    require_transaction(conn, "open_watch")
+
+def open_watches_for(
+    conn: psycopg.Connection[Any],
+    *,
+    subjects: Sequence[Subject],
+    plan: Plan,
+    registered_at: datetime,
+    registered_by: RegisteredBy,
+    source_event_id: int | None = None,
+) -> dict[str, int]:
+    """Open a watch for each of ``subjects`` (distinct deals) with its steps planned, in one
+    statement (each watch lands with its steps): the new watch ids by deal; a deal that has an
+    open watch already is left out."""
+    if not subjects:
+        return {}
     base_on = local_date(registered_at, plan.time_zone)
-    row = conn.execute(
-        query("insert_watch"),
+    steps = plan.steps_from(base_on)
+    rows = conn.execute(
+        query("insert_watches"),
         {
             "subject_type": SUBJECT_TYPE,
-            "subject_id": subject.subject_id,
-            "subject_name": subject.name,
-            "account_name": subject.account_name,
-            "assigned_user_id": subject.assigned_user_id,
-            "assigned_user_name": subject.assigned_user_name,
-            "stage": subject.stage,
+            "subject_ids": [s.subject_id for s in subjects],
+            "names": [s.name for s in subjects],
+            "account_names": [s.account_name for s in subjects],
+            "assigned_user_ids": [s.assigned_user_id for s in subjects],
+            "assigned_user_names": [s.assigned_user_name for s in subjects],
+            "stages": [s.stage for s in subjects],
+            "crm_urls": [s.crm_url for s in subjects],
             "cadence_name": plan.cadence_name,
             "offsets": list(plan.offsets),
             "time_zone": plan.time_zone,
@@ -109,25 +130,42 @@ def open_watch(
             "registered_at": registered_at,
             "registered_by": registered_by,
             "source_event_id": source_event_id,
-            "crm_url": subject.crm_url,
+            "step_nos": [step.step_no for step in steps],
+            "offset_days": [step.offset_days for step in steps],
+            "due_ons": [step.due_on for step in steps],
         },
-    ).fetchone()
-    if row is None:
-        return None
-    watch_id = int(row["id"])
-    for step in plan_steps(base_on, plan.offsets, plan.calendar):
-        insert_step(conn, watch_id=watch_id, step=step)
-    return watch_id
+    ).fetchall()
+    return {str(row["subject_id"]): int(row["id"]) for row in rows}
 
 
 def close_watch(
     conn: psycopg.Connection[Any], *, watch_id: int, reason: CloseReason, closed_at: datetime
 ) -> bool:
     """Close an open watch; False when it was closed already."""
-    row = conn.execute(
-        query("close_watch"), {"watch_id": watch_id, "reason": reason, "closed_at": closed_at}
-    ).fetchone()
-    return row is not None
+    return watch_id in close_watches(conn, {watch_id: reason}, closed_at=closed_at)
+
+
+def close_watches(
+    conn: psycopg.Connection[Any], reasons: Mapping[int, CloseReason], *, closed_at: datetime
+) -> set[int]:
+    """Close open watches (id: reason) in one statement; the ids closed (not closed before)."""
+    if not reasons:
+        return set()
+    params = {"watch_ids": list(reasons), "reasons": list(reasons.values()), "closed_at": closed_at}
+    return {int(row["id"]) for row in conn.execute(query("close_watches"), params).fetchall()}
+
+
+def latest_watches_of(
+    conn: psycopg.Connection[Any], subject_ids: Sequence[str]
+) -> dict[str, Watch]:
+    """The most recent watch of each of the deals, open or closed, by deal."""
+    found = fetch_all(
+        conn,
+        Watch,
+        query("latest_watches_of_subjects"),
+        {"subject_type": SUBJECT_TYPE, "subject_ids": list(subject_ids)},
+    )
+    return {watch.subject_id: watch for watch in found}
 
 
 def watch_by_id(conn: psycopg.Connection[Any], watch_id: int) -> Watch | None:

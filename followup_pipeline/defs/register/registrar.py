@@ -6,8 +6,10 @@ re-batches failed items with newer ones, so this per-item idempotency carries th
 is also ``ON CONFLICT DO NOTHING``, so a redelivery never resets a running cadence.
 
 Claims are leases committed at once (each claim counts an attempt), so no row lock is held while
-the CRM is asked and a run that dies lets its lease run out. Each item is written in a
-transaction of its own, after the CRM was read.
+the CRM is asked and a run that dies lets its lease run out. The CRM is read first, in one
+listing per 50 deals of the event; then the event's items are written in one transaction, a
+savepoint each: an item that fails is rolled back alone, the items before it are kept, and a
+worker that dies mid-event leaves nothing half-done (its retry does the event again).
 
 Failures: any error of an item (the CRM, an unreadable body, a value the database refuses) stops
 the event at that item; it waits with backoff, or becomes a dead letter after the last attempt.
@@ -31,7 +33,7 @@ import psycopg
 from psycopg import pq
 
 from followup_pipeline.defs.common import stage_policy, subject_of
-from followup_pipeline.domain.decisions import Close, decide_for_stage
+from followup_pipeline.domain.decisions import Close, CloseReason, decide_for_stage
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError, SchemaError
 from followup_pipeline.integrations.espocrm import IDS_PER_LISTING
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
@@ -49,9 +51,13 @@ from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watches import (
     Subject,
     close_watch,
+    close_watches,
     latest_watch_of,
+    latest_watches_of,
     open_watch,
     open_watch_of,
+    open_watches_for,
+    open_watches_of,
 )
 
 #: Batches one run claims at most, so a flood cannot keep a run going for ever.
@@ -128,6 +134,8 @@ class Registrar:
         crm: DealReader,
         settings: Settings,
         rng: random.Random | None = None,
+        *,
+        one_by_one: bool = False,
     ) -> None:
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             # Its claims must commit at once (leases, not locks held while the CRM is asked).
@@ -139,6 +147,8 @@ class Registrar:
         self.policy = stage_policy(settings)
         self.counts: Counter[str] = Counter()
         self._plan: Plan | None = None
+        #: Every event's items one by one (the reference the tests hold ``all_at_once`` to).
+        self.one_by_one = one_by_one
 
     def plan(self) -> Plan:
         """How new watches are planned, read when the first one opens: a missing cadence row
@@ -197,10 +207,20 @@ class Registrar:
             except UnparseableBody as error:
                 raise ItemFailed("parse", str(error), permanent=True) from None
             self.prefetch(items)
-            for item in items:
-                self.item(event, item)
-            with self.conn.transaction():
-                events.mark_done(self.conn, event.id)
+            failed: ItemFailed | None = None
+            with self.conn.transaction():  # the event's items: one transaction
+                done = events.completed_keys(self.conn, event.id)
+                if not self.all_at_once(event, items, done):
+                    for item in items:  # one by one, a savepoint each
+                        try:
+                            self.item(event, item, done)
+                        except ItemFailed as error:
+                            failed = error  # the items before it are kept (committed below)
+                            break
+                if failed is None:
+                    events.mark_done(self.conn, event.id)
+            if failed is not None:
+                raise failed
         except ItemFailed as failed:
             self.fail(event, failed.step, str(failed), permanent=failed.permanent)
             return
@@ -230,16 +250,15 @@ class Registrar:
             )
         self.counts["events_dead" if dead else "events_retried"] += 1
 
-    def item(self, event: Event, item: DealItem) -> None:
-        """One item: skip it if done, else read the CRM if need be, decide and write it."""
+    def item(self, event: Event, item: DealItem, done: set[str]) -> None:
+        """One item: skip it if done (its key in ``done``), else decide and write it in a
+        savepoint of the event's transaction."""
         if item.problem is not None:
             self.skip_invalid(event, item, item.problem)
             return
-        step = "close" if item.kind == "delete" else "open"
+        step = self.step_of(item)
         key = f"{event.id}:{item.index}:{step}"
-        with self.conn.transaction():
-            done = events.is_complete(self.conn, key)
-        if done:
+        if key in done:
             self.counts["items_already_done"] += 1
             return
         try:
@@ -253,6 +272,123 @@ class Registrar:
             what = error if isinstance(error, IntegrationError) else repr(error)
             raise ItemFailed(f"{item.index}:{step}", f"deal {item.deal_id}: {what}") from None
         self.counts[result.outcome] += 1
+
+    def all_at_once(self, event: Event, items: Sequence[DealItem], done: set[str]) -> bool:
+        """Decide and write every item of the event together, in a few statements whatever
+        their number (the common case: distinct deals, all read); the same outcomes as one by
+        one. False, with nothing written, when the event needs the items one by one: an item
+        that is invalid, unread or shares its deal with another, or any error (then the items
+        one by one find the one that fails, and keep the others)."""
+        deal_ids = [item.deal_id for item in items]
+        if (
+            self.one_by_one
+            or self.unread is not None
+            or len(set(deal_ids)) != len(deal_ids)
+            or any(item.problem is not None for item in items)
+            or any(self.needs_read(i) and i.deal_id not in self.deals for i in items)
+        ):
+            return False
+        try:
+            with self.conn.transaction():
+                results = self.decide_all(event, items, done)
+        except Exception as error:
+            if lost_connection(error, self.conn):
+                raise
+            self.counts["events_one_by_one_after_error"] += 1
+            return False
+        if len(items) > len(results):
+            self.counts["items_already_done"] += len(items) - len(results)
+        self.counts.update(result.outcome for result in results.values())
+        return True
+
+    def decide_all(
+        self, event: Event, items: Sequence[DealItem], done: set[str]
+    ) -> dict[str, ItemResult]:
+        """``apply`` for many items (distinct deals, read by ``prefetch``): three reads and
+        three writes in all; the results by completion key, written with them."""
+        received_at = event.received_at
+        keys = {item.index: f"{event.id}:{item.index}:{self.step_of(item)}" for item in items}
+        todo = [item for item in items if keys[item.index] not in done]
+        results: dict[str, ItemResult] = {}
+        marking = []
+        for item in todo:
+            if item.stage is None and item.kind == "update":
+                results[keys[item.index]] = ItemResult(item.deal_id, "ignored_no_stage")
+            else:
+                marking.append(item)
+        marked = events.claim_marks(
+            self.conn,
+            deal_ids=[item.deal_id for item in marking],
+            event_id=event.id,
+            received_at=received_at,
+        )
+        closing: list[tuple[DealItem, Close]] = []
+        opening: list[tuple[DealItem, Deal | None]] = []
+        for item in marking:
+            deal = self.deals.get(item.deal_id) if self.needs_read(item) else None
+            if item.deal_id not in marked:
+                results[keys[item.index]] = ItemResult(item.deal_id, "superseded")
+                continue
+            if item.kind == "delete":
+                closing.append((item, Close("subject_gone")))
+                continue
+            decision = decide_for_stage(deal.stage if deal else item.stage, self.policy)
+            if isinstance(decision, Close):
+                closing.append((item, decision))
+            else:
+                opening.append((item, deal))
+        open_now = {
+            w.subject_id: w for w in open_watches_of(self.conn, [i.deal_id for i, _ in closing])
+        }
+        to_close: dict[int, CloseReason] = {}
+        for item, decision in closing:
+            watch = open_now.get(item.deal_id)
+            key = keys[item.index]
+            if watch is None:
+                results[key] = ItemResult(item.deal_id, "nothing_to_close")
+            elif watch.registered_at > received_at:  # opened after this event: it is stale
+                results[key] = ItemResult(item.deal_id, "superseded", watch.id)
+            else:
+                to_close[watch.id] = decision.reason
+                results[key] = ItemResult(item.deal_id, f"closed_{decision.reason}", watch.id)
+        close_watches(self.conn, to_close, closed_at=received_at)
+        latest = latest_watches_of(self.conn, [item.deal_id for item, _ in opening])
+        subjects: list[Subject] = []
+        for item, deal in opening:
+            closed_at = latest[item.deal_id].closed_at if item.deal_id in latest else None
+            if closed_at is not None and closed_at > received_at:
+                results[keys[item.index]] = ItemResult(item.deal_id, "superseded")
+            else:
+                subjects.append(subject_for(item, deal, self.settings))
+        opened = (
+            open_watches_for(
+                self.conn,
+                subjects=subjects,
+                plan=self.plan(),
+                registered_at=received_at,
+                registered_by="webhook",
+                source_event_id=event.id,
+            )
+            if subjects
+            else {}
+        )
+        for item, _ in opening:
+            key = keys[item.index]
+            if key not in results:
+                watch_id = opened.get(item.deal_id)
+                outcome = "registered" if watch_id is not None else "already_open"
+                results[key] = ItemResult(item.deal_id, outcome, watch_id)
+        events.complete_many(
+            self.conn,
+            event_id=event.id,
+            results={key: result.as_json() for key, result in results.items()},
+        )
+        return results
+
+    @staticmethod
+    def step_of(item: DealItem) -> str:
+        """The step an item's completion key names."""
+        return "close" if item.kind == "delete" else "open"
 
     def skip_invalid(self, event: Event, item: DealItem, reason: str) -> None:
         """Record an item that cannot be done, with its reason (``followup dead-letters`` lists

@@ -80,15 +80,15 @@ SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NU
 WHERE id = %(id)s AND status IN ('dead', 'unhandled')
 RETURNING id;
 
--- name: step_completion
--- Whether one step of one item of an event is done ({event_id}:{item}:{step}).
-SELECT key, result FROM step_completions WHERE key = %(key)s;
-
 -- name: step_completion_insert
--- Record a finished step; a second record of the same key changes nothing.
+-- Record finished steps of one event; a second record of the same key changes nothing.
 INSERT INTO step_completions (key, event_id, result)
-VALUES (%(key)s, %(event_id)s, %(result)s)
+SELECT k, %(event_id)s, r FROM unnest(%(keys)s::text[], %(results)s::jsonb[]) AS c(k, r)
 ON CONFLICT (key) DO NOTHING;
+
+-- name: step_completion_keys
+-- The keys of the finished steps of one event (read once when its items start).
+SELECT key FROM step_completions WHERE event_id = %(event_id)s;
 
 -- name: step_completions_of_event
 -- The finished steps of one event, in order.
@@ -118,19 +118,17 @@ SELECT
 -- The health check: the database answers.
 SELECT 1 AS ok;
 
--- name: deal_mark_take
--- The newest event applied to a deal, locked until the item's transaction ends.
-SELECT last_event_id, last_received_at FROM deal_marks
-WHERE subject_type = 'Opportunity' AND subject_id = %(deal_id)s
-FOR UPDATE;
-
--- name: deal_mark_set
--- Remember the newest event applied to a deal.
+-- name: deal_marks_claim
+-- Mark this event as the newest applied to each deal named, unless a newer one was (ordered by
+-- receipt, then id): the deals marked; the others are superseded. The marks stay locked until
+-- the transaction ends, in both cases.
 INSERT INTO deal_marks (subject_id, last_event_id, last_received_at)
-VALUES (%(deal_id)s, %(event_id)s, %(received_at)s)
+SELECT d, %(event_id)s, %(received_at)s FROM unnest(%(deal_ids)s::text[]) AS d
 ON CONFLICT (subject_type, subject_id) DO UPDATE
 SET last_event_id = EXCLUDED.last_event_id, last_received_at = EXCLUDED.last_received_at
-WHERE deal_marks.last_received_at <= EXCLUDED.last_received_at;
+WHERE (deal_marks.last_received_at, deal_marks.last_event_id)
+      <= (EXCLUDED.last_received_at, EXCLUDED.last_event_id)
+RETURNING subject_id;
 
 -- name: invalid_items
 -- Items recorded as invalid (a malformed id or name) and skipped, with their event, oldest first.

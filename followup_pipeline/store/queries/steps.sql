@@ -1,8 +1,3 @@
--- name: insert_step
--- One planned step of a watch.
-INSERT INTO watch_steps (watch_id, step_no, offset_days, due_on)
-VALUES (%(watch_id)s, %(step_no)s, %(offset_days)s, %(due_on)s);
-
 -- name: steps_of_watch
 -- Every step of a watch, in order.
 SELECT * FROM watch_steps WHERE watch_id = %(watch_id)s ORDER BY step_no;

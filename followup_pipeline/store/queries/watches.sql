@@ -1,16 +1,34 @@
--- name: insert_watch
--- Open a watch unless the deal has one open already (a redelivery never resets a cadence).
-INSERT INTO watches (
-    subject_type, subject_id, subject_name, account_name, assigned_user_id, assigned_user_name,
-    stage, cadence_name, offsets, time_zone, base_on, registered_at, registered_by,
-    source_event_id, crm_url
-) VALUES (
-    %(subject_type)s, %(subject_id)s, %(subject_name)s, %(account_name)s, %(assigned_user_id)s,
-    %(assigned_user_name)s, %(stage)s, %(cadence_name)s, %(offsets)s, %(time_zone)s, %(base_on)s,
-    %(registered_at)s, %(registered_by)s, %(source_event_id)s, %(crm_url)s
+-- name: insert_watches
+-- Open watches with their planned steps (the same plan for all), in one statement, except for
+-- deals with one open already (a redelivery never resets a cadence): (id, subject_id) of those
+-- opened.
+WITH subject AS (
+    SELECT * FROM unnest(
+        %(subject_ids)s::text[], %(names)s::text[], %(account_names)s::text[],
+        %(assigned_user_ids)s::text[], %(assigned_user_names)s::text[], %(stages)s::text[],
+        %(crm_urls)s::text[]
+    ) AS s(subject_id, subject_name, account_name, assigned_user_id, assigned_user_name, stage,
+           crm_url)
+), watch AS (
+    INSERT INTO watches (
+        subject_type, subject_id, subject_name, account_name, assigned_user_id,
+        assigned_user_name, stage, cadence_name, offsets, time_zone, base_on, registered_at,
+        registered_by, source_event_id, crm_url
+    )
+    SELECT %(subject_type)s, s.subject_id, s.subject_name, s.account_name, s.assigned_user_id,
+           s.assigned_user_name, s.stage, %(cadence_name)s, %(offsets)s, %(time_zone)s,
+           %(base_on)s, %(registered_at)s, %(registered_by)s, %(source_event_id)s, s.crm_url
+    FROM subject s
+    ON CONFLICT (subject_type, subject_id) WHERE closed_at IS NULL DO NOTHING
+    RETURNING id, subject_id
+), planned AS (
+    INSERT INTO watch_steps (watch_id, step_no, offset_days, due_on)
+    SELECT watch.id, p.step_no, p.offset_days, p.due_on
+    FROM watch,
+         unnest(%(step_nos)s::int[], %(offset_days)s::int[], %(due_ons)s::date[])
+             AS p(step_no, offset_days, due_on)
 )
-ON CONFLICT (subject_type, subject_id) WHERE closed_at IS NULL DO NOTHING
-RETURNING id;
+SELECT id, subject_id FROM watch;
 
 -- name: open_watch_of_subject
 -- The open watch of a deal, if any.
@@ -24,6 +42,12 @@ WHERE subject_type = %(subject_type)s AND subject_id = %(subject_id)s
 ORDER BY registered_at DESC, id DESC
 LIMIT 1;
 
+-- name: latest_watches_of_subjects
+-- The most recent watch of each deal named, open or closed.
+SELECT DISTINCT ON (subject_id) * FROM watches
+WHERE subject_type = %(subject_type)s AND subject_id = ANY(%(subject_ids)s)
+ORDER BY subject_id, registered_at DESC, id DESC;
+
 -- name: watch_by_id
 -- One watch.
 SELECT * FROM watches WHERE id = %(watch_id)s;
@@ -36,11 +60,12 @@ SELECT * FROM watches WHERE closed_at IS NULL ORDER BY registered_at, id;
 -- How many watches are open.
 SELECT count(*) AS n FROM watches WHERE closed_at IS NULL;
 
--- name: close_watch
--- Close an open watch with its reason; a closed watch stays as it was.
-UPDATE watches SET closed_at = %(closed_at)s, closed_reason = %(reason)s
-WHERE id = %(watch_id)s AND closed_at IS NULL
-RETURNING id;
+-- name: close_watches
+-- Close open watches, each with its reason; a closed watch stays as it was. The ids closed.
+UPDATE watches w SET closed_at = %(closed_at)s, closed_reason = c.reason
+FROM unnest(%(watch_ids)s::bigint[], %(reasons)s::text[]) AS c(id, reason)
+WHERE w.id = c.id AND w.closed_at IS NULL
+RETURNING w.id;
 
 -- name: mark_reset
 -- Remember when a watch's cadence was last reset by activity.

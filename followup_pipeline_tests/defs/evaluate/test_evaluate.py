@@ -238,7 +238,17 @@ def test_evaluate_postgres_gone_mid_run_fails_and_marks_nothing_without_task(
     machine.fault(vendor="clickup", kind="latency", latency_s=1.0, method="POST")
 
     def pull_the_plug() -> None:
-        time.sleep(1.5)  # inside the first ClickUp create
+        # Inside the first ClickUp create (1 s of latency): its ledger row is attempted first.
+        with psycopg.connect(machine.db_url, autocommit=True, **connection_kwargs()) as watch:
+            deadline = time.monotonic() + 30
+            while (
+                time.monotonic() < deadline
+                and not watch.execute(
+                    "SELECT 1 FROM actions WHERE outcome = 'attempted'"
+                ).fetchone()
+            ):
+                time.sleep(0.02)
+        time.sleep(0.3)
         with psycopg.connect(pg_admin_url, autocommit=True) as admin:
             admin.execute(
                 sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))

@@ -273,3 +273,64 @@ def test_registrar_reads_an_events_deals_in_one_listing(
     # The one deal the listing left out is asked on its own: a 404, gone.
     assert (counts["registered"], counts["nothing_to_close"], counts["crm_requests"]) == (49, 1, 2)
     assert _event(db, event_id)["status"] == "done"
+
+
+def _outcomes(db: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
+    completions = db.execute("SELECT key, result FROM step_completions ORDER BY key").fetchall()
+    watches = db.execute(
+        "SELECT id, subject_id, subject_name, stage, closed_reason, source_event_id, "
+        "(SELECT array_agg(due_on ORDER BY step_no) FROM watch_steps s WHERE s.watch_id = w.id) "
+        "AS due FROM watches w ORDER BY id"
+    ).fetchall()
+    return completions, watches
+
+
+def test_registrar_all_at_once_decides_as_one_by_one(
+    db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
+) -> None:
+    """The events' items written together reach exactly what the reference, one by one, does:
+    the same completions (outcome, watch) and the same watches, over every kind of outcome."""
+    for deal_id, stage in [("d1", "Closed Won"), ("d2", "Negotiation"), ("d4", "Negotiation")]:
+        crm.add(deal_id, stage=stage)
+    crm.add("d5", stage="Prospecting")
+
+    def scenario() -> None:
+        create = [{"id": d, "name": f"Offer {d}", "stage": "Proposal"} for d in ("d1", "d2", "d3")]
+        add_event(create, event="Opportunity.create")
+        add_event([{"id": d, "stage": "Negotiation"} for d in ("d1", "d2", "d4", "d5")])
+        add_event([{"id": "d3", "name": "Renamed"}], event="Opportunity.update")
+        newer = add_event([{"id": "d3"}], event="Opportunity.delete")
+        # Received before the delete, stored after it: stale for d3, news for d6.
+        stale = add_event(
+            [{"id": "d3", "name": "Late", "stage": "Proposal"}, {"id": "d6", "name": "New"}],
+            event="Opportunity.create",
+        )
+        db.execute(
+            "UPDATE events SET received_at = (SELECT received_at FROM events WHERE id = %s) "
+            "- interval '1 second' WHERE id = %s",
+            (newer, stale),
+        )
+
+    results = []
+    for one_by_one in (True, False):
+        db.execute(
+            "TRUNCATE events, step_completions, deal_marks, watches, watch_steps "
+            "RESTART IDENTITY CASCADE"
+        )
+        scenario()
+        counts = dict(Registrar(db, crm, settings, one_by_one=one_by_one).run())
+        results.append((counts, _outcomes(db)))
+    (reference, reached), (together, written) = results
+    assert together == reference
+    assert written == reached
+    assert together["events_done"] == 5
+    outcomes = {row["result"]["outcome"] for row in written[0]}
+    assert outcomes >= {
+        "registered",
+        "already_open",
+        "closed_won",
+        "nothing_to_close",
+        "ignored_no_stage",
+        "closed_subject_gone",
+        "superseded",
+    }
