@@ -6,7 +6,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import calendar, evaluate, ingress, load
+from benchmarks import calendar, evaluate, ingress, latency, load, scale
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -30,6 +30,20 @@ def main() -> None:
         "## ingress under load: unique signed webhooks a second (wrk), against Python and pgbench",
         "",
         *load.run(),
+        "## evaluate at scale: a whole run's wall time and CRM requests by open watches",
+        "",
+        "The sandbox in its own process holds one deal per watch; watches seeded with SQL, none",
+        "due. Quiet: nothing changed since the last run (an hour before). 1 % changed: half of",
+        "those deals moved to the lost stage, half got an e-mail. Daily full: `full: true`, every",
+        "deal in a watched stage listed. Requests are the sandbox's count of EspoCRM API calls.",
+        "",
+        *scale.run(),
+        "## register: 10,000 stage-change items that need the CRM, one `register` run",
+        "",
+        *scale.register_run(),
+        "## webhook to watch through the real daemon (`followup dev`)",
+        "",
+        *latency.run(),
     ]
     for title, rows in sections.items():
         lines += [

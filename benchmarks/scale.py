@@ -323,9 +323,11 @@ def run() -> list[str]:
     return lines
 
 
+def register_run() -> list[str]:
+    """The lines of the register section, on a database and a sandbox of its own."""
+    with database() as url, sandbox_process() as base:
+        return register_rate(url, base, sandbox_settings(base))
+
+
 if __name__ == "__main__":
-    if "register" in sys.argv[1:]:
-        with database() as url, sandbox_process() as sandbox_base:
-            print("\n".join(register_rate(url, sandbox_base, sandbox_settings(sandbox_base))))
-    else:
-        print("\n".join(run()))
+    print("\n".join(register_run() if "register" in sys.argv[1:] else run()))
