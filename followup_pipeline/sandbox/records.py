@@ -26,7 +26,7 @@ def _deal_record(state: SandboxState, data: dict[str, Any]) -> Record:
         {"amountCurrency": "EUR", "description": None, "createdAt": now, "modifiedAt": now}
     )
     record.update({k: v for k, v in data.items() if k in OPPORTUNITY_ATTRIBUTES})
-    record["id"] = data.get("id") or state.new_id()
+    record["id"] = str(data.get("id") or state.new_id())  # EspoCRM ids are strings
     record["name"] = data.get("name") or f"Deal {record['id'][:6]}"
     record["stage"] = stage
     if isinstance(record.get("amount"), int):
@@ -46,7 +46,7 @@ def add_activity(state: SandboxState, deal_id: str, kind: str, data: dict[str, A
     else:
         record.update({"dateStart": now, "status": "Held", "duration": 1800})
     record.update({k: v for k, v in data.items() if k in LINK_ATTRIBUTES[kind]})
-    record["id"] = data.get("id") or state.new_id()
+    record["id"] = str(data.get("id") or state.new_id())  # EspoCRM ids are strings
     record["parentId"] = deal_id
     if kind == "emails":
         record["subject"] = record["subject"] or record["name"] or "(no subject)"

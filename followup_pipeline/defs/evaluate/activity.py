@@ -79,9 +79,10 @@ class CadenceResetter:
         asked only for the watches of deals with activity: the cost follows the changes."""
         resets = Resets(Tally(self.log))
         with self.db.connection() as conn:
-            start = since or watches.oldest_open_activity_start(conn)
-        if start is None:
-            return resets  # no watch is open
+            oldest = watches.oldest_open_activity_start(conn)
+        if oldest is None:
+            return resets  # no watch is open: no activity to read
+        start = since or oldest
         try:
             moments = self.activity_since(start)
         except IntegrationError as error:

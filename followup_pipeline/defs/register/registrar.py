@@ -7,9 +7,11 @@ is also ``ON CONFLICT DO NOTHING``, so a redelivery never resets a running caden
 
 Claims are leases committed at once (each claim counts an attempt), so no row lock is held while
 the CRM is asked and a run that dies lets its lease run out. The CRM is read first, in one
-listing per 50 deals of the event; then the event's items are written in one transaction, a
-savepoint each: an item that fails is rolled back alone, the items before it are kept, and a
-worker that dies mid-event leaves nothing half-done (its retry does the event again).
+listing per 50 deals of the event; then the common event (distinct deals, all listed) is written
+whole in one transaction of a few statements (``all_at_once``), its deal marks taken in the
+deals' order so two runs cannot deadlock. Any other event, or one whose statements together fail,
+is done item by item, each item in a transaction of its own after its deal was read: an item
+that fails is rolled back alone and the items before it are kept.
 
 Failures: any error of an item (the CRM, an unreadable body, a value the database refuses) stops
 the event at that item; it waits with backoff, or becomes a dead letter after the last attempt.
@@ -207,20 +209,13 @@ class Registrar:
             except UnparseableBody as error:
                 raise ItemFailed("parse", str(error), permanent=True) from None
             self.prefetch(items)
-            failed: ItemFailed | None = None
-            with self.conn.transaction():  # the event's items: one transaction
+            with self.conn.transaction():
                 done = events.completed_keys(self.conn, event.id)
-                if not self.all_at_once(event, items, done):
-                    for item in items:  # one by one, a savepoint each
-                        try:
-                            self.item(event, item, done)
-                        except ItemFailed as error:
-                            failed = error  # the items before it are kept (committed below)
-                            break
-                if failed is None:
+            if not self.all_at_once(event, items, done):
+                for item in items:  # one by one, each in a transaction of its own
+                    self.item(event, item, done)
+                with self.conn.transaction():
                     events.mark_done(self.conn, event.id)
-            if failed is not None:
-                raise failed
         except ItemFailed as failed:
             self.fail(event, failed.step, str(failed), permanent=failed.permanent)
             return
@@ -274,11 +269,13 @@ class Registrar:
         self.counts[result.outcome] += 1
 
     def all_at_once(self, event: Event, items: Sequence[DealItem], done: set[str]) -> bool:
-        """Decide and write every item of the event together, in a few statements whatever
-        their number (the common case: distinct deals, all read); the same outcomes as one by
+        """Decide and write every item of the event together, and mark the event done, in one
+        transaction of a few statements whatever their number (the common case: distinct deals,
+        all read, so no CRM request is made while it holds locks); the same outcomes as one by
         one. False, with nothing written, when the event needs the items one by one: an item
         that is invalid, unread or shares its deal with another, or any error (then the items
-        one by one find the one that fails, and keep the others)."""
+        one by one find the one that fails, and keep the others). The counts are taken once
+        the transaction committed."""
         deal_ids = [item.deal_id for item in items]
         if (
             self.one_by_one
@@ -291,6 +288,7 @@ class Registrar:
         try:
             with self.conn.transaction():
                 results = self.decide_all(event, items, done)
+                events.mark_done(self.conn, event.id)
         except Exception as error:
             if lost_connection(error, self.conn):
                 raise

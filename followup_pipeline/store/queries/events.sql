@@ -121,9 +121,10 @@ SELECT 1 AS ok;
 -- name: deal_marks_claim
 -- Mark this event as the newest applied to each deal named, unless a newer one was (ordered by
 -- receipt, then id): the deals marked; the others are superseded. The marks stay locked until
--- the transaction ends, in both cases.
+-- the transaction ends, in both cases; they are taken in the deals' order, so two transactions
+-- marking the same deals cannot deadlock.
 INSERT INTO deal_marks (subject_id, last_event_id, last_received_at)
-SELECT d, %(event_id)s, %(received_at)s FROM unnest(%(deal_ids)s::text[]) AS d
+SELECT d, %(event_id)s, %(received_at)s FROM unnest(%(deal_ids)s::text[]) AS d ORDER BY d
 ON CONFLICT (subject_type, subject_id) DO UPDATE
 SET last_event_id = EXCLUDED.last_event_id, last_received_at = EXCLUDED.last_received_at
 WHERE (deal_marks.last_received_at, deal_marks.last_event_id)
