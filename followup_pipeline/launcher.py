@@ -43,6 +43,8 @@ from followup_pipeline.store.migrate import migrate
 #: Longer than Dagster's own wait for its code server (``local_startup_timeout``, 180 s).
 READY_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 60
+#: How long what a child left in its process group gets to end on SIGTERM before SIGKILL.
+LEFTOVER_TIMEOUT_S = 10
 SUPERSEDED_DEV = "ignore:Function `dev_command` is superseded:FutureWarning"
 #: How often the console asks the UI for finished runs.
 RUN_POLL_S = 3.0
@@ -131,6 +133,28 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     """Send ``signum`` to the child's process group (it leads one); gone already is fine."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
+
+
+def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+    """Whether a process of the child's group is still running (the child itself exited)."""
+    try:
+        os.killpg(process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _reap_group(process: subprocess.Popen[bytes], timeout: float = LEFTOVER_TIMEOUT_S) -> None:
+    """End what the child left behind in its group (e.g. a code server the UI or the daemon
+    started, that outlived them): SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    if not _group_alive(process):
+        return
+    _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _group_alive(process) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _group_alive(process):
+        _signal_group(process, signal.SIGKILL)
 
 
 def run_line(run: dict[str, Any], ui: str) -> str:
@@ -290,6 +314,7 @@ class Launcher:
                 _say(f"{what} did not stop in {STOP_TIMEOUT_S} s; killing it")
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
+            _reap_group(process)
         for output in self._files:
             output.close()
         if self.cluster is not None and self.cluster.release():

@@ -340,6 +340,17 @@ def test_live_demo_shows_work_within_two_minutes(live: Live) -> None:
     assert (live.home / "sandbox" / "state.json").stat().st_size > 0
 
 
+def _processes_naming(home: Path) -> list[str]:
+    """The command lines of running processes that name ``home`` (the machine's children do)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if str(home) in text:
+                found.append(text[:200])
+    return found
+
+
 DAEMONS = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
 
 
@@ -358,6 +369,7 @@ def test_live_machine_runs_on_postgres_and_stops_everything_quietly(live: Live) 
     os.killpg(live.process.pid, signal.SIGINT)
     live.process.wait(timeout=90)
     assert not EmbeddedCluster(live.home).is_running()
+    assert _processes_naming(live.home) == []  # no code server or other child left behind
     # A quiet console: the start-up, the URLs once the UI answered, a line per finished run,
     # the stop; the children's output is in their log files. No secret, the sandbox's included.
     lines = live.console.read_text().splitlines()
