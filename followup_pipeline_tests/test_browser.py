@@ -194,17 +194,33 @@ def _launch_from_launchpad(page: Any, live: Live, partition: str) -> str:
     page.get_by_role("menuitem", name=partition).click()  # not Enter: that launches too
     # The partition's config loads and is checked before a launch is taken: a click before
     # that is lost (no run, no navigation).
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.wait_for_load_state("networkidle")
     page.get_by_text("No errors", exact=True).first.wait_for()
     launch = page.get_by_role("button", name="Launch Run")
-    launch.wait_for()
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('button')]"
-        ".some(b => b.textContent.includes('Launch Run') && !b.disabled)"
-    )
-    launch.click()
-    page.wait_for_url("**/runs/*")
-    return str(page.url.rsplit("/", 1)[1])
+    before = {run["runId"] for run in live.runs("evaluate")}
+    for _ in range(3):
+        launch.wait_for()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('button')]"
+            ".some(b => b.textContent.includes('Launch Run') && !b.disabled)"
+        )
+        launch.click()
+        try:
+            page.wait_for_url("**/runs/*", timeout=20_000)
+            return str(page.url.rsplit("/", 1)[1])
+        except PlaywrightTimeout:
+            # A slow machine: the run may exist without the page having moved to it; a click
+            # that launched nothing (the page re-rendered under it) is made again.
+            launched = [
+                run["runId"]
+                for run in live.runs("evaluate")
+                if run["runId"] not in before and run["tags"].get("dagster/partition") == partition
+            ]
+            if launched:
+                return str(launched[0])
+    raise AssertionError(f"Launch Run on the Launchpad launched no run for {partition}")
 
 
 def _wait_status(live: Live, run_id: str, statuses: set[str], timeout: float) -> str:
