@@ -4,6 +4,7 @@ A lost webhook costs at most one hour: every CRM deal in a watched stage gets a 
 open watch whose deal left is closed with the reason the CRM gives.
 """
 
+from collections.abc import Callable
 from datetime import datetime
 
 import dagster as dg
@@ -15,7 +16,7 @@ from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.decisions import Close, decide_for_stage
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
-from followup_pipeline.integrations.espocrm_models import Deal
+from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import watches
 from followup_pipeline.store.cadences import Plan, load_plan
@@ -71,16 +72,9 @@ class Reconciler:
         one that left. A deleted deal is not listed: its webhook, or the day's first (full)
         run, closes its watch. ``complete`` False when the listing failed."""
         tally = self.tally = Tally(self.tally.log)
-        try:
-            listing = self.crm.list_deals_modified_since(since=since)
-        except IntegrationError as error:
-            tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
-            self.complete = False
+        listing = self._listed(lambda: self.crm.list_deals_modified_since(since=since))
+        if listing is None:
             return tally
-        for broken in listing.invalid:
-            tally.problem(
-                f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}"
-            )
         tally.count("crm_deals_changed", len(listing.records))
         with self.db.connection() as conn:  # only the watches of the deals that changed
             changed = [deal.id for deal in listing.records]
@@ -102,16 +96,9 @@ class Reconciler:
     def run(self) -> Tally:
         """Open the missing watches and close those whose deal left the watched stages."""
         tally = self.tally = Tally(self.tally.log)
-        try:
-            listing = self.crm.list_deals(stages=self.settings.watched_stages)
-        except IntegrationError as error:
-            tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
-            self.complete = False
+        listing = self._listed(lambda: self.crm.list_deals(stages=self.settings.watched_stages))
+        if listing is None:
             return tally
-        for broken in listing.invalid:
-            tally.problem(
-                f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}"
-            )
         listed = {deal.id: deal for deal in listing.records}
         tally.count("crm_deals_watched_stages", len(listed))
         with self.db.connection() as conn:
@@ -139,6 +126,21 @@ class Reconciler:
                 )
             )
         return tally
+
+    def _listed(self, read: Callable[[], DealListing]) -> DealListing | None:
+        """A listing of deals, each record that breaks its schema reported as a problem; None
+        when the listing failed (a problem too, and this run is not ``complete``)."""
+        try:
+            listing = read()
+        except IntegrationError as error:
+            self.tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
+            self.complete = False
+            return None
+        for broken in listing.invalid:
+            self.tally.problem(
+                f"CRM record breaks its schema, skipped: {broken}; raw record: {broken.raw!r}"
+            )
+        return listing
 
     def plan(self) -> Plan:
         """How new watches are planned, read when the first one opens (a missing cadence row
