@@ -1,7 +1,7 @@
 """Registration from the event log: claim due events, open or close watches item by item.
 
-Each item's write is keyed ``{event_id}:{item}:{step}`` in ``step_completions`` and done in a
-savepoint with its key, so a retry or a replay (same event id) skips what is done. EspoCRM
+Each item's write is keyed ``{event_id}:{item}:{step}`` in ``step_completions`` and committed
+with its key, so a retry or a replay (same event id) skips what is done. EspoCRM
 re-batches failed items with newer ones, so this per-item idempotency carries the load; opening
 is also ``ON CONFLICT DO NOTHING``, so a redelivery never resets a running cadence.
 
@@ -247,12 +247,12 @@ class Registrar:
 
     def item(self, event: Event, item: DealItem, done: set[str]) -> None:
         """One item: skip it if done (its key in ``done``), else decide and write it in a
-        savepoint of the event's transaction."""
+        transaction of its own (the deal was read before it begins)."""
         if item.problem is not None:
             self.skip_invalid(event, item, item.problem)
             return
         step = self.step_of(item)
-        key = f"{event.id}:{item.index}:{step}"
+        key = self.key_of(event, item)
         if key in done:
             self.counts["items_already_done"] += 1
             return
@@ -305,11 +305,11 @@ class Registrar:
         """``apply`` for many items (distinct deals, read by ``prefetch``): three reads and
         three writes in all; the results by completion key, written with them."""
         received_at = event.received_at
-        keys = {item.index: f"{event.id}:{item.index}:{self.step_of(item)}" for item in items}
-        todo = [item for item in items if keys[item.index] not in done]
+        keys = {item.index: self.key_of(event, item) for item in items}
+        undone = [item for item in items if keys[item.index] not in done]
         results: dict[str, ItemResult] = {}
         marking = []
-        for item in todo:
+        for item in undone:
             if item.stage is None and item.kind == "update":
                 results[keys[item.index]] = ItemResult(item.deal_id, "ignored_no_stage")
             else:
@@ -382,6 +382,11 @@ class Registrar:
             results={key: result.as_json() for key, result in results.items()},
         )
         return results
+
+    @classmethod
+    def key_of(cls, event: Event, item: DealItem) -> str:
+        """An item's completion key, ``{event_id}:{item}:{step}``."""
+        return f"{event.id}:{item.index}:{cls.step_of(item)}"
 
     @staticmethod
     def step_of(item: DealItem) -> str:
