@@ -21,6 +21,7 @@ test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 # The same checks without the tests marked slow (those that start Dagster or other processes).
@@ -28,6 +29,7 @@ test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -m "not slow"
 
 # The browser test drives Debian's Chromium (Playwright downloads none): installed with apt when

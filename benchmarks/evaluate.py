@@ -27,6 +27,7 @@ from followup_pipeline.defs.evaluate.activity import CadenceResetter
 from followup_pipeline.defs.evaluate.due import DueSteps
 from followup_pipeline.defs.evaluate.reconcile import Reconciler
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
+from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.holidays import load_calendar
@@ -46,12 +47,11 @@ def _work(resources: dict[str, Any], settings: Settings, now: str) -> None:
     crm = resources["espocrm"].get_client()
     with db.connection() as conn:
         calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
-    tasks = TaskLedger(
-        db, resources["clickup"].get_client(), settings, now=at, run_id=None, log=log
-    )
-    tally = Reconciler(db, crm, tasks, settings, calendar=calendar, now=at, log=log).run()
-    resets = CadenceResetter(db, crm, calendar, now=at, log=log).run_changes(None)
-    due = DueSteps(db, crm, tasks, settings, calendar=calendar, now=at, log=log)
+    run = RunScope(at, None, log)
+    tasks = TaskLedger(run, db, resources["clickup"].get_client(), settings)
+    tally = Reconciler(run, db, crm, tasks, settings, calendar=calendar).run()
+    resets = CadenceResetter(run, db, crm, calendar).run_changes(None)
+    due = DueSteps(run, db, crm, tasks, settings, calendar=calendar)
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
     due.close_exhausted()
     tally.add(tasks.tally)

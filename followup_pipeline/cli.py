@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="followup", description="The follow-up machine.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{commands.__name__}.{module.name}").register(subparsers)
+        command = importlib.import_module(f"{commands.__name__}.{module.name}")
+        if hasattr(command, "register"):  # else a part shared by commands (probes, archive)
+            command.register(subparsers)
     subparsers.add_parser("sandbox", help="serve the local vendor sandbox (see --help)")
     return parser
 

@@ -24,8 +24,7 @@ from typing import IO, Any
 
 import httpx
 
-from followup_pipeline.commands.core import prepare_cadence
-from followup_pipeline.defs.common import COUNTS_TAG, OUTCOME_TAG
+from followup_pipeline.engine.runs import COUNTS_TAG, OUTCOME_TAG
 from followup_pipeline.machine import (
     LOCATION,
     install_dagster_home,
@@ -37,6 +36,7 @@ from followup_pipeline.machine import (
     write_addresses,
 )
 from followup_pipeline.settings import Settings, secret_environment
+from followup_pipeline.store.cadences import prepare_cadence
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 

@@ -198,9 +198,13 @@ class NoInstance(RuntimeError):
 
 
 def open_instance(settings: Settings) -> Any:
-    """The machine's Dagster instance (a ``dg.DagsterInstance``; close it after use)."""
+    """The machine's Dagster instance (a ``dg.DagsterInstance``; close it after use).
+
+    Read from ``DAGSTER_HOME``'s ``dagster.yaml`` with the storage URL put in, so nothing need
+    be exported. ``DagsterInstance.local_temp`` is the public call that takes overrides: given a
+    folder, it opens that folder's persistent instance (only without one is it temporary).
+    """
     import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
 
     home = dagster_home(settings)
     if not (home / "dagster.yaml").exists():
@@ -208,7 +212,7 @@ def open_instance(settings: Settings) -> Any:
     try:
         _, storage = database_urls(settings)
         overrides = {"storage": {"postgres": {"postgres_url": storage}}}
-        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides))
+        return dg.DagsterInstance.local_temp(tempdir=str(home), overrides=overrides)
     except Exception as error:  # Dagster raises many kinds here
         raise NoInstance(
             f"instance at {home} unreadable: {type(error).__name__}: {error}"

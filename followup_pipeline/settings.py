@@ -7,70 +7,31 @@ Secrets are ``SecretStr`` here; Dagster resources receive them as plain strings 
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import zoneinfo
-from datetime import date, datetime, time, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import holidays
-from pydantic import (
-    AnyHttpUrl,
-    BaseModel,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import AnyHttpUrl, Field, ValidationError, field_validator
+from pydantic_settings import SettingsConfigDict
 
-from followup_pipeline.domain.cadence import validate_offsets
 from followup_pipeline.integrations.http import Timeouts
+from followup_pipeline.settings_core import CoreSettings
+from followup_pipeline.settings_vendors import EspoWebhook as EspoWebhook  # for the ingress
+from followup_pipeline.settings_vendors import VendorSettings
 
 ENV_PREFIX = "FOLLOWUP_"
-
-#: EspoCRM webhook events the ingress understands (ARCHITECTURE.md §3).
-EspoEvent = Literal[
-    "Opportunity.create",
-    "Opportunity.update",
-    "Opportunity.fieldUpdate.stage",
-    "Opportunity.delete",
-]
 
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the variable and the allowed values."""
 
 
-class EspoWebhook(BaseModel):
-    """One webhook configured in EspoCRM: its id, the event it sends, and its secret."""
-
-    id: str = Field(min_length=1)
-    event: EspoEvent
-    secret: SecretStr
-
-
-def _split_list(value: Any) -> Any:
-    """Accept a JSON list or a comma-separated string for list settings."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            return json.loads(text)
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return value
-
-
-def _parse_json(value: Any, empty: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip()
-        return json.loads(text) if text else empty
-    return value
-
-
-class Settings(BaseSettings):
+# The fields in order: storage, time and calendar, the deals (CoreSettings), the vendors
+# (VendorSettings), then these. Pydantic takes the bases' fields from the last base to the first,
+# hence CoreSettings last; the order of the fields is the order of ConfigError's lines.
+class Settings(VendorSettings, CoreSettings):
     """The machine's configuration. Field ``x`` is read from ``FOLLOWUP_X``."""
 
     model_config = SettingsConfigDict(
@@ -80,73 +41,6 @@ class Settings(BaseSettings):
         extra="ignore",
         validate_default=True,
     )
-
-    # --- storage -----------------------------------------------------------------------------
-    database_url: SecretStr | None = None
-    home: Path = Path(".followup")
-    dagster_pg_url: SecretStr | None = None
-
-    # --- time and calendar ---------------------------------------------------------------------
-    timezone: str = "Europe/Berlin"
-    holiday_country: str = "DE"
-    holiday_subdivision: str | None = None
-    now: datetime | None = None
-    business_hours_start: int = Field(default=7, ge=0, le=23)
-    business_hours_end: int = Field(default=19, ge=1, le=24)
-    #: The first day of the Dagster partitions (business hours, business days); unset: the first
-    #: day of the previous month, so the Partitions tab shows recent hours, not years of nights.
-    partitions_start: date | None = None
-    #: The row of the table ``cadences`` that plans new watches (seeded: ``default`` = 5, 12, 21).
-    cadence_name: str = Field(default="default", min_length=1)
-    #: When set, defines the offsets of the cadence ``cadence_name`` (written to its row).
-    cadence: Annotated[list[int], NoDecode] = [5, 12, 21]
-    exhaust_after: int = Field(default=5, ge=0)
-
-    # --- the deals we watch ----------------------------------------------------------------------
-    watched_stages: Annotated[list[str], NoDecode] = ["Proposal", "Negotiation"]
-    won_stage: str = "Closed Won"
-    lost_stage: str = "Closed Lost"
-    report_recipients: Annotated[list[str], NoDecode] = []
-    #: The language of the reports.
-    report_language: Literal["de", "en"] = "de"
-    #: When the morning list goes out (local time, business days).
-    morning_report_at: time = time(7, 30)
-    #: When the Friday overview goes out (local time); its week ends then.
-    weekly_report_at: time = time(15, 0)
-    dry_run: bool = False
-
-    # --- EspoCRM -------------------------------------------------------------------------------
-    espocrm_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/espocrm")
-    espocrm_api_key: SecretStr | None = None
-    espocrm_hmac_secret: SecretStr | None = None
-    espocrm_webhooks: Annotated[list[EspoWebhook], NoDecode] = []
-    espocrm_legacy_signature: bool = True
-    #: Standard Webhooks sources: JSON map source name → list of ``whsec_…`` secrets (rotation).
-    standard_webhooks: Annotated[dict[str, list[SecretStr]], NoDecode] = {}
-
-    # --- ClickUp -------------------------------------------------------------------------------
-    clickup_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/clickup/api")
-    clickup_token: SecretStr | None = None
-    clickup_list_id: str = "sandbox-list"
-    clickup_key_field_id: str | None = None
-    clickup_default_assignee: int | None = None
-    clickup_user_map: Annotated[dict[str, int], NoDecode] = {}
-    clickup_close_on_watch_close: bool = True
-    #: The status that closes a task; unset: the list's status of type closed, read from ClickUp.
-    clickup_closed_status: str | None = None
-
-    # --- Microsoft Graph (Outlook) -------------------------------------------------------------
-    graph_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/graph")
-    graph_login_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/login")
-    graph_tenant_id: str = "sandbox-tenant"
-    graph_client_id: str = "sandbox-client"
-    graph_client_secret: SecretStr | None = None
-    graph_sender: str = "followup@example.com"
-
-    # --- Mistral -------------------------------------------------------------------------------
-    mistral_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/mistral")
-    mistral_api_key: SecretStr | None = None
-    mistral_model: str = "mistral-small-latest"
 
     # --- enrichment (two-line summaries) ---------------------------------------------------------
     #: Off: the enrich job calls no model and writes nothing (``dry_run`` does not stop it).
@@ -224,26 +118,6 @@ class Settings(BaseSettings):
     #: How often the ``crm_events`` sensor looks at the event log (at most 30 s by design).
     events_sensor_interval_s: int = Field(default=30, ge=1, le=30)
 
-    @field_validator("watched_stages", "report_recipients", mode="before")
-    @classmethod
-    def _lists(cls, value: Any) -> Any:
-        return _split_list(value)
-
-    @field_validator("cadence", mode="before")
-    @classmethod
-    def _cadence(cls, value: Any) -> Any:
-        return _split_list(value)
-
-    @field_validator("espocrm_webhooks", mode="before")
-    @classmethod
-    def _json_list(cls, value: Any) -> Any:
-        return _parse_json(value, [])
-
-    @field_validator("clickup_user_map", "standard_webhooks", mode="before")
-    @classmethod
-    def _json_map(cls, value: Any) -> Any:
-        return _parse_json(value, {})
-
     @field_validator("ops_owner", "ops_backup")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
@@ -256,82 +130,6 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("home", mode="after")
-    @classmethod
-    def _absolute_home(cls, value: Path) -> Path:
-        return value.expanduser().resolve()
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown time zone {value!r}; allowed: an IANA name such as Europe/Berlin"
-            ) from None
-        return value
-
-    @field_validator("holiday_country")
-    @classmethod
-    def _known_country(cls, value: str) -> str:
-        countries = holidays.list_supported_countries()
-        if value not in countries:
-            raise ValueError(
-                f"unknown holiday country {value!r}; allowed: ISO codes such as "
-                f"{', '.join(sorted(c for c in countries if len(c) == 2))}"
-            )
-        return value
-
-    @field_validator("cadence")
-    @classmethod
-    def _increasing(cls, value: list[int]) -> list[int]:
-        return list(validate_offsets(value))
-
-    @field_validator("watched_stages")
-    @classmethod
-    def _some_stage(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("at least one watched stage is needed")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Settings:
-        if self.holiday_subdivision is not None:
-            subdivisions = holidays.list_supported_countries()[self.holiday_country]
-            if self.holiday_subdivision not in subdivisions:
-                raise ValueError(
-                    "FOLLOWUP_HOLIDAY_SUBDIVISION: unknown subdivision "
-                    f"{self.holiday_subdivision!r} "
-                    f"of {self.holiday_country}; allowed: {', '.join(subdivisions)}"
-                )
-        if self.business_hours_end <= self.business_hours_start:
-            raise ValueError(
-                "FOLLOWUP_BUSINESS_HOURS_END must be after FOLLOWUP_BUSINESS_HOURS_START"
-            )
-        if self.partitions_start is not None and self.partitions_start > date.today():
-            raise ValueError(
-                f"FOLLOWUP_PARTITIONS_START {self.partitions_start} is in the future: the "
-                "schedules could not name the partition of their ticks"
-            )
-        if self.now is not None and self.now.tzinfo is None:
-            raise ValueError(
-                "FOLLOWUP_NOW needs an offset, e.g. 2026-03-02T09:00:00+01:00 (ISO 8601)"
-            )
-        return self
-
-    def partitions_start_on(self, today: date | None = None) -> date:
-        """The first day of the partitions: the setting, else the previous month's first day."""
-        if self.partitions_start is not None:
-            return self.partitions_start
-        day = today or datetime.now(zoneinfo.ZoneInfo(self.timezone)).date()
-        previous = day.replace(day=1) - timedelta(days=1)
-        return previous.replace(day=1)
-
-    def configured_cadence(self) -> tuple[int, ...] | None:
-        """The offsets of ``FOLLOWUP_CADENCE`` when it was set, else None (the table decides)."""
-        return tuple(self.cadence) if "cadence" in self.model_fields_set else None
-
     def vendor_timeouts(self) -> Timeouts:
         """The vendor clients' timeouts."""
         return Timeouts(self.vendor_timeout_s, self.vendor_connect_timeout_s)
@@ -342,11 +140,6 @@ class Settings(BaseSettings):
             return self.action_in_flight_s
         return self.vendor_timeouts().whole_s + self.action_in_flight_margin_s
 
-    def crm_deal_url(self, deal_id: str) -> str:
-        """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""
-        base = str(self.espocrm_url).rstrip("/").removesuffix("/api/v1")
-        return f"{base}/#Opportunity/view/{deal_id}"
-
     def ops_recipients(self) -> list[str]:
         """Who receives alert mails: the owner and the backup, those that are set."""
         return [a for a in (self.ops_owner, self.ops_backup) if a]
@@ -354,16 +147,6 @@ class Settings(BaseSettings):
     def alert_window(self) -> timedelta:
         """How long repeats of one run failure are held back after its alert."""
         return timedelta(hours=self.alert_window_h)
-
-    def sandbox_credentials_missing(self) -> list[str]:
-        """Names of the vendor credential variables that are unset."""
-        required = {
-            "FOLLOWUP_ESPOCRM_API_KEY": self.espocrm_api_key,
-            "FOLLOWUP_CLICKUP_TOKEN": self.clickup_token,
-            "FOLLOWUP_GRAPH_CLIENT_SECRET": self.graph_client_secret,
-            "FOLLOWUP_MISTRAL_API_KEY": self.mistral_api_key,
-        }
-        return [name for name, value in required.items() if value is None]
 
 
 #: Secret settings that Dagster reads from its process's environment: the resources through

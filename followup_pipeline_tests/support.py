@@ -57,3 +57,11 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
             return last
         time.sleep(1.0)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+def registering(conn: Any, crm: Any, settings: Any) -> Any:
+    """The engine's event worker with ``register``'s handler, as the ``register`` job runs it."""
+    from followup_pipeline.defs.register.registrar import Registrar
+    from followup_pipeline.engine.worker import EventWorker
+
+    return EventWorker(conn, Registrar(conn, crm, settings), settings)

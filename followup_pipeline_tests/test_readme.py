@@ -1,42 +1,29 @@
-"""The README's layout section names every folder and module of the package."""
+"""The README is the front door: short, and it leads to every page of the documentation."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import followup_pipeline
-
-PACKAGE = Path(followup_pipeline.__file__).parent
-#: Folders whose modules the layout sums up in a phrase instead of naming each one.
-SUMMED_UP = {"sandbox", "migrations"}
+#: The most lines the README may have; the rest belongs in docs/.
+MAX_LINES = 200
 
 
-def _layout(repo_root: Path) -> str:
+def test_readme_is_the_front_door(repo_root: Path) -> None:
+    lines = (repo_root / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_LINES
+
+
+def test_readme_keeps_the_two_commands(repo_root: Path) -> None:
     text = (repo_root / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Layout")
-    return text[start : text.index("\n## ", start + 1)]
+    assert "make run" in text
+    assert "make test" in text
 
 
-def test_readme_layout_names_every_folder_and_module(repo_root: Path) -> None:
-    layout = _layout(repo_root)
-    missing = []
-    for path in sorted(PACKAGE.rglob("*")):
-        relative = path.relative_to(PACKAGE)
-        if "__pycache__" in relative.parts or path.name in ("__init__.py", "py.typed"):
-            continue
-        if path.is_dir():
-            if f"{path.name}/" not in layout:
-                missing.append(f"{relative}/")
-        elif (
-            path.suffix == ".py" and not SUMMED_UP & set(relative.parts) and path.name not in layout
-        ):
-            missing.append(str(relative))
-    assert missing == []
-
-
-def test_readme_layout_names_no_module_that_is_gone(repo_root: Path) -> None:
-    named = set(re.findall(r"\b([a-z_]+\.py)\b", _layout(repo_root)))
-    present = {path.name for path in PACKAGE.rglob("*.py")}
-    assert named
-    assert sorted(named - present) == []
+def test_readme_links_every_doc(repo_root: Path) -> None:
+    text = (repo_root / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Where to read on\n")
+    end = text.find("\n## ", start + 1)
+    reading = text[start : end if end != -1 else len(text)]
+    pages = sorted(path.relative_to(repo_root) for path in (repo_root / "docs").glob("*.md"))
+    unlinked = [str(page) for page in pages if f"]({page})" not in reading]
+    assert unlinked == []

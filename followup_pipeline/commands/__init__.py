@@ -1,7 +1,8 @@
-"""Sub-commands of ``followup``: each module here defines ``register(commands)``.
+"""Sub-commands of ``followup``: each command's module here defines ``register(commands)``.
 
 ``register`` receives the sub-parser collection and adds its parsers, each with a ``handler``
 default of type ``Handler``. ``cli.py`` discovers the modules, so a new command is a new file.
+A module without ``register`` holds what commands share (the doctor's probes, the backup file).
 """
 
 from __future__ import annotations

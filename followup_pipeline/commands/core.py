@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.cadences import define_cadence
-from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.cadences import prepare_cadence
+from followup_pipeline.store.db import resolve_database_url
 from followup_pipeline.store.migrate import current_version, migrate
 
 
@@ -27,14 +27,6 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
         offsets = prepare_cadence(url, settings)
         print(f"cadence {settings.cadence_name!r}: business days {', '.join(map(str, offsets))}")
     return 0
-
-
-def prepare_cadence(url: str, settings: Settings) -> tuple[int, ...]:
-    """Write ``FOLLOWUP_CADENCE`` (when set) into its named row and check the row exists."""
-    with connect(url, autocommit=True) as conn, conn.transaction():
-        return define_cadence(
-            conn, name=settings.cadence_name, configured=settings.configured_cadence()
-        )
 
 
 def register(commands: Any) -> None:

@@ -1,6 +1,11 @@
 """One folder per capability (register, evaluate, enrich, report, alerts, replay, watch_control);
-each has a ``build_defs(settings)`` that says what it contributes. ``build_definitions`` merges
-them with the real resources; it reads nothing itself (``definitions.py`` reads the settings).
+each keeps its ops (and its jobs, where nothing of them depends on the settings) at module level,
+and has a ``build_defs(settings)`` that makes what Dagster needs at load time (partitions,
+schedules, sensors) and binds the one ``Settings`` as the ``settings`` resource that ops receive.
+A capability imports the engine, never another capability. ``build_definitions`` merges them
+with the real resources, and gathers the capabilities' event handlers into the
+``event_handlers`` resource (a replay handles any source's event); it reads nothing itself
+(``definitions.py`` reads the settings).
 
 Secrets reach resources only through ``dg.EnvVar``.
 """
@@ -18,6 +23,7 @@ from followup_pipeline.defs import (
     report,
     watch_control,
 )
+from followup_pipeline.engine.worker import EventHandlers
 from followup_pipeline.integrations.resources import (
     ClickUpResource,
     EspoCrmResource,
@@ -35,6 +41,8 @@ warnings.filterwarnings(
 
 #: Every capability folder; each builds its own Definitions from the one Settings.
 CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control)
+#: The handler of each event source, from the capabilities that consume events.
+EVENT_HANDLERS = EventHandlers(register.EVENT_HANDLERS)
 
 
 def build_resources(settings: Settings) -> dict[str, object]:
@@ -42,6 +50,8 @@ def build_resources(settings: Settings) -> dict[str, object]:
     postgres = PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"))
     hmac = dg.EnvVar("FOLLOWUP_ESPOCRM_HMAC_SECRET") if settings.espocrm_hmac_secret else None
     return {
+        "settings": settings,
+        "event_handlers": EVENT_HANDLERS,
         "postgres": postgres,
         "clock": ClockResource(start=settings.now.isoformat() if settings.now else None),
         "evaluate_lock": RunLockResource(postgres=postgres, name="evaluate"),

@@ -5,15 +5,56 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.tasks import CLOSE_WORDS
 
-if TYPE_CHECKING:  # the store's row types, as data only: no I/O reaches the domain
-    from followup_pipeline.store.ledger import Action
-    from followup_pipeline.store.steps import Step
-    from followup_pipeline.store.watches import Watch
+
+class Watch(Protocol):
+    """What an explanation reads of a watch (the store's row has it)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def subject_name(self) -> str: ...
+    @property
+    def time_zone(self) -> str: ...
+    @property
+    def paused_at(self) -> datetime | None: ...
+    @property
+    def closed_at(self) -> datetime | None: ...
+    @property
+    def closed_reason(self) -> str | None: ...
+    @property
+    def last_error(self) -> str | None: ...
+
+
+class Step(Protocol):
+    """What an explanation reads of a watch's step (the store's row has it)."""
+
+    @property
+    def step_no(self) -> int: ...
+    @property
+    def due_on(self) -> date: ...
+    @property
+    def fired_at(self) -> datetime | None: ...
+    @property
+    def task_ref(self) -> str | None: ...
+    @property
+    def skipped_at(self) -> datetime | None: ...
+    @property
+    def skip_reason(self) -> str | None: ...
+
+
+class Action(Protocol):
+    """What an explanation reads of a step's ledger action (the store's row has it)."""
+
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def last_error(self) -> str | None: ...
+
 
 SKIP_WORDS = {
     "deal_closed": "the deal was no longer open in a watched stage",

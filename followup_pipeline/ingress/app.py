@@ -1,4 +1,4 @@
-"""The webhook ingress: verify, store, commit, and only then answer 200 (ARCHITECTURE.md §3).
+"""The webhook ingress: verify, store, commit, and only then answer 200 (docs/architecture.md §3).
 
 It holds no business logic. Answers: 200 stored (or a counted duplicate); 400 signed but
 unparseable (kept as a dead letter); 401 bad or missing signature, stale timestamp, unknown

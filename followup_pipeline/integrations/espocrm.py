@@ -158,7 +158,7 @@ class EspoCrmClient:
 
     def list_emails_since(self, *, since: datetime) -> Listing[Email]:
         """Every deal's e-mails modified after ``since``, in one listing (``GET /Email``): what
-        changed, whatever the number of deals (VENDORS.md, "Activity since a moment"). By
+        changed, whatever the number of deals (docs/vendors.md, "Activity since a moment"). By
         ``modifiedAt``: a draft sent later, or a fetched e-mail linked to the deal later, counts.
 
         Changes listings are ordered by ``createdAt``, which an edit does not move: a record

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from followup_pipeline.domain.registration import Subject
 from followup_pipeline.domain.text import clean_name
 from followup_pipeline.integrations.errors import SchemaError, schema_error
 
@@ -62,6 +63,18 @@ class Deal(EspoRecord):
     description: str | None = None
     created_at: EspoDateTime
     modified_at: EspoDateTime
+
+    def subject(self, crm_url: str | None) -> Subject:
+        """What a watch copies from this deal (its names as the CRM has them now)."""
+        return Subject(
+            subject_id=self.id,
+            name=self.name,
+            stage=self.stage,
+            account_name=self.account_name,
+            assigned_user_id=self.assigned_user_id,
+            assigned_user_name=self.assigned_user_name,
+            crm_url=crm_url,
+        )
 
 
 class Email(EspoRecord):

@@ -163,7 +163,7 @@ class OutlookClient:
         """Send one HTML message; ``headers`` become ``internetMessageHeaders`` (``X-`` names).
 
         ``key`` travels on the message as an extended property (kept in Sent Items), so that
-        ``find_sent`` can tell whether a send whose answer was lost went out (VENDORS.md).
+        ``find_sent`` can tell whether a send whose answer was lost went out (docs/vendors.md).
         """
         for name in headers or {}:
             if not name.lower().startswith("x-"):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
-#: EspoCRM's default stage enum (VENDORS.md).
+#: EspoCRM's default stage enum (docs/vendors.md).
 DEFAULT_STAGES = [
     "Prospecting",
     "Qualification",

@@ -1,4 +1,4 @@
-"""Each vendor's error shape, as its public contract documents it (VENDORS.md)."""
+"""Each vendor's error shape, as its public contract documents it (docs/vendors.md)."""
 
 import uuid
 from datetime import UTC, datetime

@@ -1,6 +1,6 @@
 """EspoCRM's webhook queue: items batched per webhook, PHP-encoded, signed, retried.
 
-EspoCRM's rules (VENDORS.md): a JSON array of up to 50 items per request; header ``Signature``
+EspoCRM's rules (docs/vendors.md): a JSON array of up to 50 items per request; header ``Signature``
 = base64("{id}:{hex hmac}") and legacy ``X-Signature`` = base64("{id}:" + binary hmac); 2xx/3xx is
 success, 410 deletes the webhook, 401/403/404/405/408/500/503 are retried (4 attempts in all,
 10 minutes apart; a timeout counts as 408), anything else fails at once, and so does a refused
@@ -28,8 +28,8 @@ import httpx
 from followup_pipeline.sandbox.config import SandboxConfig, WebhookSpec
 
 if TYPE_CHECKING:
+    from followup_pipeline.sandbox.clock import Clock
     from followup_pipeline.sandbox.faults import FaultBook
-    from followup_pipeline.sandbox.state import Clock
 
 RETRIED_STATUSES = frozenset({401, 403, 404, 405, 408, 500, 503})
 #: The status recorded when no answer came: refused, no such host, reset. Not retried.

@@ -10,7 +10,8 @@ import psycopg
 
 from followup_pipeline.domain.cadence import PlannedStep, plan_steps
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.settings import ConfigError
+from followup_pipeline.settings import ConfigError, Settings
+from followup_pipeline.store.db import connect
 from followup_pipeline.store.queries import query
 
 
@@ -50,6 +51,14 @@ def define_cadence(
     if configured is not None:
         conn.execute(query("upsert_cadence"), {"name": name, "offsets": list(configured)})
     return cadence_offsets(conn, name)
+
+
+def prepare_cadence(url: str, settings: Settings) -> tuple[int, ...]:
+    """Write ``FOLLOWUP_CADENCE`` (when set) into its named row and check the row exists."""
+    with connect(url, autocommit=True) as conn, conn.transaction():
+        return define_cadence(
+            conn, name=settings.cadence_name, configured=settings.configured_cadence()
+        )
 
 
 def load_plan(

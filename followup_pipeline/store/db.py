@@ -1,7 +1,7 @@
 """Connections to the machine's Postgres: the pool, the URL, and our own error type.
 
 Errors: any psycopg error that reaches a run is a ``StoreError`` — the state is unclear, so the
-run aborts (ARCHITECTURE.md §1). ``StoreUnavailable`` is the subset where the server cannot be
+run aborts (docs/architecture.md §1). ``StoreUnavailable`` is the subset where the server cannot be
 reached at all (the ingress answers 503 on it).
 """
 
@@ -225,7 +225,7 @@ def resolve_database_url(
     """The configured URL, or the embedded cluster's (started if need be).
 
     This process uses the embedded cluster until it exits; a cluster it started is stopped
-    then, once no other process uses it (ARCHITECTURE.md §6). Only ``create`` makes a new
+    then, once no other process uses it (docs/architecture.md §6). Only ``create`` makes a new
     cluster: any other command refuses to run on a machine that does not exist.
     """
     if settings.database_url is not None:

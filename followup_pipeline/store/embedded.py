@@ -4,7 +4,7 @@ The cluster listens on 127.0.0.1 only, on a port chosen once and kept in ``postg
 ``acquire`` starts it when it is not running and registers the calling process as a user;
 ``release`` unregisters it. A cluster is stopped only because a process started it: when the
 process that started it leaves, or, if others still use it then, when the last of those leaves
-(ARCHITECTURE.md §6). A cluster found running is left running. A file lock keeps two
+(docs/architecture.md §6). A cluster found running is left running. A file lock keeps two
 processes from initialising, starting or stopping it at once. Authentication is ``trust`` on the
 loopback address: the cluster is a local development store, never exposed.
 """

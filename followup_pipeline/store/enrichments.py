@@ -188,20 +188,20 @@ def dequeue(conn: psycopg.Connection[Any], subject_id: str) -> None:
     conn.execute(query("enrich_dequeue"), params)
 
 
-def open_watches(
+def watches_to_summarise(
     conn: psycopg.Connection[Any], *, subject_ids: list[str], every: bool = False
 ) -> list[OpenWatch]:
-    """Open watches among ``subject_ids``, or every open watch."""
+    """Open watches among ``subject_ids``, or every open watch (a read)."""
     params = {"subject_ids": subject_ids, "every": every}
     return fetch_all(conn, OpenWatch, query("enrich_open_watches"), params)
 
 
-def open_watch(conn: psycopg.Connection[Any], subject_id: str) -> OpenWatch | None:
-    """The open watch of a deal, if any."""
+def watch_to_summarise(conn: psycopg.Connection[Any], subject_id: str) -> OpenWatch | None:
+    """The open watch of a deal, if any (a read)."""
     return fetch_one(conn, OpenWatch, query("enrich_open_watch"), {"subject_id": subject_id})
 
 
-def cursor(conn: psycopg.Connection[Any], name: str) -> datetime | None:
+def cursor_of(conn: psycopg.Connection[Any], name: str) -> datetime | None:
     """Where job ``name`` stopped reading changes, or None before its first success."""
     row = conn.execute(query("job_cursor"), {"name": name}).fetchone()
     return row["position"] if row else None

@@ -3,7 +3,7 @@ its idempotency key.
 
 The row says ``attempted`` (committed) before the provider is called and ``accepted`` with the
 provider's id after; ``confirmed`` once the object was read back. A row left ``attempted`` or
-``unknown`` is resolved by asking the provider first (ARCHITECTURE.md §4).
+``unknown`` is resolved by asking the provider first (docs/architecture.md §4).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Watches: one per deal and stay in the watched stages; the one place that opens and closes them.
 
-Call inside a transaction where it says so (the store's rule, ``store/__init__.py``).
+``apply_registrations`` writes what ``domain/registration.py`` decided. Reads are named for what
+they return (``open_watches_of``, ``latest_watch_of``); writes for what they do
+(``insert_watches``, ``close_watches``). Call inside a transaction where it says so (the store's
+rule, ``store/__init__.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import psycopg
 
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.registration import Registration, Subject, subjects_to_close
 from followup_pipeline.store.cadences import Plan
 from followup_pipeline.store.db import fetch_all, fetch_one, storable
 from followup_pipeline.store.queries import query
@@ -62,20 +66,7 @@ class WatchListing(Watch):
     next_due_on: date | None
 
 
-@dataclass(frozen=True)
-class Subject:
-    """What a watch copies from the CRM's deal."""
-
-    subject_id: str
-    name: str
-    stage: str
-    account_name: str | None = None
-    assigned_user_id: str | None = None
-    assigned_user_name: str | None = None
-    crm_url: str | None = None
-
-
-def open_watch(
+def insert_watch(
     conn: psycopg.Connection[Any],
     *,
     subject: Subject,
@@ -85,7 +76,7 @@ def open_watch(
     source_event_id: int | None = None,
 ) -> int | None:
     """Open a watch with its steps planned; None when the deal already has an open one."""
-    opened = open_watches_for(
+    opened = insert_watches(
         conn,
         subjects=[subject],
         plan=plan,
@@ -96,7 +87,7 @@ def open_watch(
     return opened.get(subject.subject_id)
 
 
-def open_watches_for(
+def insert_watches(
     conn: psycopg.Connection[Any],
     *,
     subjects: Sequence[Subject],
@@ -136,6 +127,47 @@ def open_watches_for(
         },
     ).fetchall()
     return {str(row["subject_id"]): int(row["id"]) for row in rows}
+
+
+def apply_registrations(
+    conn: psycopg.Connection[Any],
+    registrations: Sequence[Registration],
+    *,
+    subjects: Mapping[str, Subject],
+    plan: Plan | None,
+    at: datetime,
+    registered_by: RegisteredBy,
+    source_event_id: int | None = None,
+) -> dict[str, Registration]:
+    """Open and close watches as decided, in two statements, and the registrations as they
+    ended, by deal: an ``open`` that found a watch opened meanwhile reports ``already_open``, a
+    ``close`` of a watch closed meanwhile reports ``nothing_to_close``. New watches are planned
+    by ``plan`` from ``at`` and copy ``subjects``; closes are stamped ``at``."""
+    ended = {r.subject_id: r for r in registrations}
+    closing = subjects_to_close(registrations)
+    closed = close_watches(conn, closing, closed_at=at)
+    for r in registrations:
+        if r.action == "close" and r.watch_id not in closed:
+            ended[r.subject_id] = Registration(r.subject_id, "none", "nothing_to_close")
+    opening = [subjects[r.subject_id] for r in registrations if r.action == "open"]
+    if opening:
+        assert plan is not None, "opening watches needs a plan"
+        opened = insert_watches(
+            conn,
+            subjects=opening,
+            plan=plan,
+            registered_at=at,
+            registered_by=registered_by,
+            source_event_id=source_event_id,
+        )
+        for subject in opening:
+            watch_id = opened.get(subject.subject_id)
+            ended[subject.subject_id] = (
+                Registration(subject.subject_id, "open", "registered", watch_id)
+                if watch_id is not None
+                else Registration(subject.subject_id, "none", "already_open")
+            )
+    return ended
 
 
 def close_watch(

@@ -45,7 +45,7 @@ for name in names:
     importlib.import_module(name)
 from followup_pipeline.settings import load_settings
 settings = load_settings(timezone="Asia/Tokyo")
-capabilities = [m for m in names if m.count(".") == 2 and m != "followup_pipeline.defs.common"]
+capabilities = [m for m in names if m.count(".") == 2]
 built = [importlib.import_module(name).build_defs(settings) for name in capabilities]
 zones = sorted({s.execution_timezone for d in built for s in (d.schedules or [])})
 print(json.dumps({"imported": names, "schedule_zones": zones}))

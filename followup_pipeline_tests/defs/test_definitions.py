@@ -15,7 +15,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.defs import build_definitions
-from followup_pipeline.defs.common import OUTCOME_TAG, SINGLETON_TAG
+from followup_pipeline.engine.runs import OUTCOME_TAG, SINGLETON_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import ConfigError, load_settings

@@ -79,10 +79,15 @@ def _sources(folder: str) -> dict[str, str]:
 
 
 def _mutable_dataclasses() -> set[str]:
-    """The names of the non-frozen dataclasses defined in followup_pipeline.defs."""
+    """The names of the non-frozen dataclasses defined in followup_pipeline.defs and .engine."""
     found = set()
-    package = importlib.import_module("followup_pipeline.defs")
-    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+    modules = [
+        info
+        for name in ("followup_pipeline.defs", "followup_pipeline.engine")
+        for package in [importlib.import_module(name)]
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+    ]
+    for info in modules:
         module = importlib.import_module(info.name)
         for value in vars(module).values():
             if (
@@ -110,7 +115,7 @@ def test_shapes_checks_catch_what_they_are_for() -> None:
 
 
 def test_shapes_no_signature_in_defs_or_store_takes_or_returns_dict_rows() -> None:
-    sources = {**_sources("defs"), **_sources("store")}
+    sources = {**_sources("defs"), **_sources("engine"), **_sources("store")}
     assert len(sources) > 20
     found = [f"{path}: {hit}" for path, text in sources.items() for hit in untyped_rows(text)]
     assert found == []
@@ -121,7 +126,7 @@ def test_shapes_no_function_in_defs_takes_a_mutable_context() -> None:
     assert {"Tally", "Resets"} <= mutable  # the check sees the mutable ones that exist
     found = [
         f"{path}: {hit}"
-        for path, text in _sources("defs").items()
+        for path, text in {**_sources("defs"), **_sources("engine")}.items()
         for hit in context_parameters(text, mutable)
     ]
     assert found == []

@@ -10,12 +10,11 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main as followup
-from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.ingress import create_app
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.sandbox import SandboxConfig
 from followup_pipeline.sandbox import create_app as create_sandbox
-from followup_pipeline_tests.support import served
+from followup_pipeline_tests.support import registering, served
 
 from .conftest import (
     CREATE_HOOK,
@@ -64,7 +63,7 @@ def test_flow_crash_before_the_answer_then_redelivery_creates_one_watch(
         assert lost.status_code == 500  # uvicorn's answer for a dead app: EspoCRM retries it
         retried = httpx.post(f"{base}/webhooks/espocrm", content=body, headers=headers, timeout=10)
     assert (retried.status_code, retried.json()["duplicate"]) == (200, True)
-    counts = Registrar(db, UNUSED_CRM, settings).run()
+    counts = registering(db, UNUSED_CRM, settings).run()
     assert counts["registered"] == 1
     assert len(_watches(db)) == 1
     assert db.execute("SELECT duplicate_count FROM events").fetchone() == {"duplicate_count": 1}
@@ -78,7 +77,7 @@ def test_flow_ten_identical_deliveries_make_one_event_and_one_watch(
         assert ingress.post("/webhooks/espocrm", content=body, headers=headers).status_code == 200
     [event] = db.execute("SELECT id, duplicate_count FROM events").fetchall()
     assert event["duplicate_count"] == 9
-    Registrar(db, UNUSED_CRM, ingress_settings()).run()
+    registering(db, UNUSED_CRM, ingress_settings()).run()
     assert len(_watches(db)) == 1
 
 
@@ -114,7 +113,7 @@ def test_flow_poison_event_is_dead_lettered_then_replayed_exactly_once(
     assert [d["status"] for d in delivered] == [200]
     crm = EspoCrmClient(f"{sandbox.base_url}/espocrm", "sandbox-espocrm-key", sleep=lambda _: None)
     for _ in range(settings.event_max_attempts):
-        Registrar(db, crm, settings).run()
+        registering(db, crm, settings).run()
     [event] = db.execute("SELECT * FROM events").fetchall()
     assert (event["status"], event["attempts"], event["dead_step"]) == ("dead", 5, "0:open")
     assert "500" in event["last_error"]
@@ -128,8 +127,8 @@ def test_flow_poison_event_is_dead_lettered_then_replayed_exactly_once(
     sandbox.delete("/_sandbox/faults").raise_for_status()  # the cause is fixed
     assert followup(["dead-letters", "replay", f"event:{event['id']}"]) == 0
     assert followup(["dead-letters", "replay", "action:task:1:1"]) == 1  # no such action
-    Registrar(db, crm, settings).run()
-    Registrar(db, crm, settings).run()
+    registering(db, crm, settings).run()
+    registering(db, crm, settings).run()
     crm.close()
     assert followup(["dead-letters", "replay", f"event:{event['id']}"]) == 1
     [watch] = _watches(db)

@@ -93,7 +93,7 @@ def test_create_task_carries_key_in_custom_field(sleeps: list[float]) -> None:
     ("answer", "ambiguous"),
     [
         (httpx.ReadTimeout("slow"), True),
-        # A 5xx or 429 to a create may have done it (VENDORS.md): ambiguous, settled by search.
+        # A 5xx or 429 to a create may have done it (docs/vendors.md): ambiguous, settled by search.
         (httpx.Response(500, text="<html>oops</html>"), True),
         (httpx.Response(503, json={"err": "Unavailable", "ECODE": "APP_503"}), True),
         (httpx.Response(429, headers={"X-RateLimit-Reset": str(int(NOW + 10))}), True),

@@ -1,4 +1,4 @@
-"""The EspoCRM double's activity listings across deals and its Lead, to VENDORS.md."""
+"""The EspoCRM double's activity listings across deals and its Lead, to docs/vendors.md."""
 
 import pytest
 

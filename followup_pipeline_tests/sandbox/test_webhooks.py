@@ -108,7 +108,8 @@ async def test_webhooks_batch_at_most_50_items(make_sandbox: SandboxFactory) -> 
     ("statuses", "attempts", "outcomes"),
     [
         ([503, 503, 503, 503], 4, ["retry"] * 4),
-        # A refused connection fails the items at once, a timeout is a retried 408 (VENDORS.md).
+        # A refused connection fails the items at once; a timeout is a retried 408
+        # (docs/vendors.md).
         ([0], 1, ["failed"]),
         ([-1, 500, 200], 3, ["retry", "retry", "success"]),
         ([401, 403, 404, 405], 4, ["retry"] * 4),

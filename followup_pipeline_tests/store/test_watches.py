@@ -14,8 +14,8 @@ from followup_pipeline.store.steps import steps_of
 from followup_pipeline.store.watches import (
     Subject,
     close_watch,
+    insert_watch,
     latest_watch_of,
-    open_watch,
     open_watch_of,
 )
 
@@ -25,9 +25,9 @@ FRIDAY_2330 = datetime(2026, 3, 6, 22, 30, tzinfo=UTC)
 
 
 def _open(db: psycopg.Connection[Any], **kwargs: Any) -> int | None:
-    """``open_watch`` in a transaction of its own, as its callers do."""
+    """``insert_watch`` in a transaction of its own, as its callers do."""
     with db.transaction():
-        return open_watch(db, subject=DEAL, plan=PLAN, **kwargs)
+        return insert_watch(db, subject=DEAL, plan=PLAN, **kwargs)
 
 
 def test_watches_open_plans_steps_from_local_registration_date(

@@ -16,138 +16,17 @@
   raises an alert.
 """
 
-import json
-import re
-from datetime import UTC, datetime, timedelta
-
 import dagster as dg
 
-from followup_pipeline.defs.alerts.checks import dead_letter_signals, pending_signal, stale_signal
-from followup_pipeline.defs.alerts.delivery import (
-    AlertDelivery,
-    AlertNotSent,
-    Delivered,
-    OpsBoard,
-    clickup_key,
-)
-from followup_pipeline.defs.common import RunCounts, calendar_of, outcome_output
-from followup_pipeline.domain.alerts import fingerprint, self_alert_key
-from followup_pipeline.integrations.resources import ClickUpResource, OutlookResource
-from followup_pipeline.machine import ui_url
+from followup_pipeline.defs.alerts.send import alert
+from followup_pipeline.defs.alerts.sensors import check_tick, record_failure
+from followup_pipeline.integrations.resources import ClickUpResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import alerts as store
-
-ALERT_JOB = "alert"
-ALERT_TAG = "followup/alert"
-#: When an alert that reached nobody is tried again, counted from when it was recorded; then
-#: every ``RETRY_EVERY_LAST``.
-RETRIES = (timedelta(minutes=15), timedelta(minutes=30), timedelta(hours=1), timedelta(hours=2))
-RETRY_EVERY_LAST = timedelta(hours=4)
-#: How far back ``alert_checks`` looks for failed runs the ``alerts`` sensor did not record.
-MISSED_RUNS_LOOKBACK = timedelta(hours=6)
-#: How long a failed run is left to the ``alerts`` sensor before the checks record it.
-SENSOR_FIRST = timedelta(minutes=2)
-
-
-class AlertConfig(dg.Config):
-    """``alert_keys``: the ledger keys of the alerts to send (``followup alerts list``)."""
-
-    alert_keys: list[str]
-
-
-def _first_error(instance: dg.DagsterInstance, run_id: str, fallback: str) -> tuple[str, str]:
-    """The type and message of the run's first failed step's own error (under Dagster's
-    wrapper); the run's failure message when no step failed (a run that never started)."""
-    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-    event = records[0].dagster_event if records else None
-    error = getattr(event.event_specific_data, "error", None) if event else None
-    while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
-        error = error.cause
-    if error is None:
-        return "RunFailure", fallback
-    kind = str(error.cls_name)
-    # The message repeats the class, qualified or not ("dagster._core….Failure: …").
-    prefix = re.compile(rf"^(?:[\w.]+\.)?{re.escape(kind)}: ")
-    return kind, prefix.sub("", str(error.message).strip(), count=1)
-
-
-def failure_signal(
-    instance: dg.DagsterInstance, run: dg.DagsterRun, message: str, now: datetime
-) -> store.Signal:
-    """What a failed run raises: its fingerprint, its job, its first step's error."""
-    error_type, detail = _first_error(instance, run.run_id, message)
-    return store.Signal(
-        kind="run_failure",
-        source=f"run:{run.run_id}",
-        fingerprint=fingerprint(run.job_name, error_type, detail),
-        subject=run.job_name,
-        message=f"{error_type}: {detail}",
-        occurred_at=now,
-        run_id=run.run_id,
-    )
-
-
-def retry_slot(age: timedelta) -> int:
-    """How many retries are due for an unsent alert recorded ``age`` ago (0 at first)."""
-    slot = sum(age >= at for at in RETRIES)
-    if age >= RETRIES[-1]:
-        slot += int((age - RETRIES[-1]) / RETRY_EVERY_LAST)
-    return slot
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
     """The ``alerts`` and ``alert_checks`` sensors and the ``alert`` job."""
-
-    @dg.op
-    def send_alerts(
-        context: dg.OpExecutionContext,
-        config: AlertConfig,
-        postgres: PostgresResource,
-        outlook: OutlookResource,
-        ops_clickup: ClickUpResource,
-        clock: ClockResource,
-    ) -> dg.Output[RunCounts]:
-        """Send each alert of ``alert_keys`` by mail, or as a ClickUp task when mail fails."""
-        board = ops_clickup.get_client() if settings.ops_clickup_list_id else None
-        delivery = AlertDelivery(
-            postgres,
-            outlook.get_client(),
-            board,
-            settings,
-            now=clock.now(),
-            run_id=context.run_id,
-            log=context.log,
-        )
-        done: list[Delivered] = []
-        failed: list[str] = []
-        for key in config.alert_keys:
-            try:
-                done.append(delivery.deliver(key))
-            except AlertNotSent as error:
-                context.log.error(str(error))
-                failed.append(str(error))
-        counts: RunCounts = {
-            "mailed": sum(d.channel == "mail" for d in done),
-            "clickup": sum(d.channel == "clickup" for d in done),
-            "in_flight": sum(d.channel == "in_flight" for d in done),
-            "not_sent": len(failed),
-        }
-        if failed:
-            raise dg.Failure(
-                description="; ".join(failed),
-                metadata={key: dg.MetadataValue.int(int(v)) for key, v in counts.items()},
-            )
-        if counts["clickup"] or counts["in_flight"]:
-            return outcome_output(context, "partial", counts)
-        return outcome_output(context, "ok", counts)
-
-    @dg.job(
-        name=ALERT_JOB,
-        description="Sends alerts to the operations owner and backup (ClickUp when mail fails).",
-    )
-    def alert() -> None:
-        send_alerts()
 
     @dg.run_failure_sensor(
         monitor_all_code_locations=True,
@@ -162,45 +41,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
     ) -> None:
         """Record every failed run under its fingerprint; the first of a window goes out. A
         failed ``alert`` run goes to the operations list in ClickUp only."""
-        run = context.dagster_run
-        message = context.failure_event.message or "run failed"
-        now = clock.now()
-        if run.job_name == ALERT_JOB:
-            _report_alert_failure(context, postgres, ops_clickup, run.run_id, message, now)
-            return
-        signal = failure_signal(context.instance, run, message, now)
-        with postgres.connection() as conn:
-            recorded = store.record(conn, signal, window=settings.alert_window())
-        if recorded is not None and recorded.key is None:
-            context.log.info("%s failed again: held back (an alert went out already)", run.run_id)
-
-    def _report_alert_failure(
-        context: dg.RunFailureSensorContext,
-        postgres: PostgresResource,
-        ops_clickup: ClickUpResource,
-        run_id: str,
-        message: str,
-        now: datetime,
-    ) -> None:
-        _, detail = _first_error(context.instance, run_id, message)
-        if not settings.ops_clickup_list_id:
-            context.log.error("alert run %s failed: %s (no operations list set)", run_id, detail)
-            return
-        key = clickup_key(self_alert_key(detail, now, settings.alert_window()))
-        board = OpsBoard(postgres, ops_clickup.get_client(), settings, now=now, run_id=None)
-        markdown = (
-            f"The alert run {run_id} failed: {detail}\n\n"
-            f"Open it: {ui_url(settings)}/runs/{run_id}\n\n"
-            "The alerts it carried are tried again (after 15 min, 30 min, 1 h, 2 h, then every "
-            "4 h); see them with `followup alerts list`. Further failures like this one within "
-            f"{settings.alert_window_h:g} h are not reported again.\n"
-        )
-        try:
-            board.post_once(
-                key, name=f"[followup] alert run failed: {detail[:150]}", markdown=markdown
-            )
-        except AlertNotSent as error:
-            context.log.error("alert run %s failed, and so did ClickUp: %s", run_id, error)
+        record_failure(context, postgres, clock, ops_clickup, settings)
 
     @dg.sensor(
         name="alert_checks",
@@ -213,99 +54,8 @@ def build_defs(settings: Settings) -> dg.Definitions:
     ) -> dg.SensorResult:
         """Record what the ``alerts`` sensor missed, new dead letters, a lag of pending events
         and a silent ``evaluate``; launch an ``alert`` run for each alert that reached nobody."""
-        now = clock.now()
-        first_tick = not context.cursor
-        state = _cursor(context.cursor, now)
-        last_ok = _last_evaluate_success(context.instance)
-        calendar = calendar_of(postgres, settings)
-        missed = _failed_runs(context.instance)
-        with postgres.connection() as conn:
-            known = store.recorded(conn, [f"run:{run.run_id}" for run in missed])
-            for run in missed:
-                if f"run:{run.run_id}" not in known:
-                    failure = failure_signal(context.instance, run, "run failed", now)
-                    store.record(conn, failure, window=settings.alert_window())
-            # On the first tick, the dead letters already there are not news: on the record,
-            # without an alert (`followup dead-letters list` has them).
-            letters = dead_letter_signals(conn, settings)
-            store.record_dead_letters(conn, letters, at=now, known=first_tick)
-            lag = pending_signal(
-                store.oldest_pending_event(conn),
-                now=now,
-                settings=settings,
-                episode=state.get("lag_since"),
-            )
-            state["lag_since"] = lag.occurred_at.isoformat() if lag is not None else None
-            silence = stale_signal(
-                last_ok,
-                now=now,
-                watching_since=datetime.fromisoformat(str(state["watching_since"])),
-                settings=settings,
-                calendar=calendar,
-            )
-            for episode in (lag, silence):
-                if episode is not None:
-                    store.record(conn, episode, window=None)
-            waiting = store.unsent(conn)
-        if waiting and not (settings.ops_recipients() or settings.ops_clickup_list_id):
-            context.log.error(
-                "%s alert(s) wait: set FOLLOWUP_OPS_OWNER, FOLLOWUP_OPS_BACKUP and "
-                "FOLLOWUP_OPS_CLICKUP_LIST_ID (nobody to send them to)",
-                len(waiting),
-            )
-            waiting = []
-        requests = [
-            dg.RunRequest(
-                run_key=f"{item.key}#{retry_slot(timedelta(seconds=item.age_s))}",
-                run_config=dg.RunConfig(ops={"send_alerts": AlertConfig(alert_keys=[item.key])}),
-                tags={ALERT_TAG: item.key},
-            )
-            for item in waiting
-        ]
-        return dg.SensorResult(run_requests=requests, cursor=json.dumps(state))
+        return check_tick(context, postgres, clock, settings)
 
-    return dg.Definitions(jobs=[alert], sensors=[alerts, alert_checks])
-
-
-def _cursor(cursor: str | None, now: datetime) -> dict[str, str | None]:
-    """The checks' state: when they first ran on this machine (a machine started at 10:30 is not
-    silent since 07:00), and since when events lag (one alert per episode)."""
-    try:
-        state = json.loads(cursor) if cursor else {}
-        since = datetime.fromisoformat(state["watching_since"])
-    except (ValueError, KeyError, TypeError):
-        return {"watching_since": now.isoformat(), "lag_since": None}
-    if since.tzinfo is None:
-        since = now
-    lag = state.get("lag_since")
-    return {"watching_since": since.isoformat(), "lag_since": lag if isinstance(lag, str) else None}
-
-
-def _failed_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
-    """Runs that failed lately (by Dagster's clock), ``alert`` runs left out; not those of the
-    last two minutes, which the ``alerts`` sensor records with their failure message."""
-    now = datetime.now(UTC)
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.FAILURE],
-            updated_after=now - MISSED_RUNS_LOOKBACK,
-            updated_before=now - SENSOR_FIRST,
-        ),
-        limit=200,
+    return dg.Definitions(
+        jobs=[alert], sensors=[alerts, alert_checks], resources={"settings": settings}
     )
-    return [r.dagster_run for r in records if r.dagster_run.job_name != ALERT_JOB]
-
-
-def _last_evaluate_success(instance: dg.DagsterInstance) -> datetime | None:
-    """When the latest successful ``evaluate`` run ended."""
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(job_name="evaluate", statuses=[dg.DagsterRunStatus.SUCCESS]),
-        limit=1,
-        order_by="update_timestamp",
-        ascending=False,
-    )
-    if not records:
-        return None
-    record = records[0]
-    ended = record.end_time or record.update_timestamp.timestamp()
-    return datetime.fromtimestamp(ended, tz=UTC)

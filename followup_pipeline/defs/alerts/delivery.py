@@ -5,22 +5,19 @@ the operations list in ClickUp (``OpsBoard``), also once per key (``{key}:clicku
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from functools import partial
 from typing import Literal
 
-from followup_pipeline.defs.common import Attempts, Connections
-from followup_pipeline.defs.evaluate.ports import Log
-from followup_pipeline.defs.report.mailer import Mailer, MailError
 from followup_pipeline.domain.alerts import AlertMail, render_alert
+from followup_pipeline.engine.ledger import ActionLedger
+from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
+from followup_pipeline.engine.scope import Database, RunScope
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.machine import ui_url
-from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
-from followup_pipeline.store import ledger
 from followup_pipeline.store.ledger import ActionSpec
 from followup_pipeline.store.run_lock import RunLock
 
@@ -38,47 +35,37 @@ def clickup_key(key: str) -> str:
     return f"{key}:clickup"
 
 
-class OpsBoard(Attempts):
+class OpsBoard:
     """Tasks in the operations list, created at most once per ledger key (its key travels as a
     tag and is searched before any create)."""
 
     def __init__(
-        self,
-        db: Connections,
-        board: ClickUpClient,
-        settings: Settings,
-        *,
-        now: datetime,
-        run_id: str | None,
+        self, run: RunScope, db: Database, board: ClickUpClient, settings: Settings
     ) -> None:
-        self.db = db
+        self.run = run
         self.board = board
         self.settings = settings
-        self.now = now
-        self.run_id = run_id
+        self.ledger = ActionLedger.of(db, run, settings)
 
     def post_once(self, key: str, *, name: str, markdown: str) -> str:
         """The task id of ``key``'s task, created unless it exists; ``AlertNotSent`` when
         ClickUp fails or an earlier create may still be on its way."""
-        with self.db.connection() as conn:
-            action = ledger.action_by_key(conn, key)
-            age = ledger.age_s(conn, action.id) if action is not None else None
-        if action is not None and action.outcome in ("accepted", "confirmed"):
-            return action.provider_ref or ""
-        maybe_sent = action is not None and action.outcome in ("attempted", "unknown")
-        if maybe_sent and (age or 0.0) < self.settings.in_flight_s():
+        prior = self.ledger.prior(key)
+        if prior.done and prior.action is not None:
+            return prior.action.provider_ref or ""
+        if self.ledger.in_flight(prior):
             raise AlertNotSent(f"{key}: the last create may still be on its way")
-        spec = ActionSpec(key=key, kind="alert", due_at=self.now, time_zone=self.settings.timezone)
-        attempt = self._begin(spec)
+        zone = self.settings.timezone
+        spec = ActionSpec(key=key, kind="alert", due_at=self.run.now, time_zone=zone)
+        attempt = self.ledger.begin(spec)
         if attempt is None:
             return ""  # another run created it meanwhile
         try:
             found = self.board.find_tasks_by_key(idempotency_key=key)
             if found:
-                self._finish(attempt, "confirmed", provider_ref=found[0].id)
+                self.ledger.finish(attempt, "confirmed", provider_ref=found[0].id)
                 return found[0].id
-            with self.db.connection() as conn:
-                ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
+            self.ledger.touch(attempt)  # the in-flight window starts now
             task = self.board.create_task(
                 name=name[:250],
                 markdown=markdown,
@@ -89,9 +76,9 @@ class OpsBoard(Attempts):
             )
         except IntegrationError as error:
             ambiguous = isinstance(error, TransientError) and error.ambiguous
-            self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))
+            self.ledger.fail(attempt, str(error), maybe_done=ambiguous)
             raise AlertNotSent(f"{key}: ClickUp failed: {error}") from error
-        self._finish(attempt, "accepted", provider_ref=task.id)
+        self.ledger.finish(attempt, "accepted", provider_ref=task.id)
         return task.id
 
 
@@ -109,34 +96,24 @@ class AlertDelivery:
 
     def __init__(
         self,
-        postgres: PostgresResource,
+        run: RunScope,
+        postgres: LockableDatabase,
         outlook: OutlookClient,
         board: ClickUpClient | None,
         settings: Settings,
-        *,
-        now: datetime,
-        run_id: str | None,
-        log: Log,
     ) -> None:
+        self.run = run
         self.postgres = postgres
         self.settings = settings
-        self.now = now
-        self.run_id = run_id
-        self.log = log
+        self.log = run.log
         # Alerts go to the operators, not to the team: FOLLOWUP_DRY_RUN does not hold them.
         live = settings.model_copy(update={"dry_run": False})
-        self.mailer = Mailer(postgres, outlook, live, now=now, run_id=run_id, log=log)
-        self.ops = (
-            OpsBoard(postgres, board, settings, now=now, run_id=run_id)
-            if board is not None
-            else None
-        )
+        self.mailer = Mailer(run, postgres, outlook, live)
+        self.ops = OpsBoard(run, postgres, board, settings) if board is not None else None
 
     def _ambiguous(self, key: str) -> bool:
         """Whether the mail of ``key`` may have gone (its action says ``unknown``)."""
-        with self.postgres.connection() as conn:
-            action = ledger.action_by_key(conn, key)
-        return action is not None and action.outcome in ("attempted", "unknown")
+        return self.mailer.ledger.prior(key).maybe_done
 
     @staticmethod
     def _mailed(key: str, outcome: str) -> Delivered:
@@ -163,7 +140,8 @@ class AlertDelivery:
     def deliver(self, key: str) -> Delivered:
         """Send the alert ``key`` by mail, else as a ClickUp task; ``AlertNotSent`` when neither
         took it. Two runs of one alert at once: the second leaves it to the first."""
-        lock = RunLock.try_take(self.postgres.url, f"alert:{key}", owner=self.run_id or "alert")
+        owner = self.run.run_id or "alert"
+        lock = RunLock.try_take(self.postgres.url, f"alert:{key}", owner=owner)
         try:
             if not lock.held:
                 return Delivered(key, "in_flight", f"another run is sending it ({lock.holder})")
@@ -173,9 +151,7 @@ class AlertDelivery:
 
     def _deliver(self, key: str) -> Delivered:
         mail, ids = self.render(key)
-        with self.postgres.connection() as conn:
-            task = ledger.action_by_key(conn, clickup_key(key))
-        if task is not None and task.outcome in ("accepted", "confirmed"):
+        if self.mailer.ledger.prior(clickup_key(key)).done:
             return Delivered(key, "clickup", "sent before")
         recipients = self.settings.ops_recipients()
         if recipients:

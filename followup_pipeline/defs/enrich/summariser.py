@@ -14,10 +14,9 @@ deal's latest summary or review item; the same input makes no call.
 from collections import Counter
 from datetime import datetime, timedelta
 
-from followup_pipeline.defs.evaluate.ports import Log
-from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.domain.emails import MailText, mail_text, masked
 from followup_pipeline.domain.summaries import SummaryContext, SummaryRejected, check_summary
+from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import (
     IntegrationError,
     NotFoundError,
@@ -31,7 +30,6 @@ from followup_pipeline.integrations.mistral import (
     input_hash,
     summary_messages,
 )
-from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import enrichments as store
 from followup_pipeline.store.enrichments import NewSummary, OpenWatch
@@ -48,20 +46,18 @@ class Summariser:
 
     def __init__(
         self,
-        postgres: PostgresResource,
+        run: RunScope,
+        postgres: Database,
         crm: EspoCrmClient,
         model: MistralClient,
         settings: Settings,
-        *,
-        now: datetime,
-        log: Log,
     ) -> None:
         self.postgres = postgres
         self.crm = crm
         self.model = model
         self.settings = settings
-        self.now = now
-        self.tally = Tally(log)
+        self.now = run.now
+        self.tally = Tally(run.log)
         self.tokens = Counter[str]()
 
     def run(self) -> Tally:
@@ -74,7 +70,7 @@ class Summariser:
         """Queue the open deals with new e-mails and the watches opened since the cursor; move
         the cursor. False when the CRM could not be read (nothing moves, the next run retries)."""
         with self.postgres.connection() as conn:
-            cursor = store.cursor(conn, CURSOR)
+            cursor = store.cursor_of(conn, CURSOR)
         lookback = timedelta(days=self.settings.enrich_lookback_days)
         since = cursor - OVERLAP if cursor else self.now - lookback
         try:
@@ -94,7 +90,7 @@ class Summariser:
             # The first run queues every open watch; afterwards a new watch is queued by the
             # database as it opens (a trigger), so only changed deals are added here.
             every = cursor is None
-            watches = store.open_watches(conn, subject_ids=list(changed), every=every)
+            watches = store.watches_to_summarise(conn, subject_ids=list(changed), every=every)
             for watch in watches:
                 store.enqueue(
                     conn, watch.subject_id, changed_at=changed.get(watch.subject_id, self.now)
@@ -110,7 +106,7 @@ class Summariser:
         calls = 0
         for index, item in enumerate(waiting):
             with self.postgres.connection() as conn:
-                watch = store.open_watch(conn, item.subject_id)
+                watch = store.watch_to_summarise(conn, item.subject_id)
             if watch is None:
                 self._done(item.subject_id, "closed_meanwhile")
                 continue

@@ -7,11 +7,11 @@ registration). A reset plans each open step again from the activity's local date
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
-from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.domain.cadence import replan_steps
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.store import steps, watches
 from followup_pipeline.store.watches import Watch
@@ -38,19 +38,13 @@ class CadenceResetter:
     steps of each deal with new activity again."""
 
     def __init__(
-        self,
-        db: Database,
-        crm: DealSource,
-        calendar: BusinessCalendar,
-        *,
-        now: datetime,
-        log: Log,
+        self, run: RunScope, db: Database, crm: DealSource, calendar: BusinessCalendar
     ) -> None:
         self.db = db
         self.crm = crm
         self.calendar = calendar
-        self.now = now
-        self.log = log
+        self.now = run.now
+        self.log = run.log
         #: Activity records of the last listings that broke their schema.
         self.invalid: list[str] = []
 

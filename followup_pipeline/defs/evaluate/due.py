@@ -7,17 +7,15 @@ exhausted; no pass visits every open watch.
 """
 
 from collections.abc import Set
-from datetime import datetime
 from typing import Literal
 
-from followup_pipeline.defs.common import stage_policy, subject_of
-from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
-from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.domain.decisions import Close, decide_for_stage
 from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.registration import Observation
 from followup_pipeline.domain.steps import is_exhausted, select_due
+from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
@@ -32,23 +30,21 @@ class DueSteps:
 
     def __init__(
         self,
+        run: RunScope,
         db: Database,
         crm: DealSource,
         tasks: TaskLedger,
         settings: Settings,
         *,
         calendar: BusinessCalendar,
-        now: datetime,
-        log: Log,
     ) -> None:
         self.db = db
         self.crm = crm
         self.tasks = tasks
         self.settings = settings
         self.calendar = calendar
-        self.now = now
-        self.policy = stage_policy(settings)
-        self.tally = Tally(log)
+        self.now = run.now
+        self.tally = Tally(run.log)
 
     def run(self, *, unreadable: Set[int]) -> Tally:
         """For each watch with a due step: re-check the deal, then create the latest step's task.
@@ -94,10 +90,9 @@ class DueSteps:
         deal = self._recheck(watch)
         if deal is None:
             return
-        decision = decide_for_stage(None if deal == GONE else deal.stage, self.policy)
-        if isinstance(decision, Close):  # a deleted deal (no stage) closes as subject_gone
-            self.tasks.close_watch(watch, decision.reason)
-            return
+        stage = None if deal == GONE else deal.stage
+        if self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "recheck")):
+            return  # the deal left the watched stages, or is gone (subject_gone)
         assert isinstance(deal, Deal)
         for step_no in selection.supersede:
             self.tasks.skip(watch, step_no, due_on[step_no], "superseded")
@@ -120,7 +115,7 @@ class DueSteps:
             return None
         with self.db.connection() as conn:
             watches.refresh_subject(
-                conn, watch_id=watch.id, subject=subject_of(deal, self.settings)
+                conn, watch_id=watch.id, subject=deal.subject(self.settings.crm_deal_url(deal.id))
             )
         return deal
 

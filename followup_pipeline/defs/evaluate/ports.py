@@ -1,13 +1,10 @@
-"""What ``evaluate``'s workers need from the outside, named as Protocols: the database, the CRM
-and the task board. The real ones are ``PostgresResource`` and the vendor clients; a test may
-hand in anything that answers the same way."""
+"""What ``evaluate``'s workers need from the vendors, named as Protocols: the CRM and the task
+board (the database is ``engine.scope.Database``). The real ones are the vendor clients; a test
+may hand in anything that answers the same way."""
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
-
-import psycopg
+from typing import Protocol
 
 from followup_pipeline.integrations.clickup import Task
 from followup_pipeline.integrations.espocrm_models import (
@@ -18,26 +15,6 @@ from followup_pipeline.integrations.espocrm_models import (
     Listing,
     Meeting,
 )
-
-
-class Log(Protocol):
-    """Dagster's op log or a plain ``logging.Logger``."""
-
-    def info(self, msg: str, *args: object) -> None:
-        """Log at info level."""
-        ...
-
-    def warning(self, msg: str, *args: object) -> None:
-        """Log at warning level."""
-        ...
-
-
-class Database(Protocol):
-    """Pooled connections that commit on success and roll back on error."""
-
-    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        """A connection for one unit of work."""
-        ...
 
 
 class DealSource(Protocol):

@@ -1,20 +1,21 @@
 """Step 1 of ``evaluate``: reconcile watches with the CRM.
 
 A lost webhook costs at most one hour: every CRM deal in a watched stage gets a watch, and every
-open watch whose deal left is closed with the reason the CRM gives.
+open watch whose deal left is closed with the reason the CRM gives. What to open and close is
+decided by the one set of rules (``domain/registration.py``), as for a webhook, and applied by
+``apply_registrations``: a page of deals at a time, in one transaction each.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import dagster as dg
 
-from followup_pipeline.defs.common import stage_policy, subject_of
-from followup_pipeline.defs.evaluate.ports import Database, DealSource, Log
-from followup_pipeline.defs.evaluate.tally import Tally
+from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.domain.decisions import Close, decide_for_stage
+from followup_pipeline.domain.registration import Observation, decide, stage_policy
+from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
@@ -22,20 +23,22 @@ from followup_pipeline.store import watches
 from followup_pipeline.store.cadences import Plan, load_plan
 from followup_pipeline.store.watches import Watch
 
+#: Deals decided and written in one transaction.
+PAGE = 500
+
 
 class Reconciler:
     """Opens the watches the CRM says are missing and closes those whose deal left."""
 
     def __init__(
         self,
+        run: RunScope,
         db: Database,
         crm: DealSource,
         tasks: TaskLedger,
         settings: Settings,
         *,
         calendar: BusinessCalendar,
-        now: datetime,
-        log: Log,
     ) -> None:
         self.db = db
         self.crm = crm
@@ -43,9 +46,9 @@ class Reconciler:
         self.settings = settings
         self.calendar = calendar
         self._plan: Plan | None = None
-        self.now = now
+        self.now = run.now
         self.policy = stage_policy(settings)
-        self.tally = Tally(log)
+        self.tally = Tally(run.log)
         #: Whether the CRM was read whole this run (else the cursor stays where it was).
         self.complete = True
 
@@ -76,21 +79,8 @@ class Reconciler:
         if listing is None:
             return tally
         tally.count("crm_deals_changed", len(listing.records))
-        with self.db.connection() as conn:  # only the watches of the deals that changed
-            changed = [deal.id for deal in listing.records]
-            open_now = {w.subject_id: w for w in watches.open_watches_of(conn, changed)}
-        for deal in listing.records:
-            decision = decide_for_stage(deal.stage, self.policy)
-            watch = open_now.get(deal.id)
-            if isinstance(decision, Close):
-                if watch is not None:
-                    self.tasks.close_watch(watch, decision.reason)
-            elif watch is None:
-                opened = self._open(deal)
-                if opened:
-                    tally.count("registered")
-                elif opened is None:
-                    tally.count("not_reopened_exhausted")
+        # A deal changed during the listing may be listed twice (offsets shift): its last record.
+        self.register(list({deal.id: deal for deal in listing.records}.values()))
         return tally
 
     def run(self) -> Tally:
@@ -103,16 +93,7 @@ class Reconciler:
         tally.count("crm_deals_watched_stages", len(listed))
         with self.db.connection() as conn:
             open_now = {w.subject_id: w for w in watches.open_watches(conn)}
-        quiet = 0
-        for deal in listed.values():
-            if deal.id in open_now:
-                continue
-            opened = self._open(deal)
-            if opened is None:
-                quiet += 1
-                tally.count("not_reopened_exhausted")
-            elif opened:
-                tally.count("registered")
+        quiet = self.register([deal for deal in listed.values() if deal.id not in open_now])
         for subject_id, watch in open_now.items():
             if subject_id not in listed:
                 self._close_departed(watch)
@@ -155,35 +136,48 @@ class Reconciler:
                 )
         return self._plan
 
-    def _open(self, deal: Deal) -> bool | None:
-        """Open the deal's watch: True if opened, False if one was open, None if its latest
-        watch closed ``exhausted`` (final for that stay)."""
-        plan = self.plan()
-        with self.db.connection() as conn, conn.transaction():
-            latest = watches.latest_watch_of(conn, deal.id)
-            if latest is not None and latest.closed_reason == "exhausted":
-                return None
-            opened = watches.open_watch(
-                conn,
-                subject=subject_of(deal, self.settings),
-                plan=plan,
-                registered_at=self.now,
-                registered_by="reconcile",
-            )
-        return opened is not None
+    def register(self, deals: Sequence[Deal]) -> int:
+        """Decide and apply the watches of ``deals`` as the CRM lists them now, a page at a
+        time; closed watches have their open steps skipped. How many were not reopened
+        because their latest watch closed ``exhausted``."""
+        quiet = 0
+        for start in range(0, len(deals), PAGE):
+            page = deals[start : start + PAGE]
+            observed = [Observation(deal.id, deal.stage, self.now, "reconcile") for deal in page]
+            with self.db.connection() as conn:
+                latest = watches.latest_watches_of(conn, [deal.id for deal in page])
+            decided = decide(observed, latest, self.policy)
+            opening = any(r.action == "open" for r in decided)
+            plan = self.plan() if opening else None
+            with self.db.connection() as conn, conn.transaction():
+                ended = watches.apply_registrations(
+                    conn,
+                    decided,
+                    subjects={d.id: d.subject(self.settings.crm_deal_url(d.id)) for d in page},
+                    plan=plan,
+                    at=self.now,
+                    registered_by="reconcile",
+                )
+            for registration in ended.values():
+                if registration.outcome == "registered":
+                    self.tally.count("registered")
+                elif registration.outcome == "not_reopened_exhausted":
+                    quiet += 1
+                    self.tally.count("not_reopened_exhausted")
+                elif registration.action == "close" and registration.reason is not None:
+                    self.tasks.closed(latest[registration.subject_id], registration.reason)
+        return quiet
 
     def _close_departed(self, watch: Watch) -> None:
-        """Read a deal that is no longer listed and close its watch with the CRM's reason."""
+        """Read a deal that is no longer listed and close its watch with the CRM's reason (it
+        may have entered a watched stage after the listing: then it stays open)."""
         try:
-            decision = decide_for_stage(
-                self.crm.get_deal(deal_id=watch.subject_id).stage, self.policy
-            )
+            stage: str | None = self.crm.get_deal(deal_id=watch.subject_id).stage
         except NotFoundError:
-            decision = Close("subject_gone")
+            stage = None
         except IntegrationError as error:
             self.tally.problem(
                 f"deal {watch.subject_id}: CRM unreadable, its watch stays open: {error}"
             )
             return
-        if isinstance(decision, Close):  # else it entered a watched stage after the listing
-            self.tasks.close_watch(watch, decision.reason)
+        self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "reconcile"))

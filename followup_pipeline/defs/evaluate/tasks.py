@@ -4,29 +4,35 @@ Every task is an action keyed ``task:{watch}:{step}``. The row says ``attempted`
 before ClickUp is called; ClickUp is searched for the key before any create; a step is marked
 fired only in the transaction that records its task. A row left ``attempted``, ``unknown`` or
 ``accepted`` is settled by asking ClickUp before the step is skipped for any reason, so a task
-that was created is never forgotten (ARCHITECTURE.md §4).
+that was created is never forgotten (docs/architecture.md, the action ledger).
 """
 
-from datetime import date, datetime, time
-from typing import Literal
+from datetime import date, time
+from typing import Any, Literal
 
-from followup_pipeline.defs.common import Attempts
-from followup_pipeline.defs.evaluate.ports import Database, Log, TaskBoard
-from followup_pipeline.defs.evaluate.tally import Tally
+import psycopg
+
+from followup_pipeline.defs.evaluate.ports import TaskBoard
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
+from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
 from followup_pipeline.domain.tasks import assignees_for, close_comment, render_task
+from followup_pipeline.engine.ledger import ActionLedger
+from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.clickup import task_is_gone
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import ledger, steps, watches
+from followup_pipeline.store import steps, watches
 from followup_pipeline.store.enrichments import latest_summary
-from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOutcome, SuppressReason
+from followup_pipeline.store.ledger import ActionSpec, Attempt, FinalOutcome, SuppressReason
 from followup_pipeline.store.steps import TaskToClose
 from followup_pipeline.store.watches import Watch
 
 DRY_RUN_REF = "dry-run"
+#: Outcomes of an action that may have reached ClickUp: ask it before anything else.
+MAYBE_DONE = ("attempted", "unknown", "accepted")
+Connection = psycopg.Connection[Any]
 RATE_LIMITED = 429
 #: What settling a step found: no task, a task (the step is fired now), ClickUp could not tell,
 #: or a request of an earlier run may still be on its way (the step waits for a later run).
@@ -40,29 +46,20 @@ def task_key(watch_id: int, step_no: int) -> str:
     return f"task:{watch_id}:{step_no}"
 
 
-class TaskLedger(Attempts):
+class TaskLedger:
     """Tasks of steps through the action ledger, for one run at one instant.
 
     Its counts and problems gather in ``tally``. After ClickUp answers a write with 429 it makes
     no more writes in this run (the minute's window is spent; the next run goes on).
     """
 
-    def __init__(
-        self,
-        db: Database,
-        board: TaskBoard,
-        settings: Settings,
-        *,
-        now: datetime,
-        run_id: str | None,
-        log: Log,
-    ) -> None:
+    def __init__(self, run: RunScope, db: Database, board: TaskBoard, settings: Settings) -> None:
         self.db = db
         self.board = board
         self.settings = settings
-        self.now = now
-        self.run_id = run_id
-        self.tally = Tally(log)
+        self.now = run.now
+        self.ledger = ActionLedger.of(db, run, settings)
+        self.tally = Tally(run.log)
         self.rate_limited = False
 
     def spec(self, watch: Watch, step_no: int, due_on: date) -> ActionSpec:
@@ -87,19 +84,13 @@ class TaskLedger(Attempts):
         would miss and a create would double (the step waits for a later run).
         """
         key = task_key(watch.id, step_no)
-        with self.db.connection() as conn:
-            action = ledger.action_by_key(conn, key)
-            in_flight = (
-                action is not None
-                and action.outcome in ("attempted", "unknown")
-                and ledger.age_s(conn, action.id) < self.settings.in_flight_s()
-            )
-        if action is None or action.outcome not in ledger.MAYBE_DONE:
+        prior = self.ledger.prior(key)
+        action, attempt = prior.action, prior.last_attempt
+        if action is None or attempt is None or action.outcome not in MAYBE_DONE:
             return "nothing"
-        if in_flight:
+        if self.ledger.in_flight(prior):
             self.tally.count("waiting_in_flight")
             return "in_flight"
-        attempt = Attempt(action_id=action.id, attempt_no=action.attempts)
         task_id = action.provider_ref if action.outcome == "accepted" else None
         if task_id is None:
             try:
@@ -110,7 +101,7 @@ class TaskLedger(Attempts):
             if not found:
                 # The search proves the attempt did not take effect: it failed, and counts
                 # towards the dead-letter limit (an ambiguous 5xx again and again must end).
-                self._finish(attempt, "failed", error="ClickUp has no task with this key")
+                self.ledger.finish(attempt, "failed", error="ClickUp has no task with this key")
                 return "nothing"
             task_id = found[0].id
         self._record_fired(attempt, watch.id, step_no, task_id, "confirmed")
@@ -122,29 +113,49 @@ class TaskLedger(Attempts):
         resolution = self.settle(watch, step_no)
         if resolution != "nothing":
             return resolution  # a task exists (now fired), or the step must wait
-        with self.db.connection() as conn, conn.transaction():
-            skipped = steps.skip_step(
-                conn, watch_id=watch.id, step_no=step_no, reason=reason, at=self.now
+        skipped: list[bool] = []
+
+        def skip_step(conn: Connection) -> bool:
+            skipped.append(
+                steps.skip_step(
+                    conn, watch_id=watch.id, step_no=step_no, reason=reason, at=self.now
+                )
             )
-            if skipped:
-                ledger.suppress(conn, self.spec(watch, step_no, due_on), reason=reason)
-        if skipped:
+            return skipped[0]
+
+        self.ledger.suppress(self.spec(watch, step_no, due_on), reason, first=skip_step)
+        if skipped[0]:
             self.tally.count(f"skipped_{reason}")
         return "nothing"
 
+    def apply(self, watch: Watch, observation: Observation) -> bool:
+        """Close the open ``watch`` when the rules say so of what the CRM says now (its deal
+        left the watched stages, or is gone); True when they do (closed now, or by another run
+        meanwhile): then nothing more is done for it."""
+        registration = decide_one(observation, watch, stage_policy(self.settings))
+        if registration.action != "close" or registration.reason is None:
+            return False
+        self.close_watch(watch, registration.reason)  # (False: another run closed it first)
+        return True
+
     def close_watch(self, watch: Watch, reason: CloseReason) -> bool:
-        """Close a watch; its open steps are skipped as ``deal_closed`` (a task that exists is
-        kept as fired, so that it is closed in ClickUp with the watch). False if it was closed."""
+        """Close a watch and skip its open steps; False if it was closed already."""
         with self.db.connection() as conn, conn.transaction():
             closed = watches.close_watch(conn, watch_id=watch.id, reason=reason, closed_at=self.now)
-            rows = steps.steps_of(conn, watch.id)
-        if not closed:
-            return False
+        if closed:
+            self.closed(watch, reason)
+        return closed
+
+    def closed(self, watch: Watch, reason: CloseReason) -> None:
+        """After ``watch`` was closed for ``reason``: its open steps are skipped as
+        ``deal_closed`` (a task that exists is kept as fired, so that it is closed in ClickUp
+        with the watch)."""
         self.tally.count(f"closed_{reason}")
+        with self.db.connection() as conn:
+            rows = steps.steps_of(conn, watch.id)
         for step in rows:
             if step.open:
                 self.skip(watch, step.step_no, step.due_on, "deal_closed")
-        return True
 
     def create_task(self, watch: Watch, deal: Deal, step_no: int, due_on: date, total: int) -> None:
         """Create the step's task through the ledger, searching ClickUp for its key first."""
@@ -152,17 +163,20 @@ class TaskLedger(Attempts):
         if self._waits(spec.key):
             return
         if self.settings.dry_run:
-            with self.db.connection() as conn, conn.transaction():
+
+            def fire_step(conn: Connection) -> bool:
                 steps.fire_step(
                     conn, watch_id=watch.id, step_no=step_no, task_ref=DRY_RUN_REF, at=self.now
                 )
-                ledger.suppress(conn, spec, reason="dry_run")
+                return True
+
+            self.ledger.suppress(spec, "dry_run", first=fire_step)
             self.tally.count("fired_dry_run")
             return
         if self.rate_limited:
             self.tally.count("waiting_on_clickup_rate_limit")
             return
-        attempt = self._begin(spec)
+        attempt = self.ledger.begin(spec)
         if attempt is None:
             return  # it reached ClickUp before; settling has marked the step
         outcome: FinalOutcome = "confirmed"
@@ -172,8 +186,7 @@ class TaskLedger(Attempts):
                 task_id = found[0].id
                 self.tally.count("found_existing")
             else:
-                with self.db.connection() as conn:
-                    ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
+                self.ledger.touch(attempt)  # the in-flight window starts now
                 task_id = self._post(spec, watch, deal, step_no, due_on, total)
                 outcome = "accepted"
         except IntegrationError as error:
@@ -241,12 +254,11 @@ class TaskLedger(Attempts):
         if self._waits(spec.key):
             return
         if self.settings.dry_run:
-            with self.db.connection() as conn:
-                ledger.suppress(conn, spec, reason="dry_run")
+            self.ledger.suppress(spec, "dry_run")
             return
         if self.rate_limited:
             return
-        attempt = self._begin(spec)
+        attempt = self.ledger.begin(spec)
         if attempt is None:
             return
         note = None
@@ -261,21 +273,18 @@ class TaskLedger(Attempts):
             # Someone deleted the task (or moved it where we cannot see it): what closing it
             # wanted is already true, so this is done, not a failure that ends a dead letter.
             note = "the task no longer exists in ClickUp"
-        self._finish(attempt, "confirmed", provider_ref=row.task_ref, error=note)
+        self.ledger.finish(attempt, "confirmed", provider_ref=row.task_ref, error=note)
         self.tally.count("tasks_closed")
 
     def _waits(self, key: str) -> bool:
         """Whether the action of ``key`` waits as a dead letter (counted, and left alone)."""
-        with self.db.connection() as conn:
-            action: Action | None = ledger.action_by_key(conn, key)
-        limit = self.settings.action_max_attempts
-        if action is None or not action.is_dead(max_attempts=limit):
+        if not self.ledger.dead(key):
             return False
         self.tally.count("dead_letters")
         self.tally.log.warning(
             "%s failed %s times and waits as a dead letter: followup dead-letters replay action:%s",
             key,
-            limit,
+            self.ledger.max_attempts,
             key,
         )
         return True
@@ -284,17 +293,20 @@ class TaskLedger(Attempts):
         self, attempt: Attempt, watch_id: int, step_no: int, task_id: str, outcome: FinalOutcome
     ) -> None:
         """The attempt's outcome and the step marked fired with its task, in one transaction."""
-        with self.db.connection() as conn, conn.transaction():
-            ledger.finish_attempt(
-                conn, attempt, outcome=outcome, finished_at=self.now, provider_ref=task_id
-            )
-            steps.fire_step(conn, watch_id=watch_id, step_no=step_no, task_ref=task_id, at=self.now)
+        self.ledger.finish(
+            attempt,
+            outcome,
+            provider_ref=task_id,
+            also=lambda conn: steps.fire_step(
+                conn, watch_id=watch_id, step_no=step_no, task_ref=task_id, at=self.now
+            ),
+        )
 
     def _failed(
         self, attempt: Attempt, key: str, error: IntegrationError, *, ambiguous_allowed: bool = True
     ) -> None:
         ambiguous = ambiguous_allowed and isinstance(error, TransientError) and error.ambiguous
-        self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))
+        self.ledger.fail(attempt, str(error), maybe_done=ambiguous)
         self.tally.count("failed")
         if isinstance(error, TransientError) and error.status == RATE_LIMITED:
             self.rate_limited = True
@@ -307,4 +319,4 @@ class TaskLedger(Attempts):
         except IntegrationError as error:
             self.tally.log.info("task %s not read back yet: %s", task_id, error)
             return
-        self._finish(attempt, "confirmed", provider_ref=task_id)
+        self.ledger.finish(attempt, "confirmed", provider_ref=task_id)

@@ -1,17 +1,26 @@
 """Registration: the ``crm_events`` sensor over the event log and the ``register`` job.
 
-Run keys: Dagster keeps a run key for as long as its run exists, failed runs included (DAGSTER.md),
-so a key made only from the events would block their retry. The key counts the sensor's launches
-(its cursor) and names the due events' ids and attempts; a second run is never launched while a
-``register`` run is queued or running, and claims use ``SKIP LOCKED`` whatever happens.
+Run keys: Dagster keeps a run key for as long as its run exists, failed runs included
+(docs/dagster.md), so a key made only from the events would block their retry. The key counts the
+sensor's launches (its cursor) and names the due events' ids and attempts; a second run is never
+launched while a ``register`` run is queued or running, and claims use ``SKIP LOCKED`` whatever
+happens.
 """
 
 import hashlib
+from typing import Any
 
 import dagster as dg
+import psycopg
 
-from followup_pipeline.defs.common import Outcome, RunCounts, outcome_output
 from followup_pipeline.defs.register.registrar import Registrar
+from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.worker import (
+    EventWorker,
+    HandlerFactory,
+    ResourcesByKey,
+    worker_outcome,
+)
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
@@ -29,29 +38,68 @@ IN_FLIGHT = [
 MAX_RUNTIME_S = 30 * 60
 
 
-def outcome_of(counts: RunCounts) -> Outcome:
-    """``partial`` when an event failed (retried or dead-lettered), else ``ok``."""
-    return "partial" if counts.get("events_retried") or counts.get("events_dead") else "ok"
+@dg.op
+def register_events(
+    context: dg.OpExecutionContext,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+) -> dg.Output[RunCounts]:
+    """Claim due events in batches and open or close watches; counts as run metadata."""
+    with postgres.connection() as conn:
+        handler = make_registrar(conn, settings, {"espocrm": espocrm})
+        counts = dict(EventWorker(conn, handler, settings).run())
+    return outcome_output(context, worker_outcome(counts), counts)
+
+
+@dg.job(
+    description="Open and close watches from the CRM's webhook events.",
+    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+)
+def register() -> None:
+    register_events()
+
+
+def make_registrar(
+    conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
+) -> Registrar:
+    """The handler of EspoCRM's events, for the engine's worker (and a replay): it needs the
+    ``espocrm`` resource."""
+    espocrm = resources["espocrm"]
+    if not isinstance(espocrm, EspoCrmResource):
+        raise TypeError(f"the espocrm resource is a {type(espocrm).__name__}")
+    return Registrar(conn, espocrm.get_client(), settings)
+
+
+#: The sources whose events this capability handles.
+EVENT_HANDLERS: dict[str, HandlerFactory] = {"espocrm": make_registrar}
+
+
+def crm_events_tick(
+    context: dg.SensorEvaluationContext, postgres: PostgresResource, settings: Settings
+) -> dg.SensorResult | dg.SkipReason:
+    """Launch ``register`` when events are due and no ``register`` run is in flight."""
+    in_flight = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=register.name, statuses=IN_FLIGHT), limit=1
+    )
+    if in_flight:
+        return dg.SkipReason(f"register run {in_flight[0].run_id} is still in flight")
+    with postgres.connection() as conn:
+        due = due_events(conn, limit=settings.event_batch_size)
+    if not due:
+        return dg.SkipReason("no events due")
+    launches = int(context.cursor or 0) + 1
+    names = ",".join(f"{event.id}:{event.attempts}" for event in due)
+    digest = hashlib.sha256(names.encode()).hexdigest()[:12]
+    request = dg.RunRequest(
+        run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}
+    )
+    return dg.SensorResult(run_requests=[request], cursor=str(launches))
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
-    """The ``register`` job and the ``crm_events`` sensor that launches it."""
-
-    @dg.op
-    def register_events(
-        context: dg.OpExecutionContext, postgres: PostgresResource, espocrm: EspoCrmResource
-    ) -> dg.Output[RunCounts]:
-        """Claim due events in batches and open or close watches; counts as run metadata."""
-        with postgres.connection() as conn:
-            counts = dict(Registrar(conn, espocrm.get_client(), settings).run())
-        return outcome_output(context, outcome_of(counts), counts)
-
-    @dg.job(
-        description="Open and close watches from the CRM's webhook events.",
-        tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
-    )
-    def register() -> None:
-        register_events()
+    """The ``register`` job and the ``crm_events`` sensor that launches it, every
+    ``FOLLOWUP_EVENTS_SENSOR_INTERVAL_S``."""
 
     @dg.sensor(
         job=register,
@@ -62,21 +110,6 @@ def build_defs(settings: Settings) -> dg.Definitions:
         context: dg.SensorEvaluationContext, postgres: PostgresResource
     ) -> dg.SensorResult | dg.SkipReason:
         """Launch ``register`` when events are due and no ``register`` run is in flight."""
-        in_flight = context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=register.name, statuses=IN_FLIGHT), limit=1
-        )
-        if in_flight:
-            return dg.SkipReason(f"register run {in_flight[0].run_id} is still in flight")
-        with postgres.connection() as conn:
-            due = due_events(conn, limit=settings.event_batch_size)
-        if not due:
-            return dg.SkipReason("no events due")
-        launches = int(context.cursor or 0) + 1
-        names = ",".join(f"{event.id}:{event.attempts}" for event in due)
-        digest = hashlib.sha256(names.encode()).hexdigest()[:12]
-        request = dg.RunRequest(
-            run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}
-        )
-        return dg.SensorResult(run_requests=[request], cursor=str(launches))
+        return crm_events_tick(context, postgres, settings)
 
-    return dg.Definitions(jobs=[register], sensors=[crm_events])
+    return dg.Definitions(jobs=[register], sensors=[crm_events], resources={"settings": settings})

@@ -4,13 +4,15 @@ Launched from the Launchpad with ``ops: {replay_dead_letters: {config: {names: [
 ``event:<id>`` goes back to pending under its original id and is registered in this run, so the
 items it finished before are skipped. Each ``action:<key>`` gets a fresh budget of attempts and is
 carried out by the next ``evaluate`` run, which searches ClickUp for its key before any create.
+
+The events are handled by their source's handler, found in the ``event_handlers`` resource (each
+capability that consumes events offers its own), so this capability imports none of them.
 """
 
 import dagster as dg
 
-from followup_pipeline.defs.common import RunCounts, outcome_output
-from followup_pipeline.defs.register import outcome_of
-from followup_pipeline.defs.register.registrar import Registrar
+from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.worker import EventHandlers, EventWorker, worker_outcome
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
@@ -23,50 +25,52 @@ class ReplayConfig(dg.Config):
     names: list[str]
 
 
+@dg.op
+def replay_dead_letters(
+    context: dg.OpExecutionContext,
+    config: ReplayConfig,
+    settings: dg.ResourceParam[Settings],
+    event_handlers: dg.ResourceParam[EventHandlers],
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+) -> dg.Output[RunCounts]:
+    """Requeue the named events under their original ids and register them now."""
+    try:
+        names = [parse_name(text) for text in config.names]
+    except ValueError as error:
+        raise dg.Failure(description=str(error)) from None
+    ids = [n.event_id for n in names if n.kind == "event"]
+    keys = [n.value for n in names if n.kind == "action"]
+    with postgres.connection() as conn:
+        with conn.transaction():
+            requeued, refused = requeue_events(conn, ids)
+        for event_id, why in refused.items():
+            context.log.warning("event:%s not replayed: %s", event_id, why)
+        handler = event_handlers.dispatcher(conn, settings, {"espocrm": espocrm})
+        counts: RunCounts = dict(EventWorker(conn, handler, settings).run(ids=requeued))
+    with postgres.connection() as conn, conn.transaction():
+        replayed, refused_actions = replay_actions(conn, keys)
+    for key, why in refused_actions.items():
+        context.log.warning("action:%s not replayed: %s", key, why)
+    refused_count = len(refused) + len(refused_actions)
+    counts.update(
+        requested=len(names),
+        requeued=len(requeued),
+        actions_replayed=len(replayed),
+        refused=refused_count,
+    )
+    outcome = "partial" if refused_count else worker_outcome(counts)
+    return outcome_output(context, outcome, counts)
+
+
+@dg.job(
+    description="Re-process dead-lettered events or actions by their original id.",
+    tags={"dagster/max_runtime": str(30 * 60)},
+)
+def replay() -> None:
+    replay_dead_letters()
+
+
 def build_defs(settings: Settings) -> dg.Definitions:
     """The ``replay`` job, launched by an operator."""
-
-    @dg.op
-    def replay_dead_letters(
-        context: dg.OpExecutionContext,
-        config: ReplayConfig,
-        postgres: PostgresResource,
-        espocrm: EspoCrmResource,
-    ) -> dg.Output[RunCounts]:
-        """Requeue the named events under their original ids and register them now."""
-        try:
-            names = [parse_name(text) for text in config.names]
-        except ValueError as error:
-            raise dg.Failure(description=str(error)) from None
-        ids = [n.event_id for n in names if n.kind == "event"]
-        keys = [n.value for n in names if n.kind == "action"]
-        with postgres.connection() as conn:
-            with conn.transaction():
-                requeued, refused = requeue_events(conn, ids)
-            for event_id, why in refused.items():
-                context.log.warning("event:%s not replayed: %s", event_id, why)
-            counts: RunCounts = dict(
-                Registrar(conn, espocrm.get_client(), settings).run(ids=requeued)
-            )
-        with postgres.connection() as conn, conn.transaction():
-            replayed, refused_actions = replay_actions(conn, keys)
-        for key, why in refused_actions.items():
-            context.log.warning("action:%s not replayed: %s", key, why)
-        refused_count = len(refused) + len(refused_actions)
-        counts.update(
-            requested=len(names),
-            requeued=len(requeued),
-            actions_replayed=len(replayed),
-            refused=refused_count,
-        )
-        outcome = "partial" if refused_count else outcome_of(counts)
-        return outcome_output(context, outcome, counts)
-
-    @dg.job(
-        description="Re-process dead-lettered events or actions by their original id.",
-        tags={"dagster/max_runtime": str(30 * 60)},
-    )
-    def replay() -> None:
-        replay_dead_letters()
-
-    return dg.Definitions(jobs=[replay])
+    return dg.Definitions(jobs=[replay], resources={"settings": settings})

@@ -4,10 +4,9 @@ from typing import Literal
 
 import dagster as dg
 
-from followup_pipeline.defs.common import RunCounts, outcome_output
+from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watch_control import WatchControlError, pause_watch, resume_watch
 
 
@@ -18,38 +17,37 @@ class WatchControlConfig(dg.Config):
     action: Literal["pause", "resume"]
 
 
+@dg.op
+def control_watch(
+    context: dg.OpExecutionContext,
+    config: WatchControlConfig,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    clock: ClockResource,
+) -> dg.Output[RunCounts]:
+    """Pause or resume the watch; an unknown or closed watch fails the run with the reason."""
+    calendar = calendar_of(postgres, settings) if config.action == "resume" else None
+    with postgres.connection() as conn, conn.transaction():
+        try:
+            if calendar is None:
+                pause_watch(conn, watch_id=config.watch_id, now=clock.now())
+                planned = 0
+            else:
+                resumed = resume_watch(
+                    conn, watch_id=config.watch_id, now=clock.now(), calendar=calendar
+                )
+                planned = len(resumed)
+        except WatchControlError as error:
+            raise dg.Failure(description=str(error)) from error
+    counts = {"watch_id": config.watch_id, "action": config.action, "steps_planned": planned}
+    return outcome_output(context, "ok", counts)
+
+
+@dg.job(description="Pause or resume a watch (config: watch_id, action).")
+def watch_control() -> None:
+    control_watch()
+
+
 def build_defs(settings: Settings) -> dg.Definitions:
     """The ``watch_control`` job, launched by an operator."""
-
-    @dg.op
-    def control_watch(
-        context: dg.OpExecutionContext,
-        config: WatchControlConfig,
-        postgres: PostgresResource,
-        clock: ClockResource,
-    ) -> dg.Output[RunCounts]:
-        """Pause or resume the watch; an unknown or closed watch fails the run with the reason."""
-        with postgres.connection() as conn, conn.transaction():
-            try:
-                if config.action == "pause":
-                    pause_watch(conn, watch_id=config.watch_id, now=clock.now())
-                    planned = 0
-                else:
-                    calendar = load_calendar(
-                        conn, settings.holiday_country, settings.holiday_subdivision
-                    )
-                    planned = len(
-                        resume_watch(
-                            conn, watch_id=config.watch_id, now=clock.now(), calendar=calendar
-                        )
-                    )
-            except WatchControlError as error:
-                raise dg.Failure(description=str(error)) from error
-        counts = {"watch_id": config.watch_id, "action": config.action, "steps_planned": planned}
-        return outcome_output(context, "ok", counts)
-
-    @dg.job(description="Pause or resume a watch (config: watch_id, action).")
-    def watch_control() -> None:
-        control_watch()
-
-    return dg.Definitions(jobs=[watch_control])
+    return dg.Definitions(jobs=[watch_control], resources={"settings": settings})

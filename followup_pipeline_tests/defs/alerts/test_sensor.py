@@ -17,6 +17,7 @@ from followup_pipeline.cli import main
 from followup_pipeline.commands.alerts import channel
 from followup_pipeline.defs import alerts as capability
 from followup_pipeline.defs.alerts.checks import stale_signal
+from followup_pipeline.defs.alerts.sensors import ALERT_TAG
 from followup_pipeline.domain.alerts import fingerprint
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.store import alerts as store
@@ -290,7 +291,7 @@ def test_alerts_a_failed_alert_run_goes_to_clickup_only(
     # The alert itself is tried again by a later run (a new run key after 15 minutes).
     db.execute("UPDATE alerts SET recorded_at = recorded_at - interval '16 minutes'")
     (retry,) = _check(machine, MONDAY_10 + timedelta(minutes=16))
-    assert retry.run_key == f"{request.tags[capability.ALERT_TAG]}#1"
+    assert retry.run_key == f"{request.tags[ALERT_TAG]}#1"
 
 
 def _event(db: psycopg.Connection[Any], key: str, received_at: datetime) -> int:
@@ -313,7 +314,7 @@ def test_alerts_a_late_event_and_a_silent_evaluate_raise_one_alert_each(
     # 08:30: evaluate has been silent for only 1.5 business hours, and the event is not late.
     assert checks(MONDAY_10 - timedelta(minutes=90)) == []
     requests = checks(MONDAY_10)
-    kinds = sorted(r.tags[capability.ALERT_TAG].split(":")[1] for r in requests)
+    kinds = sorted(r.tags[ALERT_TAG].split(":")[1] for r in requests)
     assert kinds == ["evaluate", "pending"]
     for request in requests:
         assert _send(machine, request, MONDAY_10).success
@@ -385,7 +386,7 @@ def test_alerts_a_failure_the_sensor_missed_is_found_by_the_checks(
     row = db.execute("SELECT source, action_key FROM alerts").fetchone()
     assert row == {
         "source": f"run:{failed.run_id}",
-        "action_key": request.tags[capability.ALERT_TAG],
+        "action_key": request.tags[ALERT_TAG],
     }
     _sense_failure(machine, failed, MONDAY_10)  # the sensor, late: nothing new
     assert db.execute("SELECT count(*) AS n FROM alerts").fetchone() == {"n": 1}
@@ -401,7 +402,7 @@ def test_alerts_dead_letters_from_before_alerting_are_not_news(
     assert rows == [{"action_key": None, "counted_in": "known before alerting"}] * 3
     (new,) = _dead_events(db, 1)
     (request,) = checks(MONDAY_10 + timedelta(minutes=1))
-    assert request.tags[capability.ALERT_TAG].startswith(f"alert:dead:event:{new}@")
+    assert request.tags[ALERT_TAG].startswith(f"alert:dead:event:{new}@")
 
 
 def test_alerts_wait_when_nobody_is_set_to_receive_them(machine: Machine) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from followup_pipeline.cli import main
 from followup_pipeline.defs import enrich
-from followup_pipeline.defs.common import OUTCOME_TAG
+from followup_pipeline.engine.runs import OUTCOME_TAG
 from followup_pipeline.store.events import gauges
 
 from ..evaluate.conftest import MONDAY, Machine

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs import enrich, evaluate
-from followup_pipeline.defs.common import OUTCOME_TAG
+from followup_pipeline.engine.runs import OUTCOME_TAG
 from followup_pipeline.integrations.resources import (
     ClickUpResource,
     EspoCrmResource,

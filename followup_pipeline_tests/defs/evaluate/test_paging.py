@@ -11,9 +11,9 @@ import httpx
 import psycopg
 
 from followup_pipeline.defs.evaluate.reconcile import Reconciler
-from followup_pipeline.defs.evaluate.tally import Tally
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.engine.scope import RunScope, Tally
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.espocrm import PAGE_SIZE, EspoCrmClient
 from followup_pipeline.resources import PostgresResource
@@ -56,10 +56,11 @@ def _reconcile(machine: Machine, transport: httpx.BaseTransport, hours: int) -> 
     postgres = PostgresResource(url=machine.db_url)
     now = MONDAY + timedelta(hours=hours)
     log = logging.getLogger("test")
-    tasks = TaskLedger(postgres, board, settings, now=now, run_id=None, log=log)
+    run = RunScope(now, None, log)
+    tasks = TaskLedger(run, postgres, board, settings)
     calendar = BusinessCalendar("DE")
     try:
-        return Reconciler(postgres, crm, tasks, settings, calendar=calendar, now=now, log=log).run()
+        return Reconciler(run, postgres, crm, tasks, settings, calendar=calendar).run()
     finally:
         crm.close()
         board.close()

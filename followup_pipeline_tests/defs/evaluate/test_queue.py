@@ -21,8 +21,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from followup_pipeline.defs.common import OUTCOME_TAG
 from followup_pipeline.defs.evaluate import business_hour_partitions
+from followup_pipeline.engine.runs import OUTCOME_TAG
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.db import connection_kwargs

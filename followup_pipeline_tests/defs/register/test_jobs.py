@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs import build_definitions
-from followup_pipeline.defs.common import OUTCOME_TAG
+from followup_pipeline.engine.runs import OUTCOME_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import load_settings
@@ -67,7 +67,7 @@ def test_crm_events_keys_never_block_a_retry_and_wait_for_runs_in_flight(
         assert not blocked.run_requests
         assert "in flight" in (blocked.skip_message or "")
         instance.delete_run(started)
-        # The run failed and still holds its key (DAGSTER.md): the retry needs another.
+        # The run failed and still holds its key (docs/dagster.md): the retry needs another.
         _add_run(instance, dg.DagsterRunStatus.FAILURE, tags)
         again = _tick(defs, instance, db_url, first.cursor)
     assert again.run_requests is not None

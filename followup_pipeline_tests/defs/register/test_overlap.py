@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
-from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connection_kwargs
+from followup_pipeline_tests.support import registering
 
 from .conftest import EventFactory, FakeCrm
 
@@ -40,7 +40,7 @@ class HiddenCrm(FakeCrm):
 
 def _register(db_url: str, crm: FakeCrm, settings: Settings, ids: list[int]) -> dict[str, int]:
     with psycopg.connect(db_url, autocommit=True, **connection_kwargs()) as conn:
-        return dict(Registrar(conn, crm, settings).run(ids=ids))
+        return dict(registering(conn, crm, settings).run(ids=ids))
 
 
 def test_overlap_no_lock_is_held_while_the_crm_is_asked(

@@ -10,11 +10,11 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import lost_connection, storable
 from followup_pipeline.store.dead_letters import dead_letters, requeue_events
+from followup_pipeline_tests.support import registering
 
 from .conftest import EventFactory, FakeCrm
 
@@ -42,7 +42,7 @@ def test_poison_items_are_recorded_and_skipped_while_good_events_register(
         ],
         "Opportunity.create",
     )
-    counts = dict(Registrar(db, crm, settings).run())
+    counts = dict(registering(db, crm, settings).run())
     assert counts["registered"] == 4  # three good events and the good item beside the poison
     assert counts["items_invalid"] == 2
     assert "events_retried" not in counts
@@ -59,7 +59,7 @@ def test_poison_items_are_recorded_and_skipped_while_good_events_register(
     # A replay finds the records and skips the poison again; nothing is doubled.
     db.execute("UPDATE events SET status = 'dead' WHERE id = %s", (poison,))
     assert requeue_events(db, [poison]) == ([poison], {})
-    again = dict(Registrar(db, crm, settings).run(ids=[poison]))
+    again = dict(registering(db, crm, settings).run(ids=[poison]))
     assert again["items_already_done"] == 1
     assert again["items_invalid"] == 2
     assert db.execute("SELECT count(*) AS n FROM watches").fetchone() == {"n": 4}
@@ -75,7 +75,7 @@ def test_poison_dead_letters_command_lists_the_skipped_items(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     poison = add_event([{"id": "bad id!", "stage": "Proposal"}], "Opportunity.create")
-    Registrar(db, crm, settings).run()
+    registering(db, crm, settings).run()
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
     assert main(["dead-letters", "list"]) == 0
     out = capsys.readouterr().out
@@ -98,7 +98,7 @@ def test_poison_a_statement_the_database_refuses_fails_its_event_not_the_run(
     db.execute("CREATE INDEX watches_probe_wide ON watches (probe_wide(subject_name))")
     poison = add_event([{"id": "p1", "name": "Poison", "stage": "Proposal"}], "Opportunity.create")
     good = add_event([{"id": "g1", "name": "Good", "stage": "Proposal"}], "Opportunity.create")
-    counts = dict(Registrar(db, crm, settings).run())
+    counts = dict(registering(db, crm, settings).run())
     assert (counts["registered"], counts["events_retried"], counts["events_done"]) == (1, 1, 1)
     assert _event(db, good)["status"] == "done"
     failed = _event(db, poison)
@@ -148,7 +148,7 @@ def test_poison_a_run_that_dies_charges_only_the_event_it_worked_on(
 ) -> None:
     first, second, third = (add_event([{"id": f"d{n}", "stage": "Proposal"}]) for n in range(3))
     with pytest.raises(SystemExit):
-        Registrar(db, _Dies(), settings).run()
+        registering(db, _Dies(), settings).run()
     attempts = [_event(db, e)["attempts"] for e in (first, second, third)]
     assert attempts == [1, 0, 0]
 
@@ -161,9 +161,9 @@ def test_poison_an_event_that_kills_every_run_is_a_dead_letter_at_its_limit(
     behind = add_event([{"id": "d1", "stage": "Proposal"}])
     for _ in range(settings.event_max_attempts):
         with pytest.raises(SystemExit):
-            Registrar(db, _Dies(), settings).run()
+            registering(db, _Dies(), settings).run()
         db.execute("UPDATE events SET claimed_until = NULL")  # the dead run's lease ran out
-    counts = dict(Registrar(db, crm, settings).run())
+    counts = dict(registering(db, crm, settings).run())
     dead = _event(db, killer)
     assert (dead["status"], dead["attempts"], dead["dead_step"]) == (
         "dead",

@@ -11,7 +11,8 @@ import httpx
 import psycopg
 import pytest
 
-from followup_pipeline.defs.report.mailer import Mailer, MailError
+from followup_pipeline.engine.mailer import Mailer, MailError
+from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.outlook import KEY_PROPERTY, OutlookClient
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.sandbox.config import SandboxConfig
@@ -50,12 +51,10 @@ def _mailer(
 ) -> Mailer:
     values = {"action_in_flight_s": 0, **settings}
     return Mailer(
+        RunScope(NOW, "run-1", LOG),
         PostgresResource(url=db_url),
         outlook,
         load_settings(**values),
-        now=NOW,
-        run_id="run-1",
-        log=LOG,
         sleep=(sleeps if sleeps is not None else []).append,
     )
 

@@ -2,27 +2,24 @@
 whose answer was lost.
 
 Graph has no idempotency header and a 5xx, 429 or timeout on ``sendMail`` is ambiguous: the
-mail may have gone (VENDORS.md). So the action is committed ``attempted`` before the request,
-its key travels on the message as an extended property, and a row left ``attempted`` or
-``unknown`` (a crash after the 202, a fault that sent and then answered 500) is settled by
-looking for the key in the mailbox before anything is sent again, once the earlier request's
-in-flight window has passed (waited for, up to ``MAX_WAIT_S``).
+mail may have gone (docs/vendors.md, Microsoft Graph). So the action is committed ``attempted``
+before the request, its key travels on the message as an extended property, and a row left
+``attempted`` or ``unknown`` (a crash after the 202, a fault that sent and then answered 500) is
+settled by looking for the key in the mailbox before anything is sent again, once the earlier
+request's in-flight window has passed (waited for, up to ``MAX_WAIT_S``).
 """
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
-from followup_pipeline.defs.common import Attempts
-from followup_pipeline.defs.evaluate.ports import Log
+from followup_pipeline.engine.ledger import ActionLedger, Prior
+from followup_pipeline.engine.scope import Database, RunScope
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
-from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import ledger
-from followup_pipeline.store.ledger import Action, ActionSpec, Kind
+from followup_pipeline.store.ledger import ActionSpec, Kind
 from followup_pipeline.store.run_lock import RunLock
 
 MailOutcome = Literal["sent", "already_sent", "suppressed", "in_flight"]
@@ -44,28 +41,34 @@ class MailError(RuntimeError):
     """A send failed; the action says ``failed`` or ``unknown`` and the next run settles it."""
 
 
-class Mailer(Attempts):
-    """Sends mail through Graph at most once per ledger key."""
+class LockableDatabase(Database, Protocol):
+    """Pooled connections, and the URL a lock takes a connection of its own from."""
+
+    @property
+    def url(self) -> str:
+        """The database's URL."""
+        ...
+
+
+class Mailer:
+    """Sends mail through Graph at most once per ledger key, for one run."""
 
     def __init__(
         self,
-        postgres: PostgresResource,
+        run: RunScope,
+        db: LockableDatabase,
         outlook: OutlookClient,
         settings: Settings,
         *,
-        now: datetime,
-        run_id: str | None,
-        log: Log,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.sleep = sleep
-        self.db = postgres
-        self.postgres = postgres
+        self.run = run
+        self.db = db
         self.outlook = outlook
         self.settings = settings
-        self.now = now
-        self.run_id = run_id
-        self.log = log
+        self.sleep = sleep
+        self.log = run.log
+        self.ledger = ActionLedger.of(db, run, settings)
 
     def send_once(
         self,
@@ -85,7 +88,8 @@ class Mailer(Attempts):
         lock on the key: the second finds the first sending and leaves it alone. With
         ``resend=False`` an earlier send is only settled: ``MailError`` if it did not arrive.
         """
-        lock = RunLock.try_take(self.postgres.url, f"mail:{key}", owner=self.run_id or "mailer")
+        owner = self.run.run_id or "mailer"
+        lock = RunLock.try_take(self.db.url, f"mail:{key}", owner=owner)
         try:
             if not lock.held:
                 self.log.info("%s: another run is sending it now (%s)", key, lock.holder)
@@ -93,7 +97,7 @@ class Mailer(Attempts):
             spec = ActionSpec(
                 key=key,
                 kind=kind,
-                due_at=self.now,
+                due_at=self.run.now,
                 time_zone=self.settings.timezone,
                 payload=payload,
             )
@@ -114,13 +118,11 @@ class Mailer(Attempts):
         resend: bool,
     ) -> MailResult:
         key = spec.key
-        with self.db.connection() as conn:
-            action = ledger.action_by_key(conn, key)
-            age = ledger.age_s(conn, action.id) if action is not None else None
-        if action is not None and action.outcome in ("accepted", "confirmed"):
-            return MailResult(key, "already_sent", action.provider_ref)
-        if action is not None and action.outcome in ("attempted", "unknown"):
-            remaining = self.settings.in_flight_s() - (age or 0.0)
+        prior = self.ledger.prior(key)
+        if prior.done and prior.action is not None:
+            return MailResult(key, "already_sent", prior.action.provider_ref)
+        if prior.maybe_done:
+            remaining = self.ledger.in_flight_s - prior.age_s
             if remaining > MAX_WAIT_S:
                 self.log.info("%s: the last send may still be on its way; left alone", key)
                 return MailResult(key, "in_flight")
@@ -129,18 +131,17 @@ class Mailer(Attempts):
                 # window here, then ask the mailbox, instead of failing the retry too.
                 self.log.info("%s: waiting %.0f s for the last send's window", key, remaining)
                 self.sleep(remaining)
-            settled = self._settle(spec, action)
+            settled = self._settle(spec, prior)
             if settled is not None:
                 return settled
         if not resend:
             raise MailError(f"{key}: the earlier send is not in Sent Items")
         if self.settings.dry_run:
-            with self.db.connection() as conn, conn.transaction():
-                ledger.suppress(conn, spec, reason="dry_run")
+            self.ledger.suppress(spec, "dry_run")
             return MailResult(key, "suppressed")
         return self._send(spec, to=to, subject=subject, html=html, text=text)
 
-    def _settle(self, spec: ActionSpec, action: Action) -> MailResult | None:
+    def _settle(self, spec: ActionSpec, prior: Prior) -> MailResult | None:
         """Ask Sent Items about an earlier send whose answer was lost; the result if it went."""
         try:
             message_id = self.outlook.find_sent(spec.key)
@@ -150,21 +151,23 @@ class Mailer(Attempts):
             self.log.info("%s: not in Sent Items; sending (again)", spec.key)
             return None
         # The mail that went out is the earlier run's: keep what it recorded (its `until`).
-        attempt = self._begin(replace(spec, payload=action.payload))
+        earlier = prior.action.payload if prior.action is not None else None
+        attempt = self.ledger.begin(replace(spec, payload=earlier))
         if attempt is not None:
-            self._finish(attempt, "accepted", provider_ref=message_id, error="found in Sent Items")
+            self.ledger.finish(
+                attempt, "accepted", provider_ref=message_id, error="found in Sent Items"
+            )
         return MailResult(spec.key, "already_sent", message_id)
 
     def _send(
         self, spec: ActionSpec, *, to: list[str], subject: str, html: str, text: str | None
     ) -> MailResult:
-        attempt = self._begin(spec)
+        attempt = self.ledger.begin(spec)
         if attempt is None:  # another run sent it meanwhile
             return MailResult(spec.key, "already_sent")
 
         def stamp() -> None:
-            with self.db.connection() as conn:
-                ledger.touch(conn, attempt.action_id)  # the in-flight window starts now
+            self.ledger.touch(attempt)  # the in-flight window starts now
 
         try:
             if text is None:
@@ -175,8 +178,8 @@ class Mailer(Attempts):
                     to=to, subject=subject, html=html, text=text, key=spec.key, before_send=stamp
                 )
         except IntegrationError as error:
-            ambiguous = isinstance(error, TransientError)  # a 5xx, 429 or timeout: maybe sent
-            self._finish(attempt, "unknown" if ambiguous else "failed", error=str(error))
+            # A 5xx, 429 or timeout: maybe sent.
+            self.ledger.fail(attempt, str(error), maybe_done=isinstance(error, TransientError))
             raise MailError(f"{spec.key}: Graph failed: {error}") from error
-        self._finish(attempt, "accepted", provider_ref=receipt.request_id)
+        self.ledger.finish(attempt, "accepted", provider_ref=receipt.request_id)
         return MailResult(spec.key, "sent", receipt.request_id)

@@ -1,0 +1,143 @@
+"""The two ops of ``evaluate``: ``sync`` (stage guard, reconcile) hands a ``Synced`` to
+``evaluate_due`` (reset cadences, due steps, exhausted watches, closing the tasks of closed
+ones). The work always uses the clock's now; the partition is only a label."""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import dagster as dg
+
+from followup_pipeline.defs.evaluate.activity import CadenceResetter
+from followup_pipeline.defs.evaluate.due import DueSteps
+from followup_pipeline.defs.evaluate.reconcile import Reconciler
+from followup_pipeline.defs.evaluate.tasks import TaskLedger
+from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output
+from followup_pipeline.engine.scope import RunScope, Tally
+from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
+from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.enrichments import cursor_of, set_cursor
+
+LOCK_HELD_ELSEWHERE = "another evaluate run holds the lock"
+#: The cursor of the changes ``evaluate`` has read (``job_cursors``).
+CURSOR = "evaluate"
+#: Read from this much before the cursor: clocks of the CRM and of this machine may differ.
+CURSOR_OVERLAP = timedelta(minutes=5)
+
+
+class EvaluateConfig(dg.Config):
+    """``full``: reconcile every deal in a watched stage and every open watch (as the first run
+    of each business day does), not only what changed since the last run."""
+
+    full: bool = False
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What ``sync`` hands to ``evaluate_due``: when it read the CRM, from which cursor, whether
+    it read every change, and its counts and problems so far; ``skipped`` when another run
+    held the lock."""
+
+    now: datetime
+    since: datetime | None = None
+    complete: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    skipped: bool = False
+
+
+def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts]:
+    reason = f"{LOCK_HELD_ELSEWHERE}: {holder}" if holder else LOCK_HELD_ELSEWHERE
+    context.log.info("skipped: %s", reason)
+    return outcome_output(context, "skipped", {"skipped": 1, "reason": reason})
+
+
+@dg.op
+def sync(
+    context: dg.OpExecutionContext,
+    config: EvaluateConfig,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+    clickup: ClickUpResource,
+    clock: ClockResource,
+    evaluate_lock: RunLockResource,
+) -> dg.Output[Synced]:
+    """Check the stage names, then reconcile watches with the CRM."""
+    now = clock.now()
+    if not evaluate_lock.held:
+        return dg.Output(Synced(now=now, skipped=True))
+    run = RunScope(now, context.run_id, context.log)
+    zone = settings.timezone
+    tasks = TaskLedger(run, postgres, clickup.get_client(), settings)
+    calendar = calendar_of(postgres, settings)
+    reconciler = Reconciler(run, postgres, espocrm.get_client(), tasks, settings, calendar=calendar)
+    tally = Tally(context.log)
+    with postgres.connection() as conn:
+        position = cursor_of(conn, CURSOR)
+    if position is not None and position > now:
+        position = None  # a cursor from a clock set ahead: read everything once
+    since = position - CURSOR_OVERLAP if position is not None else None
+    full = config.full or position is None or local_date(position, zone) != local_date(now, zone)
+    complete = True
+    try:
+        reconciler.check_stage_names()
+    except IntegrationError as error:
+        tally.problem(f"CRM unreachable, no reconciliation this run: {error}")
+        complete = False
+    else:
+        if full or since is None:
+            tally.count("full_reconciliation")
+            tally.add(reconciler.run())
+        else:
+            tally.add(reconciler.run_changes(since))
+        complete = reconciler.complete
+    tally.add(tasks.tally)
+    synced = Synced(
+        now=now,
+        since=since,
+        complete=complete,
+        counts=dict(tally.counts),
+        problems=tuple(tally.problems),
+    )
+    return dg.Output(synced, metadata=tally.metadata())
+
+
+@dg.op
+def evaluate_due(
+    context: dg.OpExecutionContext,
+    synced: Synced,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+    clickup: ClickUpResource,
+    clock: ClockResource,
+    evaluate_lock: RunLockResource,
+) -> dg.Output[RunCounts]:
+    """Reset cadences, create due steps' tasks, close exhausted watches and the tasks of closed
+    ones.
+
+    The clock is read again: a retried or re-executed op works at its own now, not at the
+    failed run's (the clock decides, docs/architecture.md).
+    """
+    if synced.skipped or not evaluate_lock.held:
+        return _skipped(context, evaluate_lock.holder)
+    run = RunScope(max(clock.now(), synced.now), context.run_id, context.log)
+    crm = espocrm.get_client()
+    calendar = calendar_of(postgres, settings)
+    tasks = TaskLedger(run, postgres, clickup.get_client(), settings)
+    tally = Tally.of(context.log, synced.counts, list(synced.problems))
+    resets = CadenceResetter(run, postgres, crm, calendar).run_changes(synced.since)
+    due = DueSteps(run, postgres, crm, tasks, settings, calendar=calendar)
+    tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
+    due.close_exhausted()
+    tasks.close_tasks_of_closed_watches()
+    tally.add(tasks.tally)
+    if synced.complete and resets.complete and settings.now is None:
+        # (A run on a clock set by FOLLOWUP_NOW reads, but never moves the cursor.)
+        # Only a run that read every change moves the cursor: to when its reading began.
+        with postgres.connection() as conn:
+            set_cursor(conn, CURSOR, synced.now)
+    return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())

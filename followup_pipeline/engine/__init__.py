@@ -1,0 +1,11 @@
+"""What every pipeline stands on, besides ``domain``, ``store`` and ``integrations``.
+
+- ``scope``: the frozen run scope (now, run id, log) and the tally of counts and problems.
+- ``ledger``: the action ledger service: one row per outbound effect, its attempts, its outcome.
+- ``mailer``: mail through Graph at most once per ledger key (reports and alerts).
+- ``worker``: the event worker: claims, per-item completions, backoff, dead letters, replay.
+- ``runs``: what a Dagster run of any pipeline reports (outcome tag, counts) and the business
+  day of a schedule's tick.
+
+A capability (``defs/<name>/``) imports this package, never another capability.
+"""

@@ -1,0 +1,207 @@
+"""The event worker: what every pipeline that consumes the event log does with an event.
+
+Claims are leases committed at once (``FOR UPDATE SKIP LOCKED``; each claim charges an attempt
+before the work starts), so no row lock is held while a vendor is asked, a run that dies lets
+its lease run out, and several runs can share the log. A handler does the event's items; each
+finished item is recorded under its completion key ``{event_id}:{item}:{step}`` (an event of
+one item has the one item 0), committed with the item's own writes, so a retry or a replay
+under the original id skips what is done.
+
+Failures: an ``ItemFailed`` (or any error but a lost database connection) fails the event: it
+waits with exponential backoff and ±25 % jitter, or becomes a dead letter after its last attempt,
+kept with its payload, the step that failed and the last error; ``followup dead-letters replay
+event:<id>`` and the ``replay`` job put it back under its id. A lost connection aborts the run:
+the state is unclear.
+"""
+
+import dataclasses
+import random
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Literal, Protocol
+
+import psycopg
+from psycopg import pq
+
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import events
+from followup_pipeline.store.db import StoreError, lost_connection, storable
+from followup_pipeline.store.events import Event
+
+#: Batches one run claims at most, so a flood cannot keep a run going for ever.
+MAX_BATCHES = 20
+#: How long a claim holds an event; a run that dies frees it after this.
+LEASE = timedelta(minutes=15)
+
+
+def completion_key(event_id: int, item: int, step: str) -> str:
+    """The key an item's finished step is recorded under."""
+    return f"{event_id}:{item}:{step}"
+
+
+class ItemFailed(Exception):
+    """One item could not be done; ``step`` names it for the dead letter. A ``permanent`` failure
+    (a body that cannot be read) cannot succeed on a retry: it is dead-lettered at once."""
+
+    def __init__(self, step: str, error: str, *, permanent: bool = False) -> None:
+        super().__init__(error)
+        self.step = step
+        self.permanent = permanent
+
+
+class EventHandler(Protocol):
+    """What a pipeline does with one claimed event of its source."""
+
+    counts: Counter[str]
+
+    def handle(self, event: Event, done: set[str]) -> bool:
+        """Do every item not in ``done`` (their completion keys), recording each; True when it
+        marked the event done itself, in the transaction of its last writes. Raises
+        ``ItemFailed`` for the item that stopped it."""
+        ...
+
+
+class EventWorker:
+    """Claims events and hands each to ``handler``, on one connection with no transaction open
+    (its claims must commit at once)."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        handler: EventHandler,
+        settings: Settings,
+        rng: random.Random | None = None,
+    ) -> None:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise StoreError("the event worker needs a connection with no transaction open")
+        self.conn = conn
+        self.handler = handler
+        self.settings = settings
+        self.rng = rng or random.Random()  # noqa: S311 (backoff jitter)
+        self.counts = handler.counts
+
+    def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
+        """Claim and process due events (or the named pending ones: a replay), batch by batch."""
+        run = f"worker-{uuid.uuid4().hex[:12]}"
+        seen: list[int] = []
+        for _ in range(MAX_BATCHES):
+            with self.conn.transaction():
+                if ids is not None:
+                    batch = events.claim_ids(self.conn, ids, lease=LEASE, run=run)
+                else:
+                    limit = self.settings.event_batch_size
+                    batch = events.claim(self.conn, limit=limit, lease=LEASE, run=run, exclude=seen)
+            for event in batch:
+                seen.append(event.id)
+                self.process(event)
+            if not batch or ids is not None:
+                break
+        return self.counts
+
+    def process(self, event: Event) -> None:
+        """Hand one claimed event to the handler, then mark it done, retried or dead.
+
+        The attempt is charged (committed) before the first item: an event that kills the
+        worker still reaches its limit, and the untouched events of a batch are charged nothing.
+        Any failure but a lost connection is this event's, never the run's.
+        """
+        self.counts["events_claimed"] += 1
+        if event.attempts >= self.settings.event_max_attempts:
+            # Every attempt was charged and none ended: the worker died on it each time. A dead
+            # letter now, before it can kill this run too and hold back the events behind it.
+            message = f"the worker died during each of its {event.attempts} attempts"
+            self.fail(event, "worker_died", message, permanent=True)
+            return
+        with self.conn.transaction():
+            attempts = events.start_attempt(self.conn, event.id)
+        event = dataclasses.replace(event, attempts=attempts)
+        try:
+            with self.conn.transaction():
+                done = events.completed_keys(self.conn, event.id)
+            if not self.handler.handle(event, done):
+                with self.conn.transaction():
+                    events.mark_done(self.conn, event.id)
+        except ItemFailed as failed:
+            self.fail(event, failed.step, str(failed), permanent=failed.permanent)
+            return
+        except Exception as error:
+            if lost_connection(error, self.conn):
+                raise  # the database is gone: the state is unclear, abort the run
+            self.fail(event, "event", repr(error))
+            return
+        self.counts["events_done"] += 1
+
+    def fail(self, event: Event, step: str, error: str, *, permanent: bool = False) -> None:
+        """Count the failed attempt: wait with backoff, or dead-letter after the last one."""
+        delay = events.backoff(
+            event.attempts,
+            base_s=self.settings.event_backoff_base_s,
+            max_s=self.settings.event_backoff_max_s,
+            rng=self.rng,
+        )
+        with self.conn.transaction():
+            dead = events.mark_failed(
+                self.conn,
+                event=event,
+                step=storable(step, 200),
+                error=storable(error),
+                max_attempts=1 if permanent else self.settings.event_max_attempts,
+                delay=delay,
+            )
+        self.counts["events_dead" if dead else "events_retried"] += 1
+
+
+def worker_outcome(counts: Mapping[str, object]) -> Literal["ok", "partial"]:
+    """``partial`` when an event failed (retried or dead-lettered), else ``ok``."""
+    return "partial" if counts.get("events_retried") or counts.get("events_dead") else "ok"
+
+
+#: The Dagster resources of the op that runs the worker, by key (a handler takes its vendor
+#: clients from them).
+ResourcesByKey = Mapping[str, object]
+#: How a capability makes the handler of its source's events for one run: from the run's
+#: connection, the settings and the op's resources.
+HandlerFactory = Callable[[psycopg.Connection[Any], Settings, ResourcesByKey], EventHandler]
+
+
+class EventHandlers:
+    """Every event source's handler factory: the capabilities' ``EVENT_HANDLERS`` gathered by
+    ``defs/__init__.py`` into one resource, so that a replay can handle any source's event
+    without a capability importing another."""
+
+    def __init__(self, factories: Mapping[str, HandlerFactory]) -> None:
+        self.factories = dict(factories)
+
+    def dispatcher(
+        self, conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
+    ) -> EventHandler:
+        """One handler that hands each event to its source's handler (made on first use)."""
+        return _Dispatcher(self.factories, conn, settings, resources)
+
+
+class _Dispatcher:
+    """Hands each event to the handler of its source; their counts are summed here."""
+
+    def __init__(
+        self,
+        factories: Mapping[str, HandlerFactory],
+        conn: psycopg.Connection[Any],
+        settings: Settings,
+        resources: ResourcesByKey,
+    ) -> None:
+        self.factories = factories
+        self.made: dict[str, EventHandler] = {}
+        self.args = (conn, settings, resources)
+        self.counts: Counter[str] = Counter()
+
+    def handle(self, event: Event, done: set[str]) -> bool:
+        """The event's source's handler does it; an event of no known source fails for good."""
+        if event.source not in self.factories:
+            raise ItemFailed("source", f"no handler for source {event.source!r}", permanent=True)
+        handler = self.made.get(event.source)
+        if handler is None:
+            handler = self.made[event.source] = self.factories[event.source](*self.args)
+            handler.counts = self.counts
+        return handler.handle(event, done)

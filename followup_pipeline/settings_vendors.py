@@ -1,0 +1,96 @@
+"""The settings of the four vendors: EspoCRM (and its webhooks), ClickUp, Microsoft Graph
+(Outlook) and Mistral; ``Settings`` (``settings.py``) reads them after the core ones."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode
+
+#: EspoCRM webhook events the ingress understands (docs/architecture.md §3).
+EspoEvent = Literal[
+    "Opportunity.create",
+    "Opportunity.update",
+    "Opportunity.fieldUpdate.stage",
+    "Opportunity.delete",
+]
+
+
+class EspoWebhook(BaseModel):
+    """One webhook configured in EspoCRM: its id, the event it sends, and its secret."""
+
+    id: str = Field(min_length=1)
+    event: EspoEvent
+    secret: SecretStr
+
+
+def parse_json(value: Any, empty: Any) -> Any:
+    """A JSON setting's value; ``empty`` when it is blank."""
+    if isinstance(value, str):
+        text = value.strip()
+        return json.loads(text) if text else empty
+    return value
+
+
+class VendorSettings(BaseSettings):
+    """Where each vendor is, and the machine's credentials and configuration there."""
+
+    # --- EspoCRM -------------------------------------------------------------------------------
+    espocrm_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/espocrm")
+    espocrm_api_key: SecretStr | None = None
+    espocrm_hmac_secret: SecretStr | None = None
+    espocrm_webhooks: Annotated[list[EspoWebhook], NoDecode] = []
+    espocrm_legacy_signature: bool = True
+    #: Standard Webhooks sources: JSON map source name → list of ``whsec_…`` secrets (rotation).
+    standard_webhooks: Annotated[dict[str, list[SecretStr]], NoDecode] = {}
+
+    # --- ClickUp -------------------------------------------------------------------------------
+    clickup_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/clickup/api")
+    clickup_token: SecretStr | None = None
+    clickup_list_id: str = "sandbox-list"
+    clickup_key_field_id: str | None = None
+    clickup_default_assignee: int | None = None
+    clickup_user_map: Annotated[dict[str, int], NoDecode] = {}
+    clickup_close_on_watch_close: bool = True
+    #: The status that closes a task; unset: the list's status of type closed, read from ClickUp.
+    clickup_closed_status: str | None = None
+
+    # --- Microsoft Graph (Outlook) -------------------------------------------------------------
+    graph_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/graph")
+    graph_login_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/login")
+    graph_tenant_id: str = "sandbox-tenant"
+    graph_client_id: str = "sandbox-client"
+    graph_client_secret: SecretStr | None = None
+    graph_sender: str = "followup@example.com"
+
+    # --- Mistral -------------------------------------------------------------------------------
+    mistral_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/mistral")
+    mistral_api_key: SecretStr | None = None
+    mistral_model: str = "mistral-small-latest"
+
+    @field_validator("espocrm_webhooks", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        return parse_json(value, [])
+
+    @field_validator("clickup_user_map", "standard_webhooks", mode="before")
+    @classmethod
+    def _json_map(cls, value: Any) -> Any:
+        return parse_json(value, {})
+
+    def crm_deal_url(self, deal_id: str) -> str:
+        """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""
+        base = str(self.espocrm_url).rstrip("/").removesuffix("/api/v1")
+        return f"{base}/#Opportunity/view/{deal_id}"
+
+    def sandbox_credentials_missing(self) -> list[str]:
+        """Names of the vendor credential variables that are unset."""
+        required = {
+            "FOLLOWUP_ESPOCRM_API_KEY": self.espocrm_api_key,
+            "FOLLOWUP_CLICKUP_TOKEN": self.clickup_token,
+            "FOLLOWUP_GRAPH_CLIENT_SECRET": self.graph_client_secret,
+            "FOLLOWUP_MISTRAL_API_KEY": self.mistral_api_key,
+        }
+        return [name for name, value in required.items() if value is None]
