@@ -193,7 +193,7 @@ class World:
         result = self.job.execute_in_process(instance=self.instance, run_config=config)
         seconds = time.perf_counter() - start
         assert result.success
-        counts: dict[str, Any] = result.output_for_node("sync")["counts"]
+        counts: dict[str, Any] = result.output_for_node("sync").counts
         return seconds, self.requests() - before, counts
 
 
