@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,11 @@ LOCATION = "followup"
 MODULE = "followup_pipeline.definitions"
 
 
-def workspace_yaml(working_directory: Path) -> str:
-    """The workspace: the definitions module as the location ``followup``. The code server's
-    working directory is put on ``sys.path``: it is ``DAGSTER_HOME``, never the operator's folder
-    (in ``followup_pipeline/store/`` a ``holidays.py`` would shadow the ``holidays`` package)."""
-    return (
-        "load_from:\n"
-        "  - python_module:\n"
-        f"      module_name: {MODULE}\n"
-        f"      location_name: {LOCATION}\n"
-        f"      working_directory: {json.dumps(str(working_directory))}\n"
-    )
+#: The files of the instance, installed into ``DAGSTER_HOME``: the root ``dagster.yaml`` and
+#: ``workspace.yaml`` of the checkout are their source, and the package ships them byte for byte
+#: (``followup_pipeline/instance/``; a test fails on any difference), so an installed package
+#: needs no checkout.
+INSTANCE_FILES = ("dagster.yaml", "workspace.yaml")
 
 
 def dagster_home(settings: Settings) -> Path:
@@ -43,13 +36,15 @@ def dagster_home(settings: Settings) -> Path:
 
 
 def install_dagster_home(settings: Settings) -> Path:
-    """Create ``DAGSTER_HOME`` with the instance template and the workspace; return it."""
+    """Create ``DAGSTER_HOME`` with the instance's ``dagster.yaml`` and ``workspace.yaml``;
+    return it. The workspace names the code location ``followup`` (module ``MODULE``) and runs
+    its code server from ``DAGSTER_HOME`` (``working_directory: {env: DAGSTER_HOME}``), never
+    from the operator's folder, where a module would shadow a package."""
     home = dagster_home(settings)
     home.mkdir(parents=True, exist_ok=True)
-    template = resources.files("followup_pipeline") / "instance" / "dagster.yaml"
-    with resources.as_file(template) as path:
-        shutil.copyfile(path, home / "dagster.yaml")
-    (home / "workspace.yaml").write_text(workspace_yaml(home), encoding="utf-8")
+    for name in INSTANCE_FILES:
+        packaged = resources.files("followup_pipeline") / "instance" / name
+        (home / name).write_bytes(packaged.read_bytes())
     return home
 
 

@@ -115,8 +115,10 @@ class Settings(VendorSettings, CoreSettings):
     event_backoff_max_s: float = Field(default=3600.0, ge=0)
     #: Events claimed per batch by a ``register`` run.
     event_batch_size: int = Field(default=50, ge=1, le=1000)
-    #: How often the ``crm_events`` sensor looks at the event log (at most 30 s by design).
-    events_sensor_interval_s: int = Field(default=30, ge=1, le=30)
+    #: How often the ``crm_events`` sensor may look at the event log (at most 30 s by design).
+    #: Dagster's sensor loop runs every 5 s at best, so 1 means "at every loop": a webhook
+    #: reaches its watch in seconds (docs/benchmarks.md, webhook to watch).
+    events_sensor_interval_s: int = Field(default=1, ge=1, le=30)
 
     @field_validator("ops_owner", "ops_backup")
     @classmethod

@@ -1,6 +1,7 @@
 """``followup purge``: past the retention exactly the processed webhooks' bodies, the settled
-review items' e-mail text and the finished Dagster runs go; dead, pending and recent data stay;
-``--dry-run`` changes nothing; a second purge finds nothing more."""
+review items' e-mail text and the finished Dagster runs go; dead, pending and recent data stay,
+and so does every event row with its delivery id; ``--dry-run`` changes nothing; a second purge
+finds nothing more."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from followup_pipeline.cli import main
 from followup_pipeline.machine import dagster_home, install_dagster_home, open_instance
 from followup_pipeline.settings import load_settings
+from followup_pipeline.store.events import store_delivery
 from followup_pipeline.store.retention import describe_age, parse_age
 
 from .conftest import with_database
@@ -267,3 +269,43 @@ def test_purge_keeps_a_partitions_latest_run_and_a_week_of_runs(
     assert machine.run_ids() == {latest, three_days}
     assert not (storage / superseded).exists()
     assert (storage / latest / "stdout").exists()
+
+
+def test_purge_keeps_the_delivery_id_that_recognises_a_retry(
+    monkeypatch: pytest.MonkeyPatch,
+    db: psycopg.Connection[Any],
+    db_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Standard Webhooks message done two hours ago; its sender retries for days.
+    stored = store_delivery(
+        db,
+        source="forms",
+        event_type="form.submitted",
+        body=b'{"type": "form.submitted"}',
+        headers={"webhook-id": "msg_A"},
+        delivery_id="msg_A",
+    )
+    db.execute(
+        "UPDATE events SET status = 'done', received_at = now() - interval '2 hours',"
+        " processed_at = now() - interval '2 hours'"
+    )
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_DAGSTER_PG_URL", "postgresql+psycopg2://nobody@127.0.0.1/none")
+
+    status, counts, out = _purge(capsys, "--older-than", "1h")
+
+    assert status == 0, out
+    assert counts["webhook bodies"] == 1
+    # The body and headers went; the row and its delivery id stay, whatever --older-than says.
+    row = db.execute("SELECT octet_length(body) AS n, headers, delivery_id FROM events")
+    assert row.fetchall() == [{"n": 0, "headers": {}, "delivery_id": "msg_A"}]
+    retry = store_delivery(
+        db,
+        source="forms",
+        event_type="form.submitted",
+        body=b'{"type": "form.submitted"}',
+        headers={"webhook-id": "msg_A"},
+        delivery_id="msg_A",
+    )
+    assert (retry.event_id, retry.duplicate) == (stored.event_id, True)

@@ -129,7 +129,8 @@ def _headline(
     if watch.closed_at is not None:
         reason = str(watch.closed_reason)
         note = (
-            " It is not reopened by reconciliation; a return into a watched stage reopens it."
+            " It is not reopened while the deal stays in this stage; another watched stage opens"
+            " a new watch."
             if reason == "exhausted"
             else ""
         )

@@ -14,9 +14,11 @@ The rules, for a deal observed in a stage (or gone) at a moment:
   received is not closed by it, and a watch closed after it was received is not reopened by it
   (both ``superseded``). A reading of the CRM (reconciliation, re-check) is current by
   definition and is never stale.
-- ``exhausted`` is final for that stay: a reading of the CRM does not reopen a deal whose latest
-  watch closed ``exhausted`` (``not_reopened_exhausted``); a webhook that brings the deal back
-  into a watched stage does.
+- ``exhausted`` is final for that stage: a deal whose latest watch closed ``exhausted`` gets no
+  new watch while it is in the stage it was exhausted in (``not_reopened_exhausted``), and a new
+  one once it is seen in another watched stage (it moved on). The rule is the same whoever sees
+  the deal (a webhook, the reconciliation), since both compare the deal's stage (the CRM's,
+  whenever it was read) with the stage the watch ended in.
 """
 
 from collections.abc import Collection, Mapping, Sequence
@@ -77,6 +79,9 @@ class WatchState(Protocol):
     @property
     def closed_reason(self) -> str | None: ...
 
+    @property
+    def stage(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -121,7 +126,7 @@ def decide_one(
     if latest is not None and latest.closed_at is not None:
         if event and latest.closed_at > at:
             return Registration(subject, "none", "superseded")
-        if not event and latest.closed_reason == "exhausted":
+        if latest.closed_reason == "exhausted" and latest.stage == observation.stage:
             return Registration(subject, "none", "not_reopened_exhausted")
     return Registration(subject, "open", "registered")
 

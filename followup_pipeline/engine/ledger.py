@@ -10,6 +10,10 @@ A row left ``attempted`` or ``unknown`` may have reached the provider: a sender 
 (by the key it carried) before anything else, and not before the *in-flight window* has passed,
 since a request of a run that died may still be landing. Senders use this service by composition:
 ``TaskLedger`` (ClickUp tasks), ``Mailer`` (Graph mail), ``OpsBoard`` (alert tasks).
+
+Dry run (``FOLLOWUP_DRY_RUN``) is decided here, in ``begin``, the one door to a provider: every
+action of every kind is recorded ``suppressed`` with reason ``dry_run``, a warning is logged, and
+``DryRun`` is raised instead of an attempt, so no sender can reach the outside by forgetting it.
 """
 
 from collections.abc import Callable
@@ -25,6 +29,11 @@ from followup_pipeline.store.ledger import Action, ActionSpec, Attempt, FinalOut
 
 #: Work done in the transaction that records an outcome (a step marked fired with its task).
 Also = Callable[[psycopg.Connection[Any]], object]
+
+
+class DryRun(Exception):
+    """The action was not attempted: the machine runs dry (recorded ``suppressed``, reason
+    ``dry_run``)."""
 
 
 @dataclass(frozen=True)
@@ -57,18 +66,29 @@ class ActionLedger:
     """The ledger of one run: its attempts are stamped with the scope's ``now`` and run id."""
 
     def __init__(
-        self, db: Database, scope: RunScope, *, in_flight_s: float, max_attempts: int
+        self,
+        db: Database,
+        scope: RunScope,
+        *,
+        in_flight_s: float,
+        max_attempts: int,
+        dry_run: bool = False,
     ) -> None:
         self.db = db
         self.scope = scope
         self.in_flight_s = in_flight_s
         self.max_attempts = max_attempts
+        self.dry_run = dry_run
 
     @classmethod
     def of(cls, db: Database, scope: RunScope, settings: Settings) -> "ActionLedger":
         """The ledger with the configured in-flight window and attempts before a dead letter."""
         return cls(
-            db, scope, in_flight_s=settings.in_flight_s(), max_attempts=settings.action_max_attempts
+            db,
+            scope,
+            in_flight_s=settings.in_flight_s(),
+            max_attempts=settings.action_max_attempts,
+            dry_run=settings.dry_run,
         )
 
     def prior(self, key: str) -> Prior:
@@ -89,13 +109,48 @@ class ActionLedger:
         action = self.prior(key).action
         return action is not None and action.is_dead(max_attempts=self.max_attempts)
 
-    def begin(self, spec: ActionSpec) -> Attempt | None:
+    def begin(self, spec: ActionSpec, *, dry_run_also: Also | None = None) -> Attempt | None:
         """Mark the action attempted (committed before the provider is called); None if it
-        reached the provider already."""
+        reached the provider already. In a dry run: record it ``suppressed`` (with
+        ``dry_run_also`` in the same transaction), log it, and raise ``DryRun``."""
+        if self.dry_run:
+            if self.prior(spec.key).maybe_done:
+                # It may have reached the provider before the machine went dry: left as it is,
+                # to be settled by a live run.
+                self.scope.log.warning("DRY RUN: %s may have been sent before; left", spec.key)
+                raise DryRun(spec.key)
+            with self.db.connection() as conn, conn.transaction():
+                if dry_run_also is not None:
+                    dry_run_also(conn)
+                rows.suppress(conn, spec, reason="dry_run")
+            self.scope.log.warning(
+                "DRY RUN: %s (%s) not sent to the provider; recorded suppressed, reason dry_run",
+                spec.key,
+                spec.kind,
+            )
+            raise DryRun(spec.key)
         with self.db.connection() as conn, conn.transaction():
             return rows.begin_attempt(
                 conn, spec, started_at=self.scope.now, run_id=self.scope.run_id
             )
+
+    def found(self, spec: ActionSpec, *, provider_ref: str, note: str) -> None:
+        """Record that the provider has the object of an earlier attempt whose answer was lost
+        (found by its key): a new attempt, ``accepted`` at once. No request is made, so a dry
+        run records it too."""
+        with self.db.connection() as conn, conn.transaction():
+            attempt = rows.begin_attempt(
+                conn, spec, started_at=self.scope.now, run_id=self.scope.run_id
+            )
+            if attempt is not None:
+                rows.finish_attempt(
+                    conn,
+                    attempt,
+                    outcome="accepted",
+                    finished_at=self.scope.now,
+                    provider_ref=provider_ref,
+                    error=note,
+                )
 
     def touch(self, attempt: Attempt) -> None:
         """The request leaves now: the in-flight window starts here."""

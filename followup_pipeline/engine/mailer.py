@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-from followup_pipeline.engine.ledger import ActionLedger, Prior
+from followup_pipeline.engine.ledger import ActionLedger, DryRun, Prior
 from followup_pipeline.engine.scope import Database, RunScope
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
@@ -136,9 +136,6 @@ class Mailer:
                 return settled
         if not resend:
             raise MailError(f"{key}: the earlier send is not in Sent Items")
-        if self.settings.dry_run:
-            self.ledger.suppress(spec, "dry_run")
-            return MailResult(key, "suppressed")
         return self._send(spec, to=to, subject=subject, html=html, text=text)
 
     def _settle(self, spec: ActionSpec, prior: Prior) -> MailResult | None:
@@ -152,17 +149,18 @@ class Mailer:
             return None
         # The mail that went out is the earlier run's: keep what it recorded (its `until`).
         earlier = prior.action.payload if prior.action is not None else None
-        attempt = self.ledger.begin(replace(spec, payload=earlier))
-        if attempt is not None:
-            self.ledger.finish(
-                attempt, "accepted", provider_ref=message_id, error="found in Sent Items"
-            )
+        self.ledger.found(
+            replace(spec, payload=earlier), provider_ref=message_id, note="found in Sent Items"
+        )
         return MailResult(spec.key, "already_sent", message_id)
 
     def _send(
         self, spec: ActionSpec, *, to: list[str], subject: str, html: str, text: str | None
     ) -> MailResult:
-        attempt = self.ledger.begin(spec)
+        try:
+            attempt = self.ledger.begin(spec)
+        except DryRun:
+            return MailResult(spec.key, "suppressed")
         if attempt is None:  # another run sent it meanwhile
             return MailResult(spec.key, "already_sent")
 

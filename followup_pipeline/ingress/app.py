@@ -93,7 +93,8 @@ class Ingress:
 
         A connection that broke (Postgres restarted since it was pooled) is dropped and the call
         made once more on a fresh one: if the first call did commit, the second finds its key
-        within the window and counts a duplicate, so nothing is stored twice."""
+        (its delivery id, or its body's hash within the window) and counts a duplicate, so
+        nothing is stored twice."""
         for attempt in (1, 2):
             try:
                 async with (
@@ -156,6 +157,7 @@ class Ingress:
             headers=headers,
             status=parsed.status,
             error=parsed.error,
+            delivery_id=verified.delivery_id,
         )
         try:
             stored = await self._store(params)

@@ -41,6 +41,9 @@ class Verified:
 
     event_type: str | None
     webhook_id: str
+    #: The message id a Standard Webhooks sender keeps across retries (``webhook-id``): how a
+    #: redelivery is recognised. None for EspoCRM, whose webhook id names a webhook, not a message.
+    delivery_id: str | None = None
 
 
 def _b64(value: str) -> bytes:
@@ -132,7 +135,7 @@ def verify_standard(
             matched |= hmac.compare_digest(expected, candidate)
     if not matched:
         raise Rejected("bad_signature", "no webhook-signature matches a configured secret")
-    return Verified(None, msg_id)
+    return Verified(None, msg_id, delivery_id=msg_id)
 
 
 def standard_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:

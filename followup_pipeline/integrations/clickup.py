@@ -1,4 +1,5 @@
-"""ClickUp client (API v2): create, find, read and close the follow-up tasks of one list.
+"""ClickUp client (API v2): create, find, read, update, comment on and close the follow-up tasks
+of one list.
 
 ClickUp has no idempotency header, so the action's key travels in the task: in a custom field
 when its id is configured, else as a tag ``fu-<first 12 hex of sha1(key)>``. Creates are never
@@ -260,9 +261,28 @@ class ClickUpClient:
             ) from error
         response = self._http.request("PUT", f"v2/task/{task_id}", json={"status": status})
         task = parse_task(self._http.json(response))
+        self.add_comment(task_id=task_id, comment=comment)
+        return task
+
+    def update_task(self, *, task_id: str, markdown: str) -> Task:
+        """Write a task's description again (``PUT /v2/task/{id}`` with ``markdown_content``,
+        which wins over ``description``; idempotent, so it may be retried). Its name, assignees,
+        status, due date and custom fields are left as they are."""
+        body = {"markdown_content": markdown}
+        response = self._http.request("PUT", f"v2/task/{task_id}", json=body)
+        return parse_task(self._http.json(response))
+
+    def add_comment(self, *, task_id: str, comment: str) -> None:
+        """Add a comment to a task, notifying nobody. A POST, sent once: a lost answer may have
+        added it (``comment_texts`` tells)."""
         self._http.request(
             "POST",
             f"v2/task/{task_id}/comment",
             json={"comment_text": comment, "notify_all": False},
         )
-        return task
+
+    def comment_texts(self, *, task_id: str) -> list[str]:
+        """The texts of a task's 25 newest comments (ClickUp's first page, newest first)."""
+        body = self._http.json(self._http.request("GET", f"v2/task/{task_id}/comment"))
+        comments = body.get("comments") if isinstance(body, dict) else None
+        return [str(c.get("comment_text") or "") for c in comments or [] if isinstance(c, dict)]

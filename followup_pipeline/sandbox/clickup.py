@@ -14,7 +14,15 @@ from starlette.types import Scope
 from followup_pipeline.sandbox.errors import clickup_error
 from followup_pipeline.sandbox.gate import RateDecision
 from followup_pipeline.sandbox.state import SandboxState
-from followup_pipeline.sandbox.tasks import STATUSES, TaskError, filtered, new_task, update_task
+from followup_pipeline.sandbox.tasks import (
+    STATUSES,
+    TaskError,
+    comment_page,
+    filtered,
+    new_comment,
+    new_task,
+    update_task,
+)
 
 
 def rate_limiter(state: SandboxState) -> Any:
@@ -111,26 +119,18 @@ def clickup_app(state: SandboxState) -> Starlette:
 
     async def add_comment(request: Request) -> Response:
         task = stored(request.path_params["task_id"])
-        body = await _json(request)
-        text = body.get("comment_text") if isinstance(body, dict) else None
-        if not isinstance(text, str) or not text:
-            raise TaskError(400, "Comment text invalid", "INPUT_010")
-        if not isinstance(body.get("notify_all"), bool):  # required by ClickUp's schema
-            raise TaskError(400, "notify_all must be a boolean", "INPUT_011")
-        date = state.clock.millis()
-        comment = {
-            "id": str(90120000000000 + state.rng.randrange(10**9)),
-            "hist_id": state.new_id(8),
-            "date": date,
-        }
-        state.comments.setdefault(task["id"], []).append(
-            {**comment, "comment_text": text, "date": str(date), "user": {"id": 81940001}}
+        number = sum(len(kept) for kept in state.comments.values())
+        comment = new_comment(state, await _json(request), number)
+        state.comments.setdefault(task["id"], []).append(comment)
+        # The create answers only the id, the history id and the date (a number here).
+        return JSONResponse(
+            {"id": comment["id"], "hist_id": comment["hist_id"], "date": int(comment["date"])}
         )
-        return JSONResponse(comment)
 
     async def list_comments(request: Request) -> Response:
         task = stored(request.path_params["task_id"])
-        return JSONResponse({"comments": list(reversed(state.comments.get(task["id"], [])))})
+        page = comment_page(state.comments.get(task["id"], []), request.query_params)
+        return JSONResponse({"comments": page})
 
     def guarded(handler: Any) -> Any:
         async def endpoint(request: Request) -> Response:

@@ -89,6 +89,12 @@ class SandboxConfig(BaseModel):
     graph_tenant_id: str = "sandbox-tenant"
     graph_client_id: str = "sandbox-client"
     graph_client_secret: SecretStr = SecretStr("sandbox-client-secret")
+    #: The tenant's mailboxes (user principal names); a path naming another user is Graph's 404
+    #: ``ErrorInvalidUser``. The first is the sender ``env_lines`` gives the machine
+    #: (``FOLLOWUP_GRAPH_SENDER``'s default); ``POST /_sandbox/mailboxes`` adds more.
+    graph_mailboxes: list[str] = Field(
+        default_factory=lambda: ["followup@example.com"], min_length=1
+    )
     graph_token_expires_in: int = Field(default=3599, ge=1)
     #: Graph's limits per mailbox: 10,000 requests per 10 minutes, 4 at once (each over: 429).
     graph_messages_per_window: int = Field(default=10_000, ge=1)

@@ -14,6 +14,7 @@ from starlette.routing import Route
 from followup_pipeline.sandbox.config import WebhookSpec
 from followup_pipeline.sandbox.demo import demo_data
 from followup_pipeline.sandbox.faults import FaultSpec
+from followup_pipeline.sandbox.graph_body import mailbox_of, user_id
 from followup_pipeline.sandbox.records import (
     ACTIVITY_KINDS,
     RecordError,
@@ -147,6 +148,33 @@ def control_app(state: SandboxState) -> Starlette:
             state.config.espocrm_stages[:] = names
         return JSONResponse({"stages": state.config.espocrm_stages})
 
+    def described() -> dict[str, Any]:
+        return {"mailboxes": [{"address": a, "id": user_id(a)} for a in state.mailboxes]}
+
+    async def mailboxes(request: Request) -> Response:
+        """The Graph tenant's mailboxes; POST adds ``{"address"}`` (or ``{"mailboxes": [...]}``)
+        as an admin creating a user would."""
+        if request.method == "POST":
+            body = await _body(request, {})
+            given = body.get("mailboxes") if isinstance(body, dict) else None
+            items = given if isinstance(given, list) else [dict(body).get("address")]
+            addresses = [a for a in items if isinstance(a, str) and "@" in a]
+            if not items or len(addresses) != len(items):
+                return _problem(400, 'expected {"address": "user@domain"} or {"mailboxes": [...]}')
+            for address in addresses:
+                if mailbox_of(address, state.mailboxes) is None:
+                    state.mailboxes.append(address)
+            return JSONResponse(described(), 201)
+        return JSONResponse(described())
+
+    async def remove_mailbox(request: Request) -> Response:
+        """Delete a mailbox, as an admin removing a user: sends from it then answer 404."""
+        address = mailbox_of(request.path_params["address"], state.mailboxes)
+        if address is None:
+            return _problem(404, "no such mailbox")
+        state.mailboxes.remove(address)
+        return JSONResponse(described())
+
     async def outbox(request: Request) -> Response:
         return JSONResponse({"messages": state.outbox})
 
@@ -211,6 +239,8 @@ def control_app(state: SandboxState) -> Starlette:
         Route("/clickup/tasks", clickup_tasks, methods=["GET"]),
         Route("/clickup/tasks/{task_id}/move", move_task, methods=["POST"]),
         Route("/outbox", outbox, methods=["GET"]),
+        Route("/mailboxes", mailboxes, methods=["GET", "POST"]),
+        Route("/mailboxes/{address}", remove_mailbox, methods=["DELETE"]),
         Route("/mistral/requests", model_requests, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
         Route("/webhooks", webhooks, methods=["GET"]),

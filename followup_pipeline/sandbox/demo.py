@@ -175,12 +175,17 @@ def demo_data(seed: int = 0, now: datetime | None = None) -> list[dict[str, Any]
         }
         if rng.random() < 0.4:
             start = now - timedelta(days=rng.randrange(1, 20))
+            # Every third call is the customer's; calls last 10 to 25 minutes (no extra draw of
+            # the random source, so the rest of the data stays as it was).
             deal["calls"].append(
                 {
                     "name": f"Call {contact}",
                     "status": "Held",
-                    "direction": "Outbound",
+                    "direction": "Inbound" if index % 3 == 0 else "Outbound",
                     "dateStart": start.strftime("%Y-%m-%d %H:%M:%S"),
+                    "dateEnd": (start + timedelta(minutes=10 + 5 * (index % 4))).strftime(
+                        "%Y-%m-%d %H:%M:%S"
+                    ),
                 }
             )
         if rng.random() < 0.3:
@@ -191,6 +196,7 @@ def demo_data(seed: int = 0, now: datetime | None = None) -> list[dict[str, Any]
                     "name": f"Meeting {company}",
                     "status": status,
                     "dateStart": start.strftime("%Y-%m-%d %H:%M:%S"),
+                    "dateEnd": (start + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S"),
                 }
             )
         deals.append(deal)

@@ -25,6 +25,8 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_GRAPH_TENANT_ID": config.graph_tenant_id,
         "FOLLOWUP_GRAPH_CLIENT_ID": config.graph_client_id,
         "FOLLOWUP_GRAPH_CLIENT_SECRET": config.graph_client_secret.get_secret_value(),
+        # A mailbox the sandbox's tenant has: any other sender is Graph's 404 ErrorInvalidUser.
+        "FOLLOWUP_GRAPH_SENDER": config.graph_mailboxes[0],
         "FOLLOWUP_MISTRAL_URL": f"{base}/mistral",
         "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
         "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),

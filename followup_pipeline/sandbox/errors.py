@@ -41,6 +41,8 @@ _GRAPH_CODES = {
 def espo_error(status: int, reason: str | None = None) -> Response:
     """EspoCRM: the status, an empty body, the message in ``X-Status-Reason``."""
     text = reason or _ESPO_REASONS.get(status, "Error.")
+    # A header is Latin-1: a reason quoting a client's value must not fail the answer.
+    text = text.encode("latin-1", "replace").decode("latin-1")
     return Response(b"", status_code=status, headers={"X-Status-Reason": text})
 
 

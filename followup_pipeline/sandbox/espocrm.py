@@ -54,6 +54,8 @@ LINK_ATTRIBUTES = {
     "meetings": [*_COMMON, "status", "dateStart", "dateEnd", "duration", "description"],
 }
 LINK_ORDER = {"emails": "dateSent", "calls": "dateStart", "meetings": "dateStart"}
+#: The entity each link lists (its filters are that entity's).
+LINK_ENTITY = {"emails": "Email", "calls": "Call", "meetings": "Meeting"}
 
 
 def metadata(state: SandboxState) -> dict[str, Any]:
@@ -105,6 +107,7 @@ def espocrm_app(state: SandboxState) -> Starlette:
             OPPORTUNITY_ATTRIBUTES,
             "createdAt",
             "desc",
+            entity="Opportunity",
             by_id=state.deals,
         )
 
@@ -125,7 +128,15 @@ def espocrm_app(state: SandboxState) -> Starlette:
         if deal_id not in state.deals:
             return espo_error(404, f"Record Opportunity {deal_id} not found.")
         records = state.activity(deal_id, link)
-        return search(request, records, LINK_ATTRIBUTES[link], LINK_ORDER[link], "desc")
+        return search(
+            request,
+            records,
+            LINK_ATTRIBUTES[link],
+            LINK_ORDER[link],
+            "desc",
+            entity=LINK_ENTITY[link],
+            today=state.clock.now().strftime("%Y-%m-%d"),
+        )
 
     async def metadata_value(request: Request) -> Response:
         if (denied := guard(request)) is not None:
@@ -151,8 +162,8 @@ def espocrm_app(state: SandboxState) -> Starlette:
         return endpoint
 
     listings = {
-        entity: guarded(activity_listing(link, LINK_ATTRIBUTES[link], LINK_ORDER[link]))
-        for entity, link in (("Email", "emails"), ("Call", "calls"), ("Meeting", "meetings"))
+        entity: guarded(activity_listing(link, LINK_ATTRIBUTES[link], LINK_ORDER[link], entity))
+        for link, entity in LINK_ENTITY.items()
     }
     return Starlette(
         routes=[

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from followup_pipeline.sandbox.errors import graph_error, login_error
+from followup_pipeline.sandbox.graph_body import BodyError, as_boolean, canonical, mailbox_of
 from followup_pipeline.sandbox.state import SandboxState
 
 GRAPH_SCOPE = "https://graph.microsoft.com/.default"
@@ -126,7 +127,8 @@ def graph_app(state: SandboxState) -> Starlette:
     in_flight: dict[str, int] = {}
 
     def refused(request: Request) -> Response | None:
-        """The 401 for a request without a valid token, else None."""
+        """The 401 for a request without a valid token, else the 404 ``ErrorInvalidUser`` for a
+        user the tenant does not have, else None."""
         header = request.headers.get("authorization", "")
         if not header.startswith("Bearer ") or not header[7:]:
             return graph_error(401, message="Access token is empty.")
@@ -135,7 +137,14 @@ def graph_app(state: SandboxState) -> Starlette:
             return graph_error(401, message="Access token validation failure. Invalid audience.")
         if expires <= time.monotonic():
             return graph_error(401, message="Lifetime validation failed, the token is expired.")
+        user = request.path_params["user"]
+        if mailbox_of(user, state.mailboxes) is None:
+            return graph_error(404, "ErrorInvalidUser", f"The requested user '{user}' is invalid.")
         return None
+
+    def mailbox(request: Request) -> str:
+        """The address of the path's user (``refused`` has checked that there is one)."""
+        return mailbox_of(request.path_params["user"], state.mailboxes) or ""
 
     async def sent_items(request: Request) -> Response:
         """``GET …/mailFolders/SentItems/messages`` with the one ``$filter`` Graph documents for
@@ -147,7 +156,7 @@ def graph_app(state: SandboxState) -> Starlette:
         if wanted is None:
             return graph_error(400, "BadRequest", "Invalid filter clause.")
         prop, value = wanted["prop"].replace("''", "'"), wanted["value"].replace("''", "'")
-        mailbox = request.path_params["user"].lower()
+        address = mailbox(request).lower()
 
         def carries(message: dict[str, Any]) -> bool:
             return any(
@@ -163,7 +172,7 @@ def graph_app(state: SandboxState) -> Starlette:
                 "isDraft": False,
             }
             for entry in state.outbox
-            if entry["mailbox"].lower() == mailbox
+            if entry["mailbox"].lower() == address
             and entry["save_to_sent_items"]
             and carries(entry["message"])
         ]
@@ -171,7 +180,7 @@ def graph_app(state: SandboxState) -> Starlette:
             found += [
                 {"id": draft_id, "subject": draft["message"].get("subject"), "isDraft": True}
                 for draft_id, draft in state.drafts.items()
-                if draft["mailbox"].lower() == mailbox and carries(draft["message"])
+                if draft["mailbox"].lower() == address and carries(draft["message"])
             ]
         top_text = request.query_params.get("$top", "10")
         if not top_text.isdigit():
@@ -202,21 +211,24 @@ def graph_app(state: SandboxState) -> Starlette:
             "toRecipients": [{"emailAddress": {"address": a}} for a in to],
         }
         draft_id = state.new_id(32)
-        state.drafts[draft_id] = {"mailbox": request.path_params["user"], "message": message}
+        state.drafts[draft_id] = {"mailbox": mailbox(request), "message": message}
         return JSONResponse({"id": draft_id, "isDraft": True, **message}, 201)
 
     async def update_draft(request: Request) -> Response:
-        """``PATCH …/messages/{id}``: the sandbox keeps ``singleValueExtendedProperties``."""
+        """``PATCH …/messages/{id}``: the given properties replace the draft's."""
         problem = refused(request)
         if problem is not None:
             return problem
         draft = state.drafts.get(request.path_params["message_id"])
-        if draft is None:
+        if draft is None or draft["mailbox"].lower() != mailbox(request).lower():
             return graph_error(404, "ErrorItemNotFound", "The specified object was not found.")
-        body = json.loads(await request.body() or b"{}")
-        properties = body.get("singleValueExtendedProperties")
-        if properties is not None:
-            draft["message"]["singleValueExtendedProperties"] = properties
+        try:
+            body = canonical(json.loads(await request.body() or b"{}"), "message")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return graph_error(400, "BadRequest", "Unable to read JSON request payload.")
+        except BodyError as error:
+            return graph_error(400, "RequestBodyRead", str(error))
+        draft["message"].update(body)
         return JSONResponse({"id": request.path_params["message_id"], "isDraft": True})
 
     async def send_draft(request: Request) -> Response:
@@ -224,9 +236,10 @@ def graph_app(state: SandboxState) -> Starlette:
         problem = refused(request)
         if problem is not None:
             return problem
-        draft = state.drafts.pop(request.path_params["message_id"], None)
-        if draft is None:
+        draft = state.drafts.get(request.path_params["message_id"])
+        if draft is None or draft["mailbox"].lower() != mailbox(request).lower():
             return graph_error(404, "ErrorItemNotFound", "The specified object was not found.")
+        del state.drafts[request.path_params["message_id"]]
         await asyncio.sleep(config.graph_send_latency_s)
         state.outbox.append(
             {
@@ -244,20 +257,24 @@ def graph_app(state: SandboxState) -> Starlette:
         if no_token is not None:
             return no_token
         try:
-            body = json.loads(await request.body())
+            body = canonical(json.loads(await request.body()), "sendMail")
+            save = as_boolean(body.get("saveToSentItems", True))
         except (json.JSONDecodeError, UnicodeDecodeError):
             return graph_error(400, "BadRequest", "Unable to read JSON request payload.")
+        except BodyError as error:
+            return graph_error(400, "RequestBodyRead", str(error))
         problem = _invalid_message(body)
         if problem is not None:
             code = "ErrorInvalidRecipients" if "recipient" in problem else "BadRequest"
             return graph_error(400, code, problem)
-        mailbox = request.path_params["user"].lower()
-        if in_flight.get(mailbox, 0) >= config.graph_concurrent_per_mailbox:
+        address = mailbox(request)
+        key = address.lower()
+        if in_flight.get(key, 0) >= config.graph_concurrent_per_mailbox:
             return graph_error(
                 429, message="Application is over its MailboxConcurrency limit.", retry_after=1
             )
         allowed, _, reset = state.take_rate(
-            f"graph:{mailbox}", config.graph_messages_per_window, config.graph_rate_window_s
+            f"graph:{key}", config.graph_messages_per_window, config.graph_rate_window_s
         )
         if not allowed:
             wait = max(1, int(reset - time.time()))
@@ -266,18 +283,18 @@ def graph_app(state: SandboxState) -> Starlette:
                 message="Application is over its request limit for this mailbox.",
                 retry_after=wait,
             )
-        in_flight[mailbox] = in_flight.get(mailbox, 0) + 1
+        in_flight[key] = in_flight.get(key, 0) + 1
         try:  # the send takes its time; sends to the same mailbox meanwhile count against it
             await asyncio.sleep(config.graph_send_latency_s)
         finally:
-            in_flight[mailbox] -= 1
+            in_flight[key] -= 1
         state.outbox.append(
             {
                 "id": state.new_id(32),
-                "mailbox": request.path_params["user"],
+                "mailbox": address,
                 "received_at": state.clock.espo(),
                 "message": body["message"],
-                "save_to_sent_items": body.get("saveToSentItems", True),
+                "save_to_sent_items": save,
             }
         )
         # Accepted, not delivered; Graph names the request for support, the client echoed.

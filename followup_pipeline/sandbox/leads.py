@@ -73,7 +73,9 @@ def _duplicates(state: SandboxState, lead: dict[str, Any]) -> list[dict[str, Any
 
 async def list_leads(request: Request, state: SandboxState) -> Response:
     """``GET /Lead``: the search of every list."""
-    return search(request, state.leads.values(), LEAD_ATTRIBUTES, "createdAt", "desc")
+    return search(
+        request, state.leads.values(), LEAD_ATTRIBUTES, "createdAt", "desc", entity="Lead"
+    )
 
 
 async def read_lead(request: Request, state: SandboxState) -> Response:
@@ -119,12 +121,13 @@ async def update_lead(request: Request, state: SandboxState) -> Response:
     return JSONResponse(lead)
 
 
-def activity_listing(link: str, attributes: list[str], order_by: str) -> Any:
+def activity_listing(link: str, attributes: list[str], order_by: str, entity: str) -> Any:
     """``GET /Email`` (``/Call``, ``/Meeting``): every deal's activity of that kind, searched
-    with ``where`` like any list (e.g. ``after`` a moment, ``parentType`` ``equals``)."""
+    like any list of ``entity`` (e.g. ``after`` a moment, ``parentType`` ``equals``)."""
 
     async def listing(request: Request, state: SandboxState) -> Response:
         records = [record for links in state.activities.values() for record in links.get(link, [])]
-        return search(request, records, attributes, order_by, "desc")
+        today = state.clock.now().strftime("%Y-%m-%d")
+        return search(request, records, attributes, order_by, "desc", entity=entity, today=today)
 
     return listing

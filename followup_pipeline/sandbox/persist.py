@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from followup_pipeline.sandbox import records
 from followup_pipeline.sandbox.state import SandboxState
 
 #: Bump when the layout changes; a file of another version is set aside, not misread.
@@ -34,6 +35,7 @@ def snapshot(state: SandboxState) -> dict[str, Any]:
         "comments": state.comments,
         "outbox": state.outbox,
         "drafts": state.drafts,
+        "mailboxes": state.mailboxes,
         "queue": [
             {"webhook_id": item.webhook_id, "data": item.data, "attempts": item.attempts}
             for item in state.webhooks.queue
@@ -92,6 +94,11 @@ def load(state: SandboxState, path: Path) -> bool:
         state.comments.update(data["comments"])
         state.outbox.extend(data["outbox"])
         state.drafts.update(data["drafts"])
+        # Mailboxes are kept since they can be added; a file from before keeps the configured.
+        for address in data.get("mailboxes", []):
+            if address.lower() not in (known.lower() for known in state.mailboxes):
+                state.mailboxes.append(address)
+        records.backfill(state)
         for item in data["queue"]:
             state.webhooks.restore(item["webhook_id"], item["data"], int(item["attempts"]))
         # A seeded source would give the ids of the first run again (a new task would replace

@@ -1,11 +1,21 @@
 """Changes to the CRM's records, made as EspoCRM makes them: timestamps, ids, webhooks."""
 
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from followup_pipeline.sandbox.espocrm import LINK_ATTRIBUTES, OPPORTUNITY_ATTRIBUTES
 from followup_pipeline.sandbox.state import Record, SandboxState
 
 ACTIVITY_KINDS = tuple(LINK_ATTRIBUTES)
+#: EspoCRM's datetime format (UTC).
+ESPO_DATETIME = "%Y-%m-%d %H:%M:%S"
+#: ``duration``'s default in EspoCRM's entityDefs: 5 minutes a call, an hour a meeting.
+DEFAULT_DURATION = {"calls": 300, "meetings": 3600}
+#: ``Call.direction``'s options; the first is the default.
+CALL_DIRECTIONS = ("Outbound", "Inbound")
+#: A seeded deal without ``closeDate`` (required in EspoCRM) closes this many days after it
+#: was created.
+CLOSE_AFTER_DAYS = 30
 
 
 class RecordError(ValueError):
@@ -29,9 +39,47 @@ def _deal_record(state: SandboxState, data: dict[str, Any]) -> Record:
     record["id"] = str(data.get("id") or state.new_id())  # EspoCRM ids are strings
     record["name"] = data.get("name") or f"Deal {record['id'][:6]}"
     record["stage"] = stage
+    if record["closeDate"] is None:  # required in EspoCRM: every deal has one
+        close = state.clock.now() + timedelta(days=CLOSE_AFTER_DAYS)
+        record["closeDate"] = close.strftime("%Y-%m-%d")
+    elif not _is_date(record["closeDate"]):
+        raise RecordError(400, f"closeDate {record['closeDate']!r} is not a date YYYY-MM-DD")
     if isinstance(record.get("amount"), int):
         record["amount"] = float(record["amount"])
     return record
+
+
+def _is_date(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and len(value) == 10 and bool(date.fromisoformat(value))
+    except ValueError:
+        return False
+
+
+def _moment(value: Any, name: str) -> datetime:
+    try:
+        return datetime.strptime(str(value), ESPO_DATETIME)
+    except ValueError:
+        raise RecordError(400, f"{name} {value!r} is not a datetime YYYY-MM-DD HH:mm:ss") from None
+
+
+def _span(record: Record, kind: str) -> None:
+    """EspoCRM's ``dateEnd`` (required, not before ``dateStart``) and ``duration`` (not stored:
+    ``dateEnd - dateStart`` in seconds) of a call or meeting; a call's ``direction``."""
+    start = _moment(record["dateStart"], "dateStart")
+    if record["dateEnd"] is None:
+        duration = record["duration"]
+        if isinstance(duration, bool) or not isinstance(duration, int) or duration < 0:
+            duration = DEFAULT_DURATION[kind]
+        record["dateEnd"] = (start + timedelta(seconds=duration)).strftime(ESPO_DATETIME)
+    end = _moment(record["dateEnd"], "dateEnd")
+    if end < start:
+        raise RecordError(400, "dateEnd must be after dateStart")
+    record["duration"] = int((end - start).total_seconds())
+    if kind == "calls":
+        record["direction"] = record["direction"] or CALL_DIRECTIONS[0]
+        if record["direction"] not in CALL_DIRECTIONS:
+            raise RecordError(400, f"direction {record['direction']!r}; allowed: {CALL_DIRECTIONS}")
 
 
 def add_activity(state: SandboxState, deal_id: str, kind: str, data: dict[str, Any]) -> Record:
@@ -44,8 +92,10 @@ def add_activity(state: SandboxState, deal_id: str, kind: str, data: dict[str, A
     if kind == "emails":
         record.update({"dateSent": now, "status": "Archived", "isHtml": False, "to": ""})
     else:
-        record.update({"dateStart": now, "status": "Held", "duration": 1800})
+        record.update({"dateStart": now, "status": "Held"})
     record.update({k: v for k, v in data.items() if k in LINK_ATTRIBUTES[kind]})
+    if kind != "emails":
+        _span(record, kind)
     record["id"] = str(data.get("id") or state.new_id())  # EspoCRM ids are strings
     record["parentId"] = deal_id
     if kind == "emails":
@@ -133,3 +183,24 @@ def delete_deal(state: SandboxState, deal_id: str) -> None:
         raise RecordError(404, f"no deal {deal_id}")
     state.activities.pop(deal_id, None)
     state.webhooks.enqueue("Opportunity.delete", {"id": deal_id})
+
+
+def backfill(state: SandboxState) -> None:
+    """Give a world kept by an older sandbox what every record has now: a deal's ``closeDate``,
+    a call's or meeting's ``dateEnd`` (and a call's ``direction``). A record that cannot be
+    completed is left as it is."""
+    for deal in state.deals.values():
+        if deal.get("closeDate") is None:
+            try:
+                created = _moment(deal.get("createdAt"), "createdAt")
+            except RecordError:
+                created = state.clock.now()
+            deal["closeDate"] = (created + timedelta(days=CLOSE_AFTER_DAYS)).strftime("%Y-%m-%d")
+    for links in state.activities.values():
+        for kind in ("calls", "meetings"):
+            for record in links.get(kind, []):
+                record.update({k: record.get(k) for k in LINK_ATTRIBUTES[kind]})
+                try:
+                    _span(record, kind)
+                except RecordError:
+                    continue

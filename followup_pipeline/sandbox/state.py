@@ -39,6 +39,8 @@ class SandboxState:
     outbox: list[Record] = field(default_factory=list)
     #: Draft messages by id (created from MIME, not sent yet): Graph's ``…/messages`` folder view.
     drafts: dict[str, Record] = field(default_factory=dict)
+    #: The Graph tenant's mailboxes (``config.graph_mailboxes``, and those added since).
+    mailboxes: list[str] = field(default_factory=list)
     #: Every chat-completion request body Mistral received, as sent (what left the machine).
     model_requests: list[Record] = field(default_factory=list)
     tokens: dict[str, float] = field(default_factory=dict)
@@ -52,10 +54,11 @@ class SandboxState:
         self.rng = random.Random(self.config.seed)
         self.faults = FaultBook(self.rng)
         self.webhooks = WebhookDispatcher(self.config, self.rng, self.faults, self.clock)
+        self.mailboxes[:] = self.config.graph_mailboxes
 
     def reset(self, seed: int | None = None) -> None:
-        """Forget every record, fault, counter and queued webhook; re-seed the random source and
-        put the clock back."""
+        """Forget every record, fault, counter and queued webhook, and the mailboxes added since
+        the start; re-seed the random source and put the clock back."""
         self.rng.seed(self.config.seed if seed is None else seed)
         self.clock.reset(self.config.start)
         stores = (self.deals, self.activities, self.leads, self.tasks, self.comments, self.tokens)
@@ -63,6 +66,7 @@ class SandboxState:
             store.clear()
         self.outbox.clear()
         self.drafts.clear()
+        self.mailboxes[:] = self.config.graph_mailboxes
         self.model_requests.clear()
         self.rate_windows.clear()
         self.stats.clear()

@@ -19,7 +19,8 @@ PRIORITIES = {
     3: ("normal", "#6fddff"),
     4: ("low", "#d8d8d8"),
 }
-SANDBOX_USER = {"id": 81940001, "username": "Sandbox Bot", "email": "bot@example.com"}
+SANDBOX_USER_ID = 81940001
+SANDBOX_USER = {"id": SANDBOX_USER_ID, "username": "Sandbox Bot", "email": "bot@example.com"}
 
 
 class TaskError(ValueError):
@@ -227,3 +228,74 @@ def filtered(tasks: list[Task], params: Any) -> tuple[list[Task], bool]:
         chosen.reverse()
     start = int(page_text) * PAGE_SIZE
     return chosen[start : start + PAGE_SIZE], start + PAGE_SIZE >= len(chosen)
+
+
+#: How many comments ``GET /v2/task/{id}/comment`` answers at most, newest first.
+COMMENT_PAGE = 25
+
+
+def _person(user_id: int) -> dict[str, Any]:
+    """A ClickUp user object as comments carry it."""
+    if user_id == SANDBOX_USER_ID:
+        return {**SANDBOX_USER, "color": "#7b68ee", "initials": "SB", "profilePicture": None}
+    return {
+        "id": user_id,
+        "username": f"user{user_id}",
+        "email": f"user{user_id}@example.com",
+        "color": "#7b68ee",
+        "initials": "U",
+        "profilePicture": None,
+    }
+
+
+def new_comment(state: SandboxState, body: Any, number: int) -> Task:
+    """The comment a ``POST /v2/task/{id}/comment`` body makes, as ``GET …/comment`` shows it;
+    its ``number`` among all comments makes ids that grow as ClickUp's do. TaskError if ClickUp
+    would refuse the body."""
+    if not isinstance(body, dict):
+        raise TaskError(400, "Body must be a JSON object", "INPUT_001")
+    text = body.get("comment_text")
+    if text is None and isinstance(body.get("comment"), list):  # the rich-text form
+        parts = body["comment"]
+        if all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in parts):
+            text = "".join(p["text"] for p in parts)
+    if not isinstance(text, str) or not text:
+        raise TaskError(400, "Comment text invalid", "INPUT_010")
+    if not isinstance(body.get("notify_all"), bool):  # required by ClickUp's schema
+        raise TaskError(400, "notify_all must be a boolean", "INPUT_011")
+    assignee = body.get("assignee")
+    if assignee is not None and (isinstance(assignee, bool) or not isinstance(assignee, int)):
+        raise TaskError(400, "Assignee must be a user id", "INPUT_007")
+    if body.get("group_assignee") is not None:  # a user group: the sandbox's workspace has none
+        raise TaskError(400, "Group assignees are not served by the sandbox", "SANDBOX_001")
+    return {
+        "id": str(90120000000000 + number * 1000 + state.rng.randrange(1000)),
+        "hist_id": state.new_id(8),
+        "comment": [{"text": text}],
+        "comment_text": text,
+        "user": _person(SANDBOX_USER_ID),
+        "resolved": False,
+        "assignee": None if assignee is None else _person(assignee),
+        "assigned_by": None if assignee is None else _person(SANDBOX_USER_ID),
+        "reactions": [],
+        "date": str(state.clock.millis()),
+        "reply_count": 0,
+    }
+
+
+def comment_page(comments: list[Task], params: Any) -> list[Task]:
+    """``GET /v2/task/{id}/comment``: the 25 newest comments; with ``start`` (a comment's
+    ``date``) and ``start_id`` (its ``id``), the 25 that come after that comment, older ones
+    (developer.clickup.com, task comments pagination)."""
+    start_text, start_id = params.get("start"), params.get("start_id")
+    newest = sorted(comments, key=lambda c: (int(c["date"]), int(c["id"])), reverse=True)
+    if start_text is not None:
+        if not start_text.isdigit():
+            raise TaskError(400, "Start must be a date in Unix milliseconds", "INPUT_009")
+        if start_id is not None and not start_id.isdigit():
+            raise TaskError(400, "Start id must be a comment id", "INPUT_009")
+        mark = (int(start_text), int(start_id) if start_id is not None else 10**30)
+        newest = [c for c in newest if (int(c["date"]), int(c["id"])) < mark]
+    elif start_id is not None:
+        raise TaskError(400, "start_id needs start", "INPUT_009")
+    return [{k: v for k, v in c.items() if k != "hist_id"} for c in newest[:COMMENT_PAGE]]

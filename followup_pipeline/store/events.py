@@ -1,9 +1,14 @@
 """The event log: deliveries stored with their raw bytes, claimed by runs, retried, dead-lettered.
 
-A delivery's dedup key is a hash of its source, event type and raw body. A redelivery of the same
-key within ``DEDUP_WINDOW`` counts as a duplicate of the stored event and creates no work; the
-same body later is a new event (a stage going A→B→A). Concurrent deliveries of the same body are
-serialised by a transaction advisory lock on the key.
+A Standard Webhooks delivery carries a delivery id (``webhook-id``), the same on every retry of
+one message: a redelivery of a source's id counts as a duplicate of the stored event whenever it
+comes (senders retry for days; the id is kept with its event, which nothing deletes), and a
+unique index makes two deliveries of one id at once end in one event.
+
+An EspoCRM delivery has no such id. Its dedup key is a hash of its source, event type and raw
+body; a redelivery of the same key within ``DEDUP_WINDOW`` counts as a duplicate of the stored
+event and creates no work; the same body later is a new event (a stage going A→B→A). Concurrent
+deliveries of the same body are serialised by a transaction advisory lock on the key.
 """
 
 from __future__ import annotations
@@ -18,11 +23,17 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction
+from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 
 #: EspoCRM retries for about 40 minutes; a redelivery within this window is a duplicate.
 DEDUP_WINDOW = timedelta(hours=1)
+#: How long a delivery id must at least be recognised: Standard Webhooks senders retry for days
+#: (the specification's example schedule spans about 3). Its event row keeps it, and no purge
+#: deletes an event row; whatever deletes events one day must keep those younger than this.
+DELIVERY_ID_RETENTION = timedelta(days=7)
+#: A delivery id longer than this is kept as its SHA-256 (an index entry must stay small).
+DELIVERY_ID_MAX = 255
 #: Namespace (first key) of the dedup advisory locks; the second key is the dedup key's hash.
 DEDUP_LOCK_NAMESPACE = 0x46550001
 #: Sources whose events a run knows how to process; the others are stored as ``unhandled``.
@@ -52,6 +63,8 @@ class Event:
     processed_at: datetime | None
     claimed_until: datetime | None
     claimed_by: str | None
+    #: The Standard Webhooks ``webhook-id`` (``delivery_key``); None for EspoCRM.
+    delivery_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,14 @@ def dedup_key(source: str, event_type: str | None, body: bytes) -> str:
     return digest.hexdigest()
 
 
+def delivery_key(delivery_id: str) -> str:
+    """A delivery id as it is kept: itself, or ``sha256:<hex>`` when it is longer than
+    ``DELIVERY_ID_MAX`` or holds what Postgres text cannot (migration 0010 keys old ids alike)."""
+    if storable(delivery_id, DELIVERY_ID_MAX) == delivery_id:
+        return delivery_id
+    return "sha256:" + hashlib.sha256(delivery_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def delivery_params(
     *,
     source: str,
@@ -125,8 +146,10 @@ def delivery_params(
     headers: Mapping[str, str],
     status: StoredStatus = "pending",
     error: str | None = None,
+    delivery_id: str | None = None,
 ) -> dict[str, object]:
-    """The parameters of ``events_store`` for one delivery."""
+    """The parameters of ``events_store`` for one delivery; ``delivery_id`` the Standard
+    Webhooks ``webhook-id`` (None for EspoCRM, whose deliveries the body hash recognises)."""
     return {
         "source": source,
         "event_type": event_type,
@@ -138,6 +161,7 @@ def delivery_params(
         "dead_step": "ingress" if status == "dead" else None,
         "window": DEDUP_WINDOW,
         "namespace": DEDUP_LOCK_NAMESPACE,
+        "delivery_id": None if delivery_id is None else delivery_key(delivery_id),
     }
 
 
@@ -150,8 +174,10 @@ def store_delivery(
     headers: Mapping[str, str],
     status: StoredStatus = "pending",
     error: str | None = None,
+    delivery_id: str | None = None,
 ) -> Stored:
-    """Store one delivery, or count it as a duplicate of the one stored within the window: one
+    """Store one delivery, or count it as a duplicate of the stored one (the same source and
+    ``delivery_id`` whenever it came; without an id, the same body within the window): one
     statement (``store_delivery`` in the database), its own transaction in autocommit.
 
     Answer the sender only after it returned: in autocommit, it has committed then.
@@ -163,6 +189,7 @@ def store_delivery(
         headers=headers,
         status=status,
         error=error,
+        delivery_id=delivery_id,
     )
     stored = fetch_one(conn, Stored, query("events_store"), params)
     assert stored is not None  # the function answers one row, always

@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 
-Kind = Literal["task", "close_task", "report", "alert"]
+Kind = Literal["task", "close_task", "task_update", "report", "alert"]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
 SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run"]
 #: Outcomes of an action that may have reached the provider: ask it before anything else.

@@ -3,7 +3,10 @@
 Three kinds of data age out (each with its own ``FOLLOWUP_RETAIN_*_DAYS``):
 
 * the raw bodies and headers of ``done`` webhooks: emptied, the row stays (ids, status, dedup
-  keys are history); dead and unhandled events keep theirs for a replay;
+  keys are history); dead and unhandled events keep theirs for a replay. No event row is ever
+  deleted, whatever ``--older-than`` says: its ``delivery_id`` (a Standard Webhooks
+  ``webhook-id``, kept in its own column, not only in the headers) goes on recognising the
+  sender's retries, which last days (``events.DELIVERY_ID_RETENTION``, 7 days at least);
 * the e-mail text of settled review items (``source_text``, and ``raw_output``, the model's answer
   that may quote it): set to NULL / empty, the item stays;
 * finished Dagster runs: deleted with their event logs (``instance.delete_run``).

@@ -14,11 +14,36 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION followup.store_delivery(p_source text, p_event_type text, p_dedup_key text, p_body bytea, p_headers jsonb, p_status text, p_last_error text, p_dead_step text, p_window interval, p_namespace integer) RETURNS TABLE(event_id bigint, event_status text, duplicate boolean)
+CREATE FUNCTION followup.store_delivery(p_source text, p_event_type text, p_dedup_key text, p_body bytea, p_headers jsonb, p_status text, p_last_error text, p_dead_step text, p_window interval, p_namespace integer, p_delivery_id text DEFAULT NULL::text) RETURNS TABLE(event_id bigint, event_status text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'followup', 'pg_temp'
     AS $$
 BEGIN
+    IF p_delivery_id IS NOT NULL THEN
+        -- The unique index decides: an insert that meets a committed event of the same id does
+        -- nothing, one that meets an uncommitted one waits for it. Then the stored event counts
+        -- the duplicate. The loop only repeats if that event vanished in between.
+        LOOP
+            RETURN QUERY
+            INSERT INTO events AS e (source, event_type, dedup_key, body, headers, status,
+                                     last_error, dead_step, delivery_id)
+            VALUES (p_source, p_event_type, p_dedup_key, p_body, p_headers, p_status,
+                    p_last_error, p_dead_step, p_delivery_id)
+            ON CONFLICT (source, delivery_id) WHERE delivery_id IS NOT NULL DO NOTHING
+            RETURNING e.id, e.status, false;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            UPDATE events AS e
+            SET duplicate_count = e.duplicate_count + 1, last_duplicate_at = now()
+            WHERE e.source = p_source AND e.delivery_id = p_delivery_id
+            RETURNING e.id, e.status, true;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        END LOOP;
+    END IF;
     PERFORM pg_advisory_xact_lock(p_namespace, hashtext(p_dedup_key));
     RETURN QUERY
     UPDATE events AS e
@@ -83,7 +108,7 @@ CREATE TABLE followup.actions (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     replayed_attempts integer DEFAULT 0 NOT NULL,
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
-    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'report'::text, 'alert'::text]))),
+    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
     CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
@@ -187,6 +212,7 @@ CREATE TABLE followup.events (
     processed_at timestamp with time zone,
     claimed_until timestamp with time zone,
     claimed_by text,
+    delivery_id text,
     CONSTRAINT events_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT events_duplicate_count_check CHECK ((duplicate_count >= 0)),
     CONSTRAINT events_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text, 'unhandled'::text])))
@@ -265,9 +291,14 @@ CREATE TABLE followup.watch_steps (
     task_ref text,
     skipped_at timestamp with time zone,
     skip_reason text,
+    task_summary text,
+    overtaken_at timestamp with time zone,
+    overtaken_by text,
     CONSTRAINT watch_steps_fired_has_task CHECK (((fired_at IS NULL) = (task_ref IS NULL))),
     CONSTRAINT watch_steps_fired_or_skipped CHECK (((fired_at IS NULL) OR (skipped_at IS NULL))),
     CONSTRAINT watch_steps_offset_days_check CHECK ((offset_days >= 1)),
+    CONSTRAINT watch_steps_overtaken_by_valid CHECK ((overtaken_by = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text]))),
+    CONSTRAINT watch_steps_overtaken_has_kind CHECK (((overtaken_at IS NULL) = (overtaken_by IS NULL))),
     CONSTRAINT watch_steps_skip_reason_valid CHECK ((skip_reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text]))),
     CONSTRAINT watch_steps_skipped_has_reason CHECK (((skipped_at IS NULL) = (skip_reason IS NULL))),
     CONSTRAINT watch_steps_step_no_check CHECK ((step_no >= 1))
@@ -305,8 +336,10 @@ CREATE TABLE followup.watches (
     crm_url text,
     last_error text,
     last_error_at timestamp with time zone,
+    last_reset_kind text,
     CONSTRAINT watches_closed_has_reason CHECK (((closed_at IS NULL) = (closed_reason IS NULL))),
     CONSTRAINT watches_closed_reason_valid CHECK ((closed_reason = ANY (ARRAY['won'::text, 'lost'::text, 'exhausted'::text, 'subject_gone'::text, 'out_of_scope'::text]))),
+    CONSTRAINT watches_last_reset_kind_valid CHECK ((last_reset_kind = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text]))),
     CONSTRAINT watches_registered_by_valid CHECK ((registered_by = ANY (ARRAY['webhook'::text, 'reconcile'::text, 'operator'::text])))
 );
 
@@ -390,6 +423,8 @@ CREATE INDEX enrich_queue_oldest ON followup.enrich_queue USING btree (changed_a
 CREATE INDEX events_dead ON followup.events USING btree (id) WHERE (status = 'dead'::text);
 
 CREATE INDEX events_dedup ON followup.events USING btree (dedup_key, received_at DESC);
+
+CREATE UNIQUE INDEX events_delivery_id ON followup.events USING btree (source, delivery_id) WHERE (delivery_id IS NOT NULL);
 
 CREATE INDEX events_pending ON followup.events USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 

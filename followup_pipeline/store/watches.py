@@ -96,9 +96,9 @@ def insert_watches(
     registered_by: RegisteredBy,
     source_event_id: int | None = None,
 ) -> dict[str, int]:
-    """Open a watch for each of ``subjects`` (distinct deals) with its steps planned, in one
-    statement (each watch lands with its steps): the new watch ids by deal; a deal that has an
-    open watch already is left out."""
+    """Open a watch for each of ``subjects`` (distinct deals) with its steps planned from the
+    local date of ``registered_at``, in one statement (each watch lands with its steps): the new
+    watch ids by deal; a deal that has an open watch already is left out."""
     if not subjects:
         return {}
     base_on = local_date(registered_at, plan.time_zone)
@@ -138,11 +138,14 @@ def apply_registrations(
     at: datetime,
     registered_by: RegisteredBy,
     source_event_id: int | None = None,
+    entered: Mapping[str, datetime] | None = None,
 ) -> dict[str, Registration]:
-    """Open and close watches as decided, in two statements, and the registrations as they
-    ended, by deal: an ``open`` that found a watch opened meanwhile reports ``already_open``, a
-    ``close`` of a watch closed meanwhile reports ``nothing_to_close``. New watches are planned
-    by ``plan`` from ``at`` and copy ``subjects``; closes are stamped ``at``."""
+    """Open and close watches as decided, and the registrations as they ended, by deal: an
+    ``open`` that found a watch opened meanwhile reports ``already_open``, a ``close`` of a
+    watch closed meanwhile reports ``nothing_to_close``. New watches copy ``subjects`` and are
+    registered when each deal entered its stage (``entered``, by deal; else ``at``), planned by
+    ``plan`` from that moment, from which on activity counts too: one statement per moment of
+    entry. Closes are stamped ``at``."""
     ended = {r.subject_id: r for r in registrations}
     closing = subjects_to_close(registrations)
     closed = close_watches(conn, closing, closed_at=at)
@@ -152,14 +155,20 @@ def apply_registrations(
     opening = [subjects[r.subject_id] for r in registrations if r.action == "open"]
     if opening:
         assert plan is not None, "opening watches needs a plan"
-        opened = insert_watches(
-            conn,
-            subjects=opening,
-            plan=plan,
-            registered_at=at,
-            registered_by=registered_by,
-            source_event_id=source_event_id,
-        )
+        by_moment: dict[datetime, list[Subject]] = {}
+        for subject in opening:
+            moment = (entered or {}).get(subject.subject_id, at)
+            by_moment.setdefault(moment, []).append(subject)
+        opened: dict[str, int] = {}
+        for moment, group in by_moment.items():
+            opened |= insert_watches(
+                conn,
+                subjects=group,
+                plan=plan,
+                registered_at=moment,
+                registered_by=registered_by,
+                source_event_id=source_event_id,
+            )
         for subject in opening:
             watch_id = opened.get(subject.subject_id)
             ended[subject.subject_id] = (
@@ -291,6 +300,13 @@ def set_watch_error(
     """Remember the CRM error that holds the watch back; None clears it."""
     text = storable(error) if error is not None else None
     conn.execute(query("set_watch_error"), {"watch_id": watch_id, "error": text, "at": at})
+
+
+def set_stages(conn: psycopg.Connection[Any], stages: Mapping[int, str]) -> None:
+    """Copy the CRM's current stage onto open watches (watch id: stage), in one statement."""
+    conn.execute(
+        query("set_watch_stages"), {"watch_ids": list(stages), "stages": list(stages.values())}
+    )
 
 
 def refresh_subject(conn: psycopg.Connection[Any], *, watch_id: int, subject: Subject) -> None:

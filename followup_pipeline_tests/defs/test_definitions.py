@@ -233,19 +233,17 @@ def dagster_home(
     database_factory: Callable[..., str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Path:
-    """A DAGSTER_HOME from the repository's template, its storage in a fresh Postgres database."""
+    """A DAGSTER_HOME with the root dagster.yaml, its storage in a fresh Postgres database."""
     storage = database_factory()
     name = str(conninfo_to_dict(storage)["dbname"])
     monkeypatch.setenv(
         "FOLLOWUP_DAGSTER_PG_URL", with_database(storage, name, driver="postgresql+psycopg2")
     )
-    shutil.copyfile(
-        repo_root / "followup_pipeline" / "instance" / "dagster.yaml", tmp_path / "dagster.yaml"
-    )
+    shutil.copyfile(repo_root / "dagster.yaml", tmp_path / "dagster.yaml")
     return tmp_path
 
 
-def test_definitions_instance_template_stores_runs_in_postgres(
+def test_definitions_instance_stores_runs_in_postgres(
     defs: dg.Definitions, dagster_home: Path, db_url: str
 ) -> None:
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:

@@ -23,6 +23,7 @@ class Watch:
     registered_at: datetime
     closed_at: datetime | None
     closed_reason: str | None
+    stage: str
 
 
 moments = st.integers(min_value=-3, max_value=3).map(lambda h: T0 + timedelta(hours=h))
@@ -34,6 +35,7 @@ watches = st.one_of(
         registered_at=moments,
         closed_at=st.one_of(st.none(), moments),
         closed_reason=st.sampled_from(["won", "lost", "exhausted", "subject_gone", "out_of_scope"]),
+        stage=st.sampled_from(["Proposal", "Negotiation"]),
     ),
 )
 sources = st.sampled_from(["webhook", "reconcile", "recheck"])
@@ -72,8 +74,8 @@ def test_registration_rules_hold_for_every_observation(case: list) -> None:
             # Only a deal in a watched stage with no open watch opens one.
             assert observation.stage in POLICY.watched
             assert not is_open
-            reopened_exhausted = watch is not None and watch.closed_reason == "exhausted"
-            assert observation.source == "webhook" or not reopened_exhausted
+            if watch is not None and watch.closed_reason == "exhausted":
+                assert observation.stage != watch.stage  # a new stay only in another stage
         elif registration.action == "close":
             # Only the open watch closes, with the reason the stage gives.
             assert is_open
@@ -89,15 +91,16 @@ def test_registration_rules_hold_for_every_observation(case: list) -> None:
             assert newer > observation.at
 
 
+@pytest.mark.parametrize("source", ["webhook", "reconcile", "recheck"])
 @pytest.mark.parametrize(
-    ("source", "outcome"),
-    [("webhook", "registered"), ("reconcile", "not_reopened_exhausted")],
+    ("stage", "outcome"),
+    [("Proposal", "not_reopened_exhausted"), ("Negotiation", "registered")],
 )
-def test_registration_exhausted_is_final_for_a_reading_not_for_a_webhook(
-    source: str, outcome: str
+def test_registration_after_exhausted_one_rule_whoever_sees_the_deal(
+    source: str, stage: str, outcome: str
 ) -> None:
-    exhausted = Watch(1, T0 - timedelta(days=30), T0 - timedelta(days=1), "exhausted")
-    seen = Observation("d1", "Proposal", T0, source)  # type: ignore[arg-type]
+    exhausted = Watch(1, T0 - timedelta(days=30), T0 - timedelta(days=1), "exhausted", "Proposal")
+    seen = Observation("d1", stage, T0, source)  # type: ignore[arg-type]
     assert decide_one(seen, exhausted, POLICY).outcome == outcome
 
 

@@ -36,12 +36,14 @@ def _events(db: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return list(db.execute("SELECT * FROM events ORDER BY id").fetchall())
 
 
-def _standard(body: bytes, secret: str = FORM_SECRET, age_s: int = 0) -> dict[str, str]:
+def _standard(
+    body: bytes, secret: str = FORM_SECRET, age_s: int = 0, msg_id: str = "msg_2Kx9"
+) -> dict[str, str]:
     stamp = int(time.time()) - age_s
     return {
-        "webhook-id": "msg_2Kx9",
+        "webhook-id": msg_id,
         "webhook-timestamp": str(stamp),
-        "webhook-signature": standard_signature(secret, "msg_2Kx9", stamp, body),
+        "webhook-signature": standard_signature(secret, msg_id, stamp, body),
     }
 
 
@@ -96,7 +98,8 @@ def test_ingress_same_body_after_the_window_is_a_new_event(
     ingress.post("/webhooks/espocrm", content=body, headers=headers)
     db.execute("UPDATE events SET received_at = received_at - interval '61 minutes'")
     assert not ingress.post("/webhooks/espocrm", content=body, headers=headers).json()["duplicate"]
-    assert [e["duplicate_count"] for e in _events(db)] == [0, 0]
+    # The webhook id in EspoCRM's signature names a webhook, not a message: no delivery id.
+    assert [(e["duplicate_count"], e["delivery_id"]) for e in _events(db)] == [(0, None)] * 2
 
 
 def test_ingress_accepts_the_legacy_signature_only_when_enabled(
@@ -237,6 +240,54 @@ def test_ingress_standard_webhooks_with_a_rotated_secret_are_stored_unhandled(
         "form.submitted",
         "unhandled",
     )
+
+
+FORM = json.dumps({"type": "form.submitted", "data": {"email": "a@example.com"}}).encode()
+
+
+def test_ingress_standard_webhooks_retry_of_an_id_days_later_is_a_duplicate(
+    ingress: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
+    first = ingress.post("/webhooks/forms", content=FORM, headers=_standard(FORM, msg_id="msg_A"))
+    assert first.json()["duplicate"] is False
+    # Three days on (past the hour of the body-hash rule, within a sender's retries), and after
+    # a purge that emptied its headers: the retry, newly stamped and signed, is the same message.
+    db.execute(
+        "UPDATE events SET received_at = received_at - interval '3 days', headers = '{}'::jsonb"
+    )
+    retry = _standard(FORM, age_s=-30, msg_id="msg_A")
+    again = ingress.post("/webhooks/forms", content=FORM, headers=retry)
+    assert (again.status_code, again.json()) == (200, {**first.json(), "duplicate": True})
+    [event] = _events(db)
+    assert (event["delivery_id"], event["duplicate_count"]) == ("msg_A", 1)
+    # Another message with the same body is another event, even within the hour.
+    other = ingress.post("/webhooks/forms", content=FORM, headers=_standard(FORM, msg_id="msg_B"))
+    assert other.json()["duplicate"] is False
+    assert [(e["delivery_id"], e["duplicate_count"]) for e in _events(db)] == [
+        ("msg_A", 1),
+        ("msg_B", 0),
+    ]
+    metrics = ingress.get("/metrics").text
+    assert 'followup_ingress_received_total{source="forms"} 2' in metrics
+    assert 'followup_ingress_duplicates_total{source="forms"} 1' in metrics
+
+
+def test_ingress_concurrent_deliveries_of_one_id_are_one_event(
+    ingress: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
+    # Each with its own timestamp, signature and even body: the id alone says it is one message.
+    def deliver(n: int) -> httpx.Response:
+        body = json.dumps({"type": "form.submitted", "data": {"attempt": n}}).encode()
+        headers = _standard(body, age_s=n % 3, msg_id="msg_concurrent")
+        return ingress.post("/webhooks/forms", content=body, headers=headers)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(deliver, range(16)))
+    assert {a.status_code for a in answers} == {200}
+    assert sorted(a.json()["duplicate"] for a in answers) == [False] + [True] * 15
+    assert len({a.json()["event"] for a in answers}) == 1
+    [event] = _events(db)
+    assert event["duplicate_count"] == 15
 
 
 def _closed_port() -> int:

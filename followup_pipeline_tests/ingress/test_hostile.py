@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
@@ -45,10 +46,12 @@ def _espocrm(body: bytes) -> dict[str, str]:
 
 
 def _standard(body: bytes) -> dict[str, str]:
+    # A message id per body: one id is one message, whose retries are duplicates of the first.
+    msg_id = "msg_" + hashlib.sha256(body).hexdigest()[:24]
     stamp = int(time.time())
-    signature = standard_signature(FORM_SECRET, "msg_hostile", stamp, body)
+    signature = standard_signature(FORM_SECRET, msg_id, stamp, body)
     return {
-        "webhook-id": "msg_hostile",
+        "webhook-id": msg_id,
         "webhook-timestamp": str(stamp),
         "webhook-signature": signature,
     }

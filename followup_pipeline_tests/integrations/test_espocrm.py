@@ -34,23 +34,38 @@ def espo(handler: Handler, sleeps: list[float], **kwargs: Any) -> EspoCrmClient:
     )
 
 
-def test_list_deals_pages_across_three_pages(sleeps: list[float], make_deal: MakeDeal) -> None:
+def test_list_deals_pages_by_keyset_across_three_pages(
+    sleeps: list[float], make_deal: MakeDeal
+) -> None:
     deals = [make_deal(n) for n in range(450)]
     seen: list[httpx.QueryParams] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/espocrm/api/v1/Opportunity"
         assert request.headers["X-Api-Key"] == "key-123"
-        seen.append(request.url.params)
-        offset, size = int(request.url.params["offset"]), int(request.url.params["maxSize"])
-        return httpx.Response(200, json={"total": 450, "list": deals[offset : offset + size]})
+        assert request.headers["X-No-Total"] == "true"
+        params = request.url.params
+        seen.append(params)
+        after = params.get("where[1][value]", "")
+        rest = [d for d in deals if d["id"] > after]
+        page = rest[: int(params["maxSize"])]
+        return httpx.Response(
+            200, json={"total": -1 if len(rest) > len(page) else -2, "list": page}
+        )
 
     listing = espo(handler, sleeps).list_deals(stages=["Proposal", "Negotiation"])
     assert [d.id for d in listing.records] == [d["id"] for d in deals]
-    assert [p["offset"] for p in seen] == ["0", "200", "400"]
+    assert "offset" not in seen[0]
+    assert [p.get("where[1][value]") for p in seen] == [None, "deal00199", "deal00399"]
+    assert {p["where[1][type]"] for p in seen[1:]} == {"greaterThan"}
+    assert {p["where[1][attribute]"] for p in seen[1:]} == {"id"}
     assert {p["maxSize"] for p in seen} == {str(PAGE_SIZE)} == {"200"}
     params = seen[0]
-    assert (params["orderBy"], params["order"]) == ("createdAt", "asc")
+    assert (params["orderBy"], params["order"]) == ("id", "asc")
+    assert params["select"].split(",") == [
+        "id", "name", "stage", "accountName", "assignedUserId", "assignedUserName",
+        "createdAt", "modifiedAt",
+    ]  # fmt: skip
     assert params["where[0][type]"] == "in"
     assert params["where[0][attribute]"] == "stage"
     assert params.get_list("where[0][value][]") == ["Proposal", "Negotiation"]
@@ -81,13 +96,28 @@ def test_deal_parses_aliases_and_utc_datetimes(sleeps: list[float], make_deal: M
     assert deal.created_at == datetime(2026, 11, 2, 8, 15, tzinfo=UTC)
 
 
-def test_list_deals_follows_no_total_markers(sleeps: list[float], make_deal: MakeDeal) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        first = request.url.params["offset"] == "0"
-        page = [make_deal(n) for n in range(PAGE_SIZE)] if first else [make_deal(999)]
-        return httpx.Response(200, json={"total": -1 if first else -2, "list": page})
+def test_list_deals_stops_on_a_short_page_or_the_no_more_marker(
+    sleeps: list[float], make_deal: MakeDeal
+) -> None:
+    calls: list[str] = []
 
-    assert len(espo(handler, sleeps).list_deals(stages=["Proposal"]).records) == PAGE_SIZE + 1
+    def full_pages(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.params.get("where[1][value]", ""))
+        first = len(calls) == 1
+        page = [make_deal(n) for n in range(PAGE_SIZE)] if first else [make_deal(999)]
+        return httpx.Response(200, json={"total": -1, "list": page})
+
+    assert len(espo(full_pages, sleeps).list_deals(stages=["Proposal"]).records) == PAGE_SIZE + 1
+    assert len(calls) == 2  # the second page was short: no third request
+
+    def exactly_one_page(request: httpx.Request) -> httpx.Response:
+        calls.append("again")
+        page = [make_deal(n) for n in range(PAGE_SIZE)]
+        return httpx.Response(200, json={"total": -2, "list": page})
+
+    calls.clear()
+    listing = espo(exactly_one_page, sleeps).list_deals(stages=["Proposal"])
+    assert (len(listing.records), calls) == (PAGE_SIZE, ["again"])  # -2: no empty page asked
 
 
 def test_get_deal_missing_raises_not_found_with_reason(sleeps: list[float]) -> None:

@@ -203,6 +203,28 @@ def test_outlook_sends_mail(sandbox: str, sleeps: list[float]) -> None:
     assert "Morning list" in str(outbox[0])
 
 
+def test_outlook_sender_the_tenant_lacks_is_not_found(sandbox: str, sleeps: list[float]) -> None:
+    client = OutlookClient(
+        f"{sandbox}/login",
+        f"{sandbox}/graph",
+        DEFAULTS.graph_tenant_id,
+        DEFAULTS.graph_client_id,
+        DEFAULTS.graph_client_secret.get_secret_value(),
+        "nobody@example.com",
+        sleep=sleeps.append,
+    )
+    try:
+        with pytest.raises(NotFoundError) as raised:
+            client.send_mail(to=["team@example.com"], subject="Lost", html="<p>x</p>")
+        with pytest.raises(NotFoundError):
+            client.find_sent("report:morning:2026-11-30")
+    finally:
+        client.close()
+    assert raised.value.status == 404
+    assert "The requested user 'nobody@example.com' is invalid." in str(raised.value)
+    assert control(sandbox, "GET", "/outbox")["messages"] == []
+
+
 def _messages(*bodies: str) -> list[dict[str, str]]:
     mails = [MailText(sent_at=None, sender="buyer", subject="Offer", body=b) for b in bodies]
     return summary_messages(deal_name="ACME", mails=mails)

@@ -186,3 +186,66 @@ async def test_clickup_refuses_custom_fields_on_put_and_comments_without_notify_
         f"{url}/comment", json={"comment_text": "x"}, headers=CLICKUP
     )
     assert comment.status_code == 400
+
+
+async def test_clickup_comment_get_has_the_documented_fields(sandbox: Sandbox) -> None:
+    task = (await sandbox.client.post(LIST_URL, json={"name": "T"}, headers=CLICKUP)).json()
+    url = f"/clickup/api/v2/task/{task['id']}/comment"
+    posted = await sandbox.client.post(
+        url, json={"comment_text": "Deal won", "notify_all": False}, headers=CLICKUP
+    )
+    (comment,) = (await sandbox.client.get(url, headers=CLICKUP)).json()["comments"]
+    # GET /v2/task/{id}/comment: id, comment (rich-text parts), comment_text, user, resolved,
+    # assignee, assigned_by, reactions, date (a string of ms), reply_count.
+    assert set(comment) == {
+        "id",
+        "comment",
+        "comment_text",
+        "user",
+        "resolved",
+        "assignee",
+        "assigned_by",
+        "reactions",
+        "date",
+        "reply_count",
+    }
+    assert comment["id"] == posted.json()["id"]
+    assert comment["date"] == str(posted.json()["date"])
+    assert comment["comment"] == [{"text": "Deal won"}]
+    assert (comment["resolved"], comment["assignee"], comment["reactions"]) == (False, None, [])
+    assert set(comment["user"]) >= {"id", "username", "email", "color", "initials"}
+
+
+async def test_clickup_comment_honours_assignee_and_rich_text(sandbox: Sandbox) -> None:
+    task = (await sandbox.client.post(LIST_URL, json={"name": "T"}, headers=CLICKUP)).json()
+    url = f"/clickup/api/v2/task/{task['id']}/comment"
+    body = {"comment": [{"text": "Bitte "}, {"text": "anrufen"}], "assignee": 183}
+    posted = await sandbox.client.post(url, json={**body, "notify_all": True}, headers=CLICKUP)
+    assert posted.status_code == 200
+    (comment,) = (await sandbox.client.get(url, headers=CLICKUP)).json()["comments"]
+    assert comment["comment_text"] == "Bitte anrufen"
+    assert comment["assignee"]["id"] == 183
+    assert comment["assigned_by"]["id"] == comment["user"]["id"]
+    for bad in ({"assignee": "183"}, {"group_assignee": "g1"}):
+        body = {"comment_text": "x", "notify_all": False, **bad}
+        refused = await sandbox.client.post(url, json=body, headers=CLICKUP)
+        assert refused.status_code == 400, bad
+
+
+async def test_clickup_comments_page_25_newest_then_from_start_and_start_id(
+    sandbox: Sandbox,
+) -> None:
+    task = (await sandbox.client.post(LIST_URL, json={"name": "T"}, headers=CLICKUP)).json()
+    url = f"/clickup/api/v2/task/{task['id']}/comment"
+    for number in range(30):
+        sandbox.state.clock.advance(1)
+        body = {"comment_text": f"c{number}", "notify_all": False}
+        await sandbox.client.post(url, json=body, headers=CLICKUP)
+    first = (await sandbox.client.get(url, headers=CLICKUP)).json()["comments"]
+    assert [c["comment_text"] for c in first] == [f"c{n}" for n in range(29, 4, -1)]
+    last = first[-1]
+    params = {"start": last["date"], "start_id": last["id"]}
+    rest = (await sandbox.client.get(url, params=params, headers=CLICKUP)).json()["comments"]
+    assert [c["comment_text"] for c in rest] == ["c4", "c3", "c2", "c1", "c0"]
+    bad = await sandbox.client.get(url, params={"start": "yesterday"}, headers=CLICKUP)
+    assert bad.status_code == 400

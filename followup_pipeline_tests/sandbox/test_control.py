@@ -136,3 +136,13 @@ def test_server_parser_defaults_to_loopback() -> None:
         "http://x/h",
         True,
     )
+
+
+def test_env_lines_send_from_a_mailbox_the_sandbox_has() -> None:
+    config = SandboxConfig(graph_mailboxes=["reports@example.com", "ops@example.com"])
+    values = dict(line.split("=", 1) for line in env_lines(config, "http://127.0.0.1:8765"))
+    # Any other sender would be Graph's 404 ErrorInvalidUser.
+    assert values["FOLLOWUP_GRAPH_SENDER"] == "reports@example.com"
+    # By default, the machine's own default sender.
+    default = dict(line.split("=", 1) for line in env_lines(SandboxConfig(), "http://x"))
+    assert default["FOLLOWUP_GRAPH_SENDER"] == Settings.model_fields["graph_sender"].default

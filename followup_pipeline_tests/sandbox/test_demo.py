@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
-from followup_pipeline.sandbox import SandboxConfig, create_app, sandbox_state
+from followup_pipeline.sandbox import SandboxConfig, create_app, persist, sandbox_state
 from followup_pipeline.sandbox.activity import step
 from followup_pipeline.sandbox.demo import demo_data
 from followup_pipeline.sandbox.records import create_deal
@@ -108,3 +109,39 @@ def test_demo_activity_never_fails(seed: int) -> None:
     for _ in range(300):  # from an empty CRM: prospects first, then everything else
         assert step(state, rng)
     assert state.deals
+
+
+def test_demo_data_deals_close_and_calls_end_after_they_start() -> None:
+    deals = demo_data(3, datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
+    assert all(len(deal["closeDate"]) == 10 for deal in deals)
+    calls = [call for deal in deals for call in deal["calls"]]
+    meetings = [meeting for deal in deals for meeting in deal["meetings"]]
+    assert {call["direction"] for call in calls} == {"Inbound", "Outbound"}
+    assert all(item["dateEnd"] > item["dateStart"] for item in calls + meetings)
+    app = create_app(SandboxConfig())
+    state = sandbox_state(app)
+    for deal in deals:
+        create_deal(state, deal, webhooks=False)
+    kept = [c for links in state.activities.values() for c in links.get("calls", [])]
+    assert all(c["duration"] in (600, 900, 1200, 1500) for c in kept)
+
+
+def test_demo_kept_world_keeps_mailboxes_and_completes_older_records(tmp_path: Path) -> None:
+    state_file = tmp_path / "state.json"
+    first = create_app(SandboxConfig(state_file=state_file))
+    state = sandbox_state(first)
+    create_deal(
+        state, {"id": "d1", "calls": [{"dateStart": "2026-03-04 10:00:00"}]}, webhooks=False
+    )
+    state.mailboxes.append("ops@example.com")
+    # A world kept by an older sandbox: no closeDate, a call without direction and dateEnd.
+    state.deals["d1"]["closeDate"] = None
+    (call,) = state.activity("d1", "calls")
+    call["direction"] = call["dateEnd"] = None
+    persist.save(state, state_file)
+    os.close(state.lock_fd or -1)
+    second = sandbox_state(create_app(SandboxConfig(state_file=state_file)))
+    assert second.mailboxes == ["followup@example.com", "ops@example.com"]
+    assert second.deals["d1"]["closeDate"]
+    (call,) = second.activity("d1", "calls")
+    assert (call["direction"], call["dateEnd"]) == ("Outbound", "2026-03-04 10:05:00")

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
+from followup_pipeline.store.events import delivery_key
 from followup_pipeline.store.migrate import available_migrations, current_version, migrate
 from followup_pipeline_tests.store.dump_schema import REGENERATE, SCHEMA_FILE, normalised_dump
 
@@ -80,3 +82,39 @@ def test_migrate_two_commands_at_once_end_with_one_schema(
 def test_migrations_are_numbered_without_gaps() -> None:
     versions = [m.version for m in available_migrations()]
     assert versions == list(range(1, len(versions) + 1))
+
+
+def test_migrate_0010_keys_the_standard_webhooks_events_stored_before_it(
+    database_factory: Callable[..., str],
+) -> None:
+    url = database_factory()
+    migrate(url, target=9)
+    long_id = "msg_" + "y" * 300
+    rows = [
+        ("forms", "k1", {"webhook-id": "msg_A"}),
+        ("forms", "k2", {"webhook-id": "msg_A"}),  # a retry the body-hash rule let through
+        ("forms", "k3", {"webhook-id": long_id}),
+        ("forms", "k4", {}),  # its headers purged
+        ("payments", "k5", {"webhook-id": "msg_A"}),  # another source, another message
+        ("espocrm", "k6", {"webhook-id": "msg_A"}),  # EspoCRM's deliveries carry no id
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for source, key, headers in rows:
+            conn.execute(
+                "INSERT INTO followup.events (source, dedup_key, body, headers, status)"
+                " VALUES (%s, %s, '', %s, 'unhandled')",
+                (source, key, Jsonb(headers)),
+            )
+    migrate(url)
+    with psycopg.connect(url) as conn:
+        kept = conn.execute(
+            "SELECT dedup_key, delivery_id FROM followup.events ORDER BY id"
+        ).fetchall()
+    assert kept == [
+        ("k1", "msg_A"),
+        ("k2", None),
+        ("k3", delivery_key(long_id)),
+        ("k4", None),
+        ("k5", "msg_A"),
+        ("k6", None),
+    ]

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Literal
 
 from followup_pipeline.domain.alerts import AlertMail, render_alert
-from followup_pipeline.engine.ledger import ActionLedger
+from followup_pipeline.engine.ledger import ActionLedger, DryRun
 from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
 from followup_pipeline.engine.scope import Database, RunScope
 from followup_pipeline.integrations.clickup import ClickUpClient
@@ -21,7 +21,7 @@ from followup_pipeline.store import alerts as store
 from followup_pipeline.store.ledger import ActionSpec
 from followup_pipeline.store.run_lock import RunLock
 
-Channel = Literal["mail", "clickup", "in_flight"]
+Channel = Literal["mail", "clickup", "in_flight", "suppressed"]
 #: The tag every alert task carries in the operations list.
 ALERT_TAG = "followup-alert"
 
@@ -49,7 +49,7 @@ class OpsBoard:
 
     def post_once(self, key: str, *, name: str, markdown: str) -> str:
         """The task id of ``key``'s task, created unless it exists; ``AlertNotSent`` when
-        ClickUp fails or an earlier create may still be on its way."""
+        ClickUp fails or an earlier create may still be on its way; ``DryRun`` in a dry run."""
         prior = self.ledger.prior(key)
         if prior.done and prior.action is not None:
             return prior.action.provider_ref or ""
@@ -106,9 +106,8 @@ class AlertDelivery:
         self.postgres = postgres
         self.settings = settings
         self.log = run.log
-        # Alerts go to the operators, not to the team: FOLLOWUP_DRY_RUN does not hold them.
-        live = settings.model_copy(update={"dry_run": False})
-        self.mailer = Mailer(run, postgres, outlook, live)
+        # A dry run holds alerts too: its mails and tasks are recorded suppressed (dry_run).
+        self.mailer = Mailer(run, postgres, outlook, settings)
         self.ops = OpsBoard(run, postgres, board, settings) if board is not None else None
 
     def _ambiguous(self, key: str) -> bool:
@@ -119,6 +118,8 @@ class AlertDelivery:
     def _mailed(key: str, outcome: str) -> Delivered:
         if outcome == "in_flight":
             return Delivered(key, "in_flight", "its mail may still be on its way")
+        if outcome == "suppressed":
+            return Delivered(key, "suppressed", "dry run: recorded, not sent")
         return Delivered(key, "mail", outcome)
 
     def render(self, key: str) -> tuple[AlertMail, list[int]]:
@@ -185,5 +186,8 @@ class AlertDelivery:
         if self.ops is None:
             raise AlertNotSent(f"{key}: {reason}, and FOLLOWUP_OPS_CLICKUP_LIST_ID is not set")
         note = f"\nThis alert came here because {reason}.\n"
-        self.ops.post_once(clickup_key(key), name=mail.subject, markdown=mail.markdown + note)
+        try:
+            self.ops.post_once(clickup_key(key), name=mail.subject, markdown=mail.markdown + note)
+        except DryRun:
+            return Delivered(key, "suppressed", "dry run: recorded, not sent")
         return Delivered(key, "clickup", reason)

@@ -11,6 +11,7 @@ from followup_pipeline.defs.alerts.checks import dead_letter_signals, pending_si
 from followup_pipeline.defs.alerts.delivery import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.alerts import fingerprint, self_alert_key
+from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.runs import calendar_of
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import ClickUpResource
@@ -117,6 +118,8 @@ def report_alert_failure(
     )
     try:
         board.post_once(key, name=f"[followup] alert run failed: {detail[:150]}", markdown=markdown)
+    except DryRun:
+        return
     except AlertNotSent as error:
         context.log.error("alert run %s failed, and so did ClickUp: %s", run_id, error)
 

@@ -1,11 +1,14 @@
 """Step 2 of ``evaluate``: reset the cadence of deals with new activity.
 
 Activity is an e-mail, or a call or meeting that was held, after the watch's last reset (or its
-registration). A reset plans each open step again from the activity's local date.
+registration). A reset plans each open step again from the activity's local date, records what
+the activity was (a task names the last contact), and marks the watch's tasks not closed yet as
+overtaken: the salesperson followed up, so they are closed saying what happened.
 """
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.domain.cadence import replan_steps
@@ -13,13 +16,22 @@ from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.espocrm_models import Call, Listing, Meeting
 from followup_pipeline.store import steps, watches
+from followup_pipeline.store.steps import ContactKind
 from followup_pipeline.store.watches import Watch
 
 #: Calls and meetings count as activity once held; planned ones are not activity yet.
 HELD = "Held"
 #: How far ahead of this machine's clock an activity's date may be and still count (as now).
 CLOCK_SKEW = timedelta(hours=1)
+
+
+class Activity(NamedTuple):
+    """One piece of a deal's activity: when, and what it was."""
+
+    at: datetime
+    kind: ContactKind
 
 
 @dataclass
@@ -48,23 +60,25 @@ class CadenceResetter:
         #: Activity records of the last listings that broke their schema.
         self.invalid: list[str] = []
 
-    def activity_since(self, since: datetime) -> dict[str, list[datetime]]:
-        """The moments of activity per deal, read in three listings of what changed after
-        ``since``: e-mails created, calls and meetings modified (held late counts) since."""
-        moments: dict[str, list[datetime]] = {}
+    def activity_since(self, since: datetime) -> dict[str, list[Activity]]:
+        """The activity per deal, read in three listings of what changed after ``since``:
+        e-mails created, calls and meetings modified (held late counts) since."""
+        moments: dict[str, list[Activity]] = {}
         emails = self.crm.list_emails_since(since=since)
         self.invalid = [str(e) for e in emails.invalid]
         for email in emails.records:
             if email.parent_id and email.date_sent is not None:
-                moments.setdefault(email.parent_id, []).append(email.date_sent)
-        for listing in (
-            self.crm.list_calls_since(since=since),
-            self.crm.list_meetings_since(since=since),
-        ):
+                moments.setdefault(email.parent_id, []).append(Activity(email.date_sent, "email"))
+        held: list[tuple[ContactKind, Listing[Call] | Listing[Meeting]]] = [
+            ("call", self.crm.list_calls_since(since=since)),
+            ("meeting", self.crm.list_meetings_since(since=since)),
+        ]
+        for kind, listing in held:
             self.invalid += [str(e) for e in listing.invalid]
             for record in listing.records:
                 if record.parent_id and record.status == HELD and record.date_start is not None:
-                    moments.setdefault(record.parent_id, []).append(record.date_start)
+                    found = Activity(record.date_start, kind)
+                    moments.setdefault(record.parent_id, []).append(found)
         return moments
 
     def run_changes(self, since: datetime | None) -> Resets:
@@ -98,16 +112,27 @@ class CadenceResetter:
         ahead = self.now + CLOCK_SKEW
         for watch in touched:
             mine = moments.get(watch.subject_id, [])
-            fresh = [min(m, self.now) for m in mine if watch.active_since < m <= ahead]
+            fresh = [
+                Activity(min(a.at, self.now), a.kind)
+                for a in mine
+                if watch.active_since < a.at <= ahead
+            ]
             if fresh:
-                self._reset(watch, max(fresh))
+                overtaken = self._reset(watch, max(fresh))
                 resets.tally.count("reset")
+                if overtaken:
+                    resets.tally.count("tasks_overtaken", overtaken)
         return resets
 
-    def _reset(self, watch: Watch, moment: datetime) -> None:
-        reset_on = local_date(moment, watch.time_zone)
+    def _reset(self, watch: Watch, latest: Activity) -> int:
+        """Plan the open steps again from ``latest``, record what it was, and mark the watch's
+        tasks not closed yet as overtaken by it (one transaction); how many were marked."""
+        reset_on = local_date(latest.at, watch.time_zone)
         with self.db.connection() as conn, conn.transaction():
             planned = [s.planned() for s in steps.steps_of(conn, watch.id) if s.open]
             for step in replan_steps(reset_on, planned, self.calendar):
                 steps.replan_step(conn, watch_id=watch.id, step_no=step.step_no, due_on=step.due_on)
-            watches.mark_reset(conn, watch_id=watch.id, at=moment)
+            watches.mark_reset(conn, watch_id=watch.id, at=latest.at)
+            steps.record_contact(conn, watch_id=watch.id, kind=latest.kind)
+            marked = steps.mark_overtaken(conn, watch_id=watch.id, at=latest.at, kind=latest.kind)
+        return len(marked)

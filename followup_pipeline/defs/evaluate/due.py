@@ -1,25 +1,38 @@
-"""Steps 3 and 4 of ``evaluate``: the due steps of each watch, and watches that went quiet.
+"""Steps 3 and 4 of ``evaluate``: the due steps of each watch, the open tasks whose deal got a
+newer summary, and watches that went quiet.
 
 For a watch with due steps: settle any task that may exist already, re-read the deal in the CRM
 (a step is never fired unverified), then create the latest due step's task and supersede the
-older ones. The database chooses the watches: those with a step due, and those that may be
-exhausted; no pass visits every open watch.
+older ones. A task is written from the deal as the CRM has it then, in the team's language
+(docs/architecture.md §2, "Task text"). The database chooses the watches: those with a step due,
+those whose open task shows an older summary than their deal's newest, and those that may be
+exhausted.
 """
 
 from collections.abc import Set
+from datetime import date
 from typing import Literal
 
 from followup_pipeline.defs.evaluate.ports import DealSource
-from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger
+from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger, update_key
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.registration import Observation
 from followup_pipeline.domain.steps import is_exhausted, select_due
+from followup_pipeline.domain.tasks import (
+    Contact,
+    TaskContent,
+    TaskFacts,
+    assignees_for,
+    contact_of,
+    render_task,
+)
 from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import steps, watches
+from followup_pipeline.store.steps import TaskSummary
 from followup_pipeline.store.watches import Watch
 
 GONE: Literal["gone"] = "gone"
@@ -87,16 +100,94 @@ class DueSteps:
         if unreadable:
             self.tally.count("waiting_on_crm")
             return  # its activity could not be read: a reset might postpone the step
-        deal = self._recheck(watch)
+        deal = self._current(watch)
         if deal is None:
             return
-        stage = None if deal == GONE else deal.stage
-        if self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "recheck")):
-            return  # the deal left the watched stages, or is gone (subject_gone)
-        assert isinstance(deal, Deal)
         for step_no in selection.supersede:
             self.tasks.skip(watch, step_no, due_on[step_no], "superseded")
-        self.tasks.create_task(watch, deal, selection.fire, due_on[selection.fire], len(rows))
+        step, day = selection.fire, due_on[selection.fire]
+        with self.db.connection() as conn:
+            summary = steps.newest_summary(conn, watch.subject_id)
+        content = self.content(watch, deal, step, day, len(rows), summary)
+        settings = self.settings
+        assignees = assignees_for(
+            deal.assigned_user_id, settings.clickup_user_map, settings.clickup_default_assignee
+        )
+        shown = summary.input_hash if summary else None
+        self.tasks.create_task(watch, step, day, content, shown, assignees)
+
+    def refresh_summaries(self) -> Tally:
+        """Write the open task of each open watch again when its deal got a newer summary than
+        the task shows (one written before ``enrich`` ran): from the deal as the CRM has it now,
+        through the ledger, once per summary."""
+        self.tally = Tally(self.tally.log)
+        with self.db.connection() as conn:
+            stale = steps.tasks_to_update(conn)
+        for row in stale:
+            if self.tasks.rate_limited:
+                break  # ClickUp's minute is spent: the next run writes them (no CRM reads now)
+            with self.db.connection() as conn:
+                watch = watches.watch_by_id(conn, row.watch_id)
+            if watch is None or watch.closed_at is not None:
+                continue
+            if self.tasks.ledger.dead(update_key(watch.id, row.step_no, row.summary_hash)):
+                continue  # a dead letter: no CRM read for it, run after run
+            deal = self._current(watch)
+            if deal is None:
+                continue
+            summary = TaskSummary(row.summary_hash, row.line1, row.line2)
+            content = self.content(watch, deal, row.step_no, row.due_on, row.step_count, summary)
+            self.tasks.update_task(watch, row, content)
+        return self.tally
+
+    def content(
+        self,
+        watch: Watch,
+        deal: Deal,
+        step_no: int,
+        due_on: date,
+        total: int,
+        summary: TaskSummary | None,
+    ) -> TaskContent:
+        """The text of a step's task: the deal as the CRM has it now, the last contact the
+        machine knows (the activity that last reset the cadence, else none since it began), the
+        summary; "days ago" counted in the watch's time zone; in the team's language."""
+        with self.db.connection() as conn:
+            known = steps.last_contact(conn, watch.id)
+        today = local_date(self.now, watch.time_zone)
+        if known is not None and known.last_reset_at is not None:
+            reset_on = local_date(known.last_reset_at, watch.time_zone)
+            contact = contact_of(known.last_reset_kind, reset_on)
+        else:
+            contact = Contact("none", known.base_on if known else today)
+        facts = TaskFacts(
+            deal_name=deal.name,
+            account_name=deal.account_name,
+            crm_url=self.settings.crm_deal_url(deal.id),
+            stage=deal.stage,
+            amount=deal.amount,
+            currency=deal.amount_currency,
+            step_no=step_no,
+            step_count=total,
+            due_on=due_on,
+            today=today,
+            contact=contact,
+            summary=(summary.line1, summary.line2) if summary else None,
+        )
+        return render_task(facts, self.settings.report_language)
+
+    def _current(self, watch: Watch) -> Deal | None:
+        """The deal as the CRM has it now, if the watch stays open: None when the CRM cannot tell
+        (the error kept on the watch), and when the deal left the watched stages or is gone (the
+        watch is closed now)."""
+        deal = self._recheck(watch)
+        if deal is None:
+            return None
+        stage = None if deal == GONE else deal.stage
+        if self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "recheck")):
+            return None  # the deal left the watched stages, or is gone (subject_gone)
+        assert isinstance(deal, Deal)
+        return deal
 
     def _recheck(self, watch: Watch) -> Deal | Literal["gone"] | None:
         """The deal as the CRM has it now (refreshing the watch's copy), ``GONE`` if it was

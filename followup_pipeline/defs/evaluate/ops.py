@@ -1,6 +1,8 @@
-"""The two ops of ``evaluate``: ``sync`` (stage guard, reconcile) hands a ``Synced`` to
-``evaluate_due`` (reset cadences, due steps, exhausted watches, closing the tasks of closed
-ones). The work always uses the clock's now; the partition is only a label."""
+"""The two ops of ``evaluate``: ``sync`` (stage guard, the full reconciliation, in every run)
+hands a ``Synced`` to ``evaluate_due`` (reset cadences from the activity since the cursor, due
+steps, open tasks written again with newer summaries, exhausted watches, closing the tasks that
+are superseded, overtaken or of closed watches). The work always uses the clock's now; the
+partition is only a label."""
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -11,7 +13,6 @@ from followup_pipeline.defs.evaluate.activity import CadenceResetter
 from followup_pipeline.defs.evaluate.due import DueSteps
 from followup_pipeline.defs.evaluate.reconcile import Reconciler
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
-from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output
 from followup_pipeline.engine.scope import RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError
@@ -21,17 +22,12 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store.enrichments import cursor_of, set_cursor
 
 LOCK_HELD_ELSEWHERE = "another evaluate run holds the lock"
-#: The cursor of the changes ``evaluate`` has read (``job_cursors``).
+#: The cursor of the activity ``evaluate`` has read (``job_cursors``).
 CURSOR = "evaluate"
+#: When the machine's first ``evaluate`` ran: no deal's cadence starts before it.
+WATCHING_SINCE = "watching_since"
 #: Read from this much before the cursor: clocks of the CRM and of this machine may differ.
 CURSOR_OVERLAP = timedelta(minutes=5)
-
-
-class EvaluateConfig(dg.Config):
-    """``full``: reconcile every deal in a watched stage and every open watch (as the first run
-    of each business day does), not only what changed since the last run."""
-
-    full: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,6 @@ def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts
 @dg.op
 def sync(
     context: dg.OpExecutionContext,
-    config: EvaluateConfig,
     settings: dg.ResourceParam[Settings],
     postgres: PostgresResource,
     espocrm: EspoCrmResource,
@@ -70,17 +65,25 @@ def sync(
     if not evaluate_lock.held:
         return dg.Output(Synced(now=now, skipped=True))
     run = RunScope(now, context.run_id, context.log)
-    zone = settings.timezone
     tasks = TaskLedger(run, postgres, clickup.get_client(), settings)
-    calendar = calendar_of(postgres, settings)
-    reconciler = Reconciler(run, postgres, espocrm.get_client(), tasks, settings, calendar=calendar)
-    tally = Tally(context.log)
     with postgres.connection() as conn:
         position = cursor_of(conn, CURSOR)
+        watching_since = cursor_of(conn, WATCHING_SINCE)
+        if watching_since is None and settings.now is None:
+            set_cursor(conn, WATCHING_SINCE, now)  # (a clock set by FOLLOWUP_NOW sets nothing)
+    reconciler = Reconciler(
+        run,
+        postgres,
+        espocrm.get_client(),
+        tasks,
+        settings,
+        calendar=calendar_of(postgres, settings),
+        watching_since=watching_since,
+    )
     if position is not None and position > now:
-        position = None  # a cursor from a clock set ahead: read everything once
+        position = None  # a cursor from a clock set ahead: read all activity once
     since = position - CURSOR_OVERLAP if position is not None else None
-    full = config.full or position is None or local_date(position, zone) != local_date(now, zone)
+    tally = Tally(context.log)
     complete = True
     try:
         reconciler.check_stage_names()
@@ -88,11 +91,7 @@ def sync(
         tally.problem(f"CRM unreachable, no reconciliation this run: {error}")
         complete = False
     else:
-        if full or since is None:
-            tally.count("full_reconciliation")
-            tally.add(reconciler.run())
-        else:
-            tally.add(reconciler.run_changes(since))
+        tally.add(reconciler.run())
         complete = reconciler.complete
     tally.add(tasks.tally)
     synced = Synced(
@@ -116,8 +115,9 @@ def evaluate_due(
     clock: ClockResource,
     evaluate_lock: RunLockResource,
 ) -> dg.Output[RunCounts]:
-    """Reset cadences, create due steps' tasks, close exhausted watches and the tasks of closed
-    ones.
+    """Reset cadences, create due steps' tasks, write open tasks again with newer summaries,
+    close exhausted watches, and close the tasks superseded by a later step's, overtaken by
+    activity, or of closed watches.
 
     The clock is read again: a retried or re-executed op works at its own now, not at the
     failed run's (the clock decides, docs/architecture.md).
@@ -132,8 +132,9 @@ def evaluate_due(
     resets = CadenceResetter(run, postgres, crm, calendar).run_changes(synced.since)
     due = DueSteps(run, postgres, crm, tasks, settings, calendar=calendar)
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
+    tally.add(due.refresh_summaries())
     due.close_exhausted()
-    tasks.close_tasks_of_closed_watches()
+    tasks.close_tasks()
     tally.add(tasks.tally)
     if synced.complete and resets.complete and settings.now is None:
         # (A run on a clock set by FOLLOWUP_NOW reads, but never moves the cursor.)

@@ -28,10 +28,6 @@ class DealSource(Protocol):
         """Every deal in one of ``stages``; records that broke schema are in ``invalid``."""
         ...
 
-    def list_deals_modified_since(self, *, since: datetime) -> DealListing:
-        """Every deal modified after ``since``, in any stage."""
-        ...
-
     def list_emails_since(self, *, since: datetime) -> Listing[Email]:
         """Every deal's e-mails created after ``since``."""
         ...
@@ -42,6 +38,10 @@ class DealSource(Protocol):
 
     def list_meetings_since(self, *, since: datetime) -> Listing[Meeting]:
         """Every deal's meetings modified after ``since``."""
+        ...
+
+    def list_deals_by_ids(self, *, ids: Sequence[str]) -> DealListing:
+        """The deals of ``ids`` that the CRM lists (50 ids to a request)."""
         ...
 
     def get_deal(self, *, deal_id: str) -> Deal:

@@ -1,9 +1,17 @@
-"""Step 1 of ``evaluate``: reconcile watches with the CRM.
+"""Step 1 of every ``evaluate`` run: reconcile watches with the CRM.
 
-A lost webhook costs at most one hour: every CRM deal in a watched stage gets a watch, and every
-open watch whose deal left is closed with the reason the CRM gives. What to open and close is
-decided by the one set of rules (``domain/registration.py``), as for a webhook, and applied by
-``apply_registrations``: a page of deals at a time, in one transaction each.
+Every run lists every deal in the watched stages (keyset pages of 200) and compares the list
+with the open watches: a lost webhook costs at most one hour, and so does a deleted deal or a
+change that did not move ``modifiedAt``. Every CRM deal in a watched stage gets a watch, and
+every open watch whose deal is not listed is read on its own and closed with the reason the CRM
+gives. What to open and close is decided by the one set of rules (``domain/registration.py``),
+as for a webhook, and applied by ``apply_registrations``: a page of deals at a time, in one
+transaction each.
+
+A watch opened here is planned from the best evidence of when its deal entered the stage: the
+deal's ``modifiedAt`` (a stage change moves it, so the deal entered no later; a later edit only
+makes the cadence start later, never earlier), but not before the machine began watching (a deal
+that sat in an offer stage before the machine existed starts when it starts), nor after now.
 """
 
 from collections.abc import Callable, Sequence
@@ -39,8 +47,10 @@ class Reconciler:
         settings: Settings,
         *,
         calendar: BusinessCalendar,
+        watching_since: datetime | None = None,
     ) -> None:
         self.db = db
+        self.watching_since = watching_since or run.now
         self.crm = crm
         self.tasks = tasks
         self.settings = settings
@@ -69,34 +79,28 @@ class Reconciler:
                 metadata={"bad_stages": bad, "valid_stages": valid},
             )
 
-    def run_changes(self, since: datetime) -> Tally:
-        """The hourly reconciliation: only the deals modified after ``since`` (one listing,
-        every stage): open a watch for one that entered a watched stage, close the watch of
-        one that left. A deleted deal is not listed: its webhook, or the day's first (full)
-        run, closes its watch. ``complete`` False when the listing failed."""
-        tally = self.tally = Tally(self.tally.log)
-        listing = self._listed(lambda: self.crm.list_deals_modified_since(since=since))
-        if listing is None:
-            return tally
-        tally.count("crm_deals_changed", len(listing.records))
-        # A deal changed during the listing may be listed twice (offsets shift): its last record.
-        self.register(list({deal.id: deal for deal in listing.records}.values()))
-        return tally
-
     def run(self) -> Tally:
         """Open the missing watches and close those whose deal left the watched stages."""
         tally = self.tally = Tally(self.tally.log)
+        # The open watches before the listing: one a webhook closes while the CRM is read (it
+        # may take minutes) is neither reopened from the listing nor read as departed.
+        with self.db.connection() as conn:
+            open_now = {w.subject_id: w for w in watches.open_watches(conn)}
         listing = self._listed(lambda: self.crm.list_deals(stages=self.settings.watched_stages))
         if listing is None:
             return tally
         listed = {deal.id: deal for deal in listing.records}
         tally.count("crm_deals_watched_stages", len(listed))
-        with self.db.connection() as conn:
-            open_now = {w.subject_id: w for w in watches.open_watches(conn)}
+        moved = {
+            w.id: listed[subject].stage
+            for subject, w in open_now.items()
+            if subject in listed and listed[subject].stage != w.stage
+        }
+        if moved:  # the stage a watch may end in (exhausted) is the deal's, not the first one
+            with self.db.connection() as conn:
+                watches.set_stages(conn, moved)
         quiet = self.register([deal for deal in listed.values() if deal.id not in open_now])
-        for subject_id, watch in open_now.items():
-            if subject_id not in listed:
-                self._close_departed(watch)
+        self.close_departed([w for subject_id, w in open_now.items() if subject_id not in listed])
         with self.db.connection() as conn:
             still_open = watches.count_open_watches(conn)
         if len(listed) - quiet > 0 and still_open == 0:
@@ -157,6 +161,7 @@ class Reconciler:
                     plan=plan,
                     at=self.now,
                     registered_by="reconcile",
+                    entered={d.id: self.entered_at(d) for d in page},
                 )
             for registration in ended.values():
                 if registration.outcome == "registered":
@@ -168,16 +173,34 @@ class Reconciler:
                     self.tasks.closed(latest[registration.subject_id], registration.reason)
         return quiet
 
-    def _close_departed(self, watch: Watch) -> None:
-        """Read a deal that is no longer listed and close its watch with the CRM's reason (it
-        may have entered a watched stage after the listing: then it stays open)."""
-        try:
-            stage: str | None = self.crm.get_deal(deal_id=watch.subject_id).stage
-        except NotFoundError:
-            stage = None
-        except IntegrationError as error:
-            self.tally.problem(
-                f"deal {watch.subject_id}: CRM unreadable, its watch stays open: {error}"
-            )
+    def entered_at(self, deal: Deal) -> datetime:
+        """When the deal entered its stage, as far as the CRM shows: its ``modifiedAt``, within
+        the time the machine has been watching."""
+        return min(self.now, max(deal.modified_at, self.watching_since))
+
+    def close_departed(self, departed: Sequence[Watch]) -> None:
+        """Read the deals no longer listed (50 to a listing by id) and close each watch with the
+        CRM's reason (a deal may have entered a watched stage after the listing: then its watch
+        stays open). A deal the listing by id leaves out is asked on its own: 404 is gone."""
+        if not departed:
             return
-        self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "reconcile"))
+        try:
+            found = self.crm.list_deals_by_ids(ids=[w.subject_id for w in departed])
+        except IntegrationError as error:
+            self.tally.problem(f"CRM unreadable, {len(departed)} watch(es) stay open: {error}")
+            return
+        stages = {deal.id: deal.stage for deal in found.records}
+        for watch in departed:
+            if watch.subject_id in stages:
+                stage: str | None = stages[watch.subject_id]
+            else:
+                try:
+                    stage = self.crm.get_deal(deal_id=watch.subject_id).stage
+                except NotFoundError:
+                    stage = None
+                except IntegrationError as error:
+                    self.tally.problem(
+                        f"deal {watch.subject_id}: CRM unreadable, its watch stays open: {error}"
+                    )
+                    continue
+            self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "reconcile"))

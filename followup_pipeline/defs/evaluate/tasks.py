@@ -1,14 +1,16 @@
-"""The ledger side of ``evaluate``: create, settle, suppress and close tasks in ClickUp.
+"""The ledger side of ``evaluate``: create, settle, suppress, update and close tasks in ClickUp.
 
-Every task is an action keyed ``task:{watch}:{step}``. The row says ``attempted`` (committed)
-before ClickUp is called; ClickUp is searched for the key before any create; a step is marked
-fired only in the transaction that records its task. A row left ``attempted``, ``unknown`` or
-``accepted`` is settled by asking ClickUp before the step is skipped for any reason, so a task
-that was created is never forgotten (docs/architecture.md, the action ledger).
+Every task is an action keyed ``task:{watch}:{step}``; writing it again with a newer summary,
+``task_update:{watch}:{step}:{12 hex of the summary's input hash}``; closing it (a later step's
+task superseded it, activity overtook it, its watch closed), ``close_task:{watch}:{step}``. The
+row says ``attempted`` (committed) before ClickUp is called; ClickUp is searched for the key
+before any create; a step is marked fired only in the transaction that records its task. A row
+left ``attempted``, ``unknown`` or ``accepted`` is settled by asking ClickUp before the step is
+skipped for any reason, so a task that was created is never forgotten (docs/architecture.md §4).
 """
 
 from datetime import date, time
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psycopg
 
@@ -16,17 +18,15 @@ from followup_pipeline.defs.evaluate.ports import TaskBoard
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
-from followup_pipeline.domain.tasks import assignees_for, close_comment, render_task
-from followup_pipeline.engine.ledger import ActionLedger
+from followup_pipeline.domain.tasks import TaskContent
+from followup_pipeline.engine.ledger import ActionLedger, DryRun
 from followup_pipeline.engine.scope import Database, RunScope, Tally
-from followup_pipeline.integrations.clickup import task_is_gone
+from followup_pipeline.integrations.clickup import Task, task_is_gone
 from followup_pipeline.integrations.errors import IntegrationError, TransientError
-from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import steps, watches
-from followup_pipeline.store.enrichments import latest_summary
 from followup_pipeline.store.ledger import ActionSpec, Attempt, FinalOutcome, SuppressReason
-from followup_pipeline.store.steps import TaskToClose
+from followup_pipeline.store.steps import TaskToClose, TaskToUpdate
 from followup_pipeline.store.watches import Watch
 
 DRY_RUN_REF = "dry-run"
@@ -39,6 +39,27 @@ RATE_LIMITED = 429
 Resolution = Literal["nothing", "fired", "unreadable", "in_flight"]
 #: Resolutions after which a step must wait: nothing may be sent or skipped for it now.
 WAITS = ("unreadable", "in_flight")
+#: Status types of a task that is done with: someone closed it already.
+CLOSED_TYPES = ("closed", "done")
+GONE_NOTE = "the task no longer exists in ClickUp"
+
+
+class TaskWriter(TaskBoard, Protocol):
+    """The task board, with what keeping a task up to date needs."""
+
+    def update_task(self, *, task_id: str, markdown: str) -> Task:
+        """Write a task's description again (idempotent)."""
+
+    def add_comment(self, *, task_id: str, comment: str) -> None:
+        """Add a comment to a task (sent once)."""
+
+    def comment_texts(self, *, task_id: str) -> list[str]:
+        """The texts of a task's newest comments."""
+
+
+def update_key(watch_id: int, step_no: int, summary_hash: str) -> str:
+    """The idempotency key of writing a step's task again with a newer summary."""
+    return f"task_update:{watch_id}:{step_no}:{summary_hash[:12]}"
 
 
 def task_key(watch_id: int, step_no: int) -> str:
@@ -53,10 +74,12 @@ class TaskLedger:
     no more writes in this run (the minute's window is spent; the next run goes on).
     """
 
-    def __init__(self, run: RunScope, db: Database, board: TaskBoard, settings: Settings) -> None:
+    def __init__(self, run: RunScope, db: Database, board: TaskWriter, settings: Settings) -> None:
         self.db = db
         self.board = board
         self.settings = settings
+        #: The team's language: the tasks' and their comments' (``FOLLOWUP_REPORT_LANGUAGE``).
+        self.language = settings.report_language
         self.now = run.now
         self.ledger = ActionLedger.of(db, run, settings)
         self.tally = Tally(run.log)
@@ -157,29 +180,34 @@ class TaskLedger:
             if step.open:
                 self.skip(watch, step.step_no, step.due_on, "deal_closed")
 
-    def create_task(self, watch: Watch, deal: Deal, step_no: int, due_on: date, total: int) -> None:
-        """Create the step's task through the ledger, searching ClickUp for its key first."""
+    def create_task(
+        self,
+        watch: Watch,
+        step_no: int,
+        due_on: date,
+        content: TaskContent,
+        summary: str | None,
+        assignees: list[int],
+    ) -> None:
+        """Create the step's task through the ledger, searching ClickUp for its key first;
+        ``content`` was written with the summary of input hash ``summary`` (None: without)."""
         spec = self.spec(watch, step_no, due_on)
         if self._waits(spec.key):
             return
-        if self.settings.dry_run:
-
-            def fire_step(conn: Connection) -> bool:
-                steps.fire_step(
+        try:
+            attempt = self.ledger.begin(
+                spec,
+                dry_run_also=lambda conn: steps.fire_step(
                     conn, watch_id=watch.id, step_no=step_no, task_ref=DRY_RUN_REF, at=self.now
-                )
-                return True
-
-            self.ledger.suppress(spec, "dry_run", first=fire_step)
+                ),
+            )
+        except DryRun:
             self.tally.count("fired_dry_run")
             return
-        if self.rate_limited:
-            self.tally.count("waiting_on_clickup_rate_limit")
-            return
-        attempt = self.ledger.begin(spec)
         if attempt is None:
             return  # it reached ClickUp before; settling has marked the step
         outcome: FinalOutcome = "confirmed"
+        shown = None  # a task found by its key was written by an earlier attempt: not known
         try:
             found = self.board.find_tasks_by_key(idempotency_key=spec.key)
             if found:
@@ -187,46 +215,63 @@ class TaskLedger:
                 self.tally.count("found_existing")
             else:
                 self.ledger.touch(attempt)  # the in-flight window starts now
-                task_id = self._post(spec, watch, deal, step_no, due_on, total)
+                task_id = self.board.create_task(
+                    name=content.name,
+                    markdown=content.markdown,
+                    due_date=spec.due_at,
+                    assignees=assignees,
+                    idempotency_key=spec.key,
+                ).id
                 outcome = "accepted"
+                shown = summary
         except IntegrationError as error:
             self._failed(attempt, spec.key, error)
             return
-        self._record_fired(attempt, watch.id, step_no, task_id, outcome)
+        self._record_fired(attempt, watch.id, step_no, task_id, outcome, summary=shown)
         self.tally.count("fired")
         if outcome == "accepted":
             self._confirm(attempt, task_id)
 
-    def _post(
-        self, spec: ActionSpec, watch: Watch, deal: Deal, step_no: int, due_on: date, total: int
-    ) -> str:
-        with self.db.connection() as conn:
-            summary = latest_summary(conn, watch.subject_id)
-        content = render_task(
-            deal_name=deal.name,
-            account_name=deal.account_name,
-            crm_url=self.settings.crm_deal_url(deal.id),
-            step_no=step_no,
-            step_count=total,
-            due_on=due_on,
-            summary=summary,
+    def update_task(self, watch: Watch, row: TaskToUpdate, content: TaskContent) -> None:
+        """Write the open task again with ``content`` (a newer summary): once per summary."""
+        spec = ActionSpec(
+            key=update_key(watch.id, row.step_no, row.summary_hash),
+            kind="task_update",
+            due_at=self.now,
+            time_zone=watch.time_zone,
+            watch_id=watch.id,
+            step_no=row.step_no,
+            payload={"task_id": row.task_ref, "summary": row.summary_hash},
         )
-        task = self.board.create_task(
-            name=content.name,
-            markdown=content.markdown,
-            due_date=spec.due_at,
-            assignees=assignees_for(
-                deal.assigned_user_id,
-                self.settings.clickup_user_map,
-                self.settings.clickup_default_assignee,
-            ),
-            idempotency_key=spec.key,
-        )
-        return task.id
+        if self._waits(spec.key):
+            return
+        try:
+            attempt = self.ledger.begin(spec)
+        except DryRun:
+            return
+        if attempt is None:
+            return
+        note = None
+        try:
+            self.board.update_task(task_id=row.task_ref, markdown=content.markdown)
+        except IntegrationError as error:
+            if not task_is_gone(error):  # a PUT, settled by sending it again: failed
+                self._failed(attempt, spec.key, error, ambiguous_allowed=False)
+                return
+            note = GONE_NOTE  # nothing left to write to
 
-    def close_tasks_of_closed_watches(self) -> None:
-        """Settle the steps a closed watch left open (their task may exist), then close, with a
-        comment saying why, the ClickUp tasks of watches that closed."""
+        def shows(conn: Connection) -> None:
+            steps.set_task_summary(
+                conn, watch_id=watch.id, step_no=row.step_no, task_summary=row.summary_hash
+            )
+
+        self.ledger.finish(attempt, "confirmed", provider_ref=row.task_ref, error=note, also=shows)
+        self.tally.count("tasks_updated")
+
+    def close_tasks(self) -> None:
+        """Settle the steps a closed watch left open (their task may exist), then close with a
+        comment saying why the tasks a later step's task superseded, that activity overtook, and
+        those of closed watches (``FOLLOWUP_CLICKUP_CLOSE_ON_WATCH_CLOSE``)."""
         with self.db.connection() as conn:
             left_open = steps.open_steps_of_closed_watches(conn)
         for step in left_open:
@@ -234,51 +279,72 @@ class TaskLedger:
                 watch = watches.watch_by_id(conn, step.watch_id)
             if watch is not None:
                 self.skip(watch, step.step_no, step.due_on, "deal_closed")
-        if not self.settings.clickup_close_on_watch_close:
-            return
+        on_watch_close = self.settings.clickup_close_on_watch_close
         with self.db.connection() as conn:
-            rows = steps.tasks_to_close(conn)
+            rows = steps.tasks_to_close(conn, on_watch_close=on_watch_close)
         for row in rows:
             self._close_task(row)
 
     def _close_task(self, row: TaskToClose) -> None:
+        """Close one task with its comment, at most once: a task someone closed or deleted
+        already counts as closed; a retry whose earlier attempt may have closed it adds the
+        comment only if ClickUp does not show it yet."""
+        reason, comment = row.closing(self.language, self.now)
         spec = ActionSpec(
             key=f"close_task:{row.watch_id}:{row.step_no}",
             kind="close_task",
-            due_at=row.closed_at,
+            due_at=row.closed_at or self.now,
             time_zone=row.time_zone,
             watch_id=row.watch_id,
             step_no=row.step_no,
-            payload={"task_id": row.task_ref, "reason": row.closed_reason},
+            payload={"task_id": row.task_ref, "reason": reason, "comment": comment},
         )
         if self._waits(spec.key):
             return
-        if self.settings.dry_run:
-            self.ledger.suppress(spec, "dry_run")
+        prior = self.ledger.prior(spec.key)
+        if self.ledger.in_flight(prior):
+            self.tally.count("waiting_in_flight")  # its comment may still be on its way
             return
-        if self.rate_limited:
+        said = prior.action.payload.get("comment") if prior.action else None
+        earlier = {comment, said} if isinstance(said, str) else {comment}
+        try:
+            attempt = self.ledger.begin(spec)
+        except DryRun:
             return
-        attempt = self.ledger.begin(spec)
         if attempt is None:
             return
         note = None
         try:
-            self.board.close_task(task_id=row.task_ref, comment=close_comment(row.closed_reason))
+            task = self.board.get_task(task_id=row.task_ref)
+            if task.status_type not in CLOSED_TYPES:
+                self.board.close_task(task_id=row.task_ref, comment=comment)
+            else:
+                note = "closed in ClickUp already"
+                # An earlier attempt may have closed it and lost its comment's answer.
+                retried = attempt.attempt_no > 1
+                if retried and not earlier & set(self.board.comment_texts(task_id=row.task_ref)):
+                    self.board.add_comment(task_id=row.task_ref, comment=comment)
         except IntegrationError as error:
             if not task_is_gone(error):
-                # Closing is no create: settled by trying again (the PUT is idempotent), so it
-                # is failed, never unknown, and ends as a dead letter after its attempts.
+                # Closing is no create: settled by trying again (the PUT is idempotent, the
+                # comment looked for first), so it is failed, never unknown, and ends as a dead
+                # letter after its attempts.
                 self._failed(attempt, spec.key, error, ambiguous_allowed=False)
                 return
             # Someone deleted the task (or moved it where we cannot see it): what closing it
             # wanted is already true, so this is done, not a failure that ends a dead letter.
-            note = "the task no longer exists in ClickUp"
+            note = GONE_NOTE
         self.ledger.finish(attempt, "confirmed", provider_ref=row.task_ref, error=note)
         self.tally.count("tasks_closed")
+        self.tally.count(f"tasks_closed_{reason}")
 
     def _waits(self, key: str) -> bool:
-        """Whether the action of ``key`` waits as a dead letter (counted, and left alone)."""
+        """Whether the action of ``key`` waits: as a dead letter (counted, and left alone), or
+        after a 429 (this run writes no more to ClickUp; a dry run reaches nobody anyway)."""
         if not self.ledger.dead(key):
+            if self.rate_limited and not self.ledger.dry_run:
+                self.tally.count("waiting_on_clickup_rate_limit")
+                return True
             return False
         self.tally.count("dead_letters")
         self.tally.log.warning(
@@ -290,17 +356,29 @@ class TaskLedger:
         return True
 
     def _record_fired(
-        self, attempt: Attempt, watch_id: int, step_no: int, task_id: str, outcome: FinalOutcome
+        self,
+        attempt: Attempt,
+        watch_id: int,
+        step_no: int,
+        task_id: str,
+        outcome: FinalOutcome,
+        *,
+        summary: str | None = None,
     ) -> None:
-        """The attempt's outcome and the step marked fired with its task, in one transaction."""
-        self.ledger.finish(
-            attempt,
-            outcome,
-            provider_ref=task_id,
-            also=lambda conn: steps.fire_step(
-                conn, watch_id=watch_id, step_no=step_no, task_ref=task_id, at=self.now
-            ),
-        )
+        """The attempt's outcome and the step marked fired with its task (and the summary it was
+        written with, when known), in one transaction."""
+
+        def fire(conn: Connection) -> bool:
+            return steps.fire_step(
+                conn,
+                watch_id=watch_id,
+                step_no=step_no,
+                task_ref=task_id,
+                at=self.now,
+                task_summary=summary,
+            )
+
+        self.ledger.finish(attempt, outcome, provider_ref=task_id, also=fire)
 
     def _failed(
         self, attempt: Attempt, key: str, error: IntegrationError, *, ambiguous_allowed: bool = True

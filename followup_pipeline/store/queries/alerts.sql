@@ -49,7 +49,7 @@ LEFT JOIN actions m ON m.idempotency_key = a.action_key
 LEFT JOIN actions c ON c.idempotency_key = a.action_key || ':clickup'
 WHERE a.action_key IS NOT NULL
   AND (m.outcome IS NULL OR m.outcome NOT IN ('accepted', 'confirmed', 'suppressed'))
-  AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed'))
+  AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed', 'suppressed'))
 GROUP BY a.action_key
 ORDER BY min(a.id) DESC
 LIMIT %(limit)s;
@@ -62,7 +62,7 @@ LEFT JOIN actions m ON m.idempotency_key = a.action_key
 LEFT JOIN actions c ON c.idempotency_key = a.action_key || ':clickup'
 WHERE a.action_key IS NOT NULL
   AND (m.outcome IS NULL OR m.outcome NOT IN ('accepted', 'confirmed', 'suppressed'))
-  AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed'));
+  AND (c.outcome IS NULL OR c.outcome NOT IN ('accepted', 'confirmed', 'suppressed'));
 
 -- name: alerts_recorded
 -- Which of these sources are recorded already.

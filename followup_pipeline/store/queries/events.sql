@@ -1,10 +1,12 @@
 -- name: events_store
--- Store one delivery in one round trip (the function of migration 0009): its event id, status,
--- and whether it was a redelivery within the window (then counted, not stored).
+-- Store one delivery in one round trip (the function of migrations 0009 and 0010): its event id,
+-- status, and whether it was a redelivery (then counted, not stored): of the same source and
+-- delivery id whenever it came (Standard Webhooks), or, without an id (EspoCRM), of the same
+-- dedup key within the window.
 SELECT event_id, event_status AS status, duplicate
 FROM store_delivery(
     %(source)s, %(event_type)s, %(dedup_key)s, %(body)s, %(headers)s, %(status)s,
-    %(last_error)s, %(dead_step)s, %(window)s::interval, %(namespace)s
+    %(last_error)s, %(dead_step)s, %(window)s::interval, %(namespace)s, %(delivery_id)s::text
 );
 
 -- name: events_claim

@@ -1,10 +1,11 @@
 -- name: retention_empty_event_bodies
 -- One batch of ``followup purge``: empty the raw body and headers of done webhooks older than
 -- the retention, after id ``after`` (keyset: each batch starts where the last ended). The row
--- stays: ids, status and dedup keys are history. Dead and unhandled events keep their bodies (an
--- operator may replay them, an unhandled one once its source has a handler); pending ones are
--- never touched. Emptied rows no longer
--- match, so a second purge counts nothing.
+-- stays: ids, status and dedup keys are history, and its delivery_id (a Standard Webhooks
+-- webhook-id, its own column) still recognises a retry of it, however short the retention.
+-- Dead and unhandled events keep their bodies (an operator may replay them, an unhandled one
+-- once its source has a handler); pending ones are never touched. Emptied rows no longer match,
+-- so a second purge counts nothing.
 WITH due AS (
     SELECT id FROM events
     WHERE id > %(after)s

@@ -80,6 +80,12 @@ RETURNING id;
 -- Remember (or clear, with NULL) the CRM error that holds a watch's due step back.
 UPDATE watches SET last_error = %(error)s, last_error_at = %(at)s WHERE id = %(watch_id)s;
 
+-- name: set_watch_stages
+-- Copy the CRM's current stage onto open watches (arrays of ids and stages, in step).
+UPDATE watches w SET stage = v.stage
+FROM unnest(%(watch_ids)s::bigint[], %(stages)s::text[]) AS v(id, stage)
+WHERE w.id = v.id AND w.closed_at IS NULL AND w.stage <> v.stage;
+
 -- name: refresh_subject
 -- Copy the CRM's current names onto a watch and clear the error that held it back.
 UPDATE watches

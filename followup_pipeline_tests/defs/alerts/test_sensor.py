@@ -431,12 +431,34 @@ def test_alerts_a_mail_that_went_though_graph_answered_500_is_not_doubled(
     assert channel(row) == "mail"
 
 
-def test_alerts_go_out_in_a_dry_run(machine: Machine) -> None:
+def test_alerts_a_dry_run_records_them_and_sends_nothing(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
     machine.settings["dry_run"] = True
     _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
     (request,) = _check(machine, MONDAY_10)
+    result = _send(machine, request, MONDAY_10)
+    assert result.success
+    assert result.output_for_node("send_alerts")["suppressed_dry_run"] == 1
+    assert _alert_mails(machine) == []
+    assert _ops_tasks(machine) == []
+    key = request.tags[ALERT_TAG]
+    row = db.execute("SELECT outcome, reason FROM actions WHERE idempotency_key = %s", (key,))
+    assert row.fetchone() == {"outcome": "suppressed", "reason": "dry_run"}
+    assert _check(machine, MONDAY_10 + timedelta(hours=5)) == []  # not retried: it is settled
+
+
+def test_alerts_a_dry_run_holds_the_operations_task_too(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.settings.update(dry_run=True, ops_owner=None, ops_backup=None)
+    _sense_failure(machine, _failed_run(machine.instance, "clickup: HTTP 500"), MONDAY_10)
+    (request,) = _check(machine, MONDAY_10)
     assert _send(machine, request, MONDAY_10).success
-    assert len(_alert_mails(machine)) == 1
+    assert _ops_tasks(machine) == []
+    key = f"{request.tags[ALERT_TAG]}:clickup"
+    row = db.execute("SELECT outcome, reason FROM actions WHERE idempotency_key = %s", (key,))
+    assert row.fetchone() == {"outcome": "suppressed", "reason": "dry_run"}
 
 
 def test_alerts_failed_alert_runs_of_one_kind_make_one_task(

@@ -1,6 +1,6 @@
-"""evaluate follows the changes: after the day's first run (a full reconciliation), an hourly run
-asks the CRM only for what changed since its cursor (deals modified, e-mails created, calls and
-meetings modified), a handful of requests whatever the number of watches."""
+"""evaluate in every hourly run: the full reconciliation (every deal in a watched stage listed,
+compared with the open watches), and the activity since its cursor (e-mails, calls and meetings
+changed), a handful of requests beside the listing's pages whatever the number of watches."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def test_changes_a_stage_change_without_webhook_is_followed_by_the_next_hourly_r
     machine.sandbox_clock(MONDAY - timedelta(days=7))  # the deals are a week old
     won = machine.deal(name="Will be won")
     quiet = [machine.deal(name=f"Quiet {n}") for n in range(20)]
-    first = machine.evaluate(MONDAY)  # the day's first run: every deal in a watched stage
-    assert _counts(first)["full_reconciliation"] == 1
+    first = machine.evaluate(MONDAY)
+    assert _counts(first)["crm_deals_watched_stages"] == 21
     assert _counts(first)["registered"] == 21
     # Between two runs the CRM changes, and no webhook arrives (the ingress is down).
     machine.sandbox_clock(MONDAY + timedelta(minutes=30))
@@ -39,16 +39,28 @@ def test_changes_a_stage_change_without_webhook_is_followed_by_the_next_hourly_r
     before = _requests(machine)
     hourly = machine.evaluate(MONDAY + timedelta(hours=1))
     counts = _counts(hourly)
-    assert "full_reconciliation" not in counts
-    assert counts["crm_deals_changed"] == 2
+    assert counts["crm_deals_watched_stages"] == 21
     assert counts["closed_won"] == 1
     assert counts["registered"] == 1
     assert machine.watch(won)["closed_reason"] == "won"
     assert machine.watch(late)["closed_at"] is None
-    # The stage names, the changed deals, e-mails, calls and meetings: five requests for 21
-    # watches (it was three a watch).
-    assert _requests(machine) - before == 5
+    # The stage names, one page of deals, the deal no longer listed, e-mails, calls and
+    # meetings: six requests for 22 deals.
+    assert _requests(machine) - before == 6
     assert all(machine.watch(deal)["closed_at"] is None for deal in quiet)
+
+
+def test_changes_a_stage_change_that_leaves_modified_at_is_followed_by_the_next_run(
+    machine: Machine,
+) -> None:
+    deal = machine.deal(name="Lost, modifiedAt untouched")
+    machine.evaluate(MONDAY)
+    # The stage changes, and modifiedAt says a day before the last run (an import, a clock
+    # that is behind): a listing of changes since the cursor would not show it.
+    machine.sandbox_clock(MONDAY - timedelta(days=1))
+    machine.move(deal, "Closed Lost")
+    machine.evaluate(MONDAY + timedelta(hours=1))
+    assert machine.watch(deal)["closed_reason"] == "lost"
 
 
 def test_changes_a_held_meeting_entered_late_resets_the_cadence(machine: Machine) -> None:
@@ -69,31 +81,65 @@ def test_changes_a_held_meeting_entered_late_resets_the_cadence(machine: Machine
     assert machine.steps(deal)[0]["due_on"] == date(2026, 3, 11)
 
 
-def test_changes_a_deleted_deal_is_found_by_the_next_days_full_run(machine: Machine) -> None:
+def test_changes_a_deleted_deal_is_closed_by_the_next_hourly_run(machine: Machine) -> None:
     deal = machine.deal(name="Deleted, webhook lost")
     machine.evaluate(MONDAY)
     machine.delete(deal)
     machine.evaluate(MONDAY + timedelta(hours=1))
-    assert machine.watch(deal)["closed_at"] is None  # not listed as changed: not seen yet
-    tuesday = machine.evaluate(MONDAY + timedelta(days=1))
-    assert _counts(tuesday)["full_reconciliation"] == 1
     assert machine.watch(deal)["closed_reason"] == "subject_gone"
 
 
-def test_changes_full_on_demand_and_a_failed_listing_keeps_the_cursor(machine: Machine) -> None:
+def test_changes_a_failed_listing_keeps_the_cursor(machine: Machine) -> None:
     deal = machine.deal(name="Offer")
     machine.evaluate(MONDAY)
     machine.delete(deal)
     machine.fault(vendor="espocrm", kind="error", status=500, path="/Opportunity$")
     failed = machine.evaluate(MONDAY + timedelta(hours=1))
     assert machine.outcome(failed) == "partial"
+    assert machine.watch(deal)["closed_at"] is None  # the listing failed: nothing decided
     with machine.control() as control:
         control.delete("/faults").raise_for_status()
     cursor = machine.db.execute("SELECT position FROM job_cursors WHERE name = 'evaluate'")
     assert cursor.fetchone()["position"] == MONDAY  # not moved by a run that missed changes
-    forced = machine.evaluate(
-        MONDAY + timedelta(hours=2),
-        run_config={"ops": {"sync": {"config": {"full": True}}}},
-    )
-    assert _counts(forced)["full_reconciliation"] == 1
+    machine.evaluate(MONDAY + timedelta(hours=2))
     assert machine.watch(deal)["closed_reason"] == "subject_gone"
+
+
+def test_changes_a_watch_opened_by_reconciliation_starts_when_the_deal_entered(
+    machine: Machine,
+) -> None:
+    machine.evaluate(MONDAY - timedelta(days=7))  # the machine watches since a week before
+    # The deal entered the offer stage on Friday evening; its webhook was lost.
+    friday_evening = MONDAY - timedelta(days=3) + timedelta(hours=10)  # 19:00 in Berlin
+    machine.sandbox_clock(friday_evening)
+    deal = machine.deal(name="Friday's offer")
+    machine.evaluate(MONDAY)
+    watch = machine.watch(deal)
+    assert (watch["base_on"], watch["registered_by"]) == (date(2026, 2, 27), "reconcile")
+    # Business day 5 after Friday 27 February is Friday 6 March, not Monday's + 5.
+    assert machine.steps(deal)[0]["due_on"] == date(2026, 3, 6)
+
+
+def test_changes_activity_after_the_deal_entered_counts_for_a_watch_opened_late(
+    machine: Machine,
+) -> None:
+    machine.evaluate(MONDAY - timedelta(days=7))
+    # Entered on Wednesday evening, webhook lost; the salesperson e-mailed on Friday.
+    machine.sandbox_clock(MONDAY - timedelta(days=5) + timedelta(hours=10))
+    deal = machine.deal(name="Wednesday's offer")
+    machine.sandbox_clock(MONDAY - timedelta(days=3) + timedelta(hours=2))
+    machine.email(deal, "Here is the offer again.")
+    machine.evaluate(MONDAY)
+    watch = machine.watch(deal)
+    assert watch["base_on"] == date(2026, 2, 25)
+    assert watch["last_reset_at"] is not None  # Friday's e-mail came after it entered
+    # Planned again from Friday 27 February: business day 5 is Friday 6 March (from Wednesday
+    # it would have been Wednesday 4 March).
+    assert machine.steps(deal)[0]["due_on"] == date(2026, 3, 6)
+
+
+def test_changes_no_cadence_starts_before_the_machine_began_watching(machine: Machine) -> None:
+    machine.sandbox_clock(MONDAY - timedelta(days=60))
+    deal = machine.deal(name="In an offer stage long before")
+    machine.evaluate(MONDAY)  # the machine's first run
+    assert machine.watch(deal)["base_on"] == date(2026, 3, 2)

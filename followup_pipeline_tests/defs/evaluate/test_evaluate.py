@@ -41,7 +41,7 @@ def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
     tasks = machine.tasks()
     assert len(tasks) == 1
     assert "Offer" in tasks[0]["name"]
-    assert "step 1 of 3" in tasks[0]["name"]
+    assert "Schritt 1 von 3" in tasks[0]["name"]  # in the team's language: German by default
     assert "Acme GmbH" in tasks[0]["name"]
     step = machine.steps(deal)[0]
     assert step["task_ref"] == tasks[0]["id"]
@@ -60,7 +60,7 @@ def test_evaluate_after_three_week_outage_fires_latest_step_only(machine: Machin
     machine.evaluate(MONDAY + timedelta(weeks=3))
     tasks = machine.tasks()
     assert len(tasks) == 3
-    assert all("step 2 of 3" in t["name"] for t in tasks)
+    assert all("Schritt 2 von 3" in t["name"] for t in tasks)
     for deal in deals:
         first, second, third = machine.steps(deal)
         assert first["skip_reason"] == "superseded"
@@ -153,7 +153,7 @@ def test_evaluate_closing_a_lost_deal_closes_its_task_with_a_comment(machine: Ma
         c["comment_text"]
         for c in (comments.get(task["id"], []) if isinstance(comments, dict) else comments)
     ]
-    assert any("lost" in text for text in texts)
+    assert texts == ["Von Followup geschlossen: Der Deal wurde verloren."]
     closes = [a for a in machine.actions() if a["kind"] == "close_task"]
     assert [(a["outcome"], a["provider_ref"]) for a in closes] == [("confirmed", task["id"])]
 
@@ -221,6 +221,13 @@ def test_evaluate_exhausted_watch_closes_and_is_not_reopened(machine: Machine) -
     assert watch["closed_reason"] == "exhausted"
     machine.evaluate(MONDAY + timedelta(weeks=7, days=1, hours=1))
     assert machine.watch(deal)["id"] == watch["id"]
+    # Moved on to another watched stage (no webhook): a new watch, as a webhook would open.
+    machine.sandbox_clock(MONDAY + timedelta(weeks=7, days=1, hours=1))
+    machine.move(deal, "Negotiation")
+    machine.evaluate(MONDAY + timedelta(weeks=7, days=1, hours=2))
+    reopened = machine.watch(deal)
+    assert reopened["id"] != watch["id"]
+    assert (reopened["stage"], reopened["closed_at"]) == ("Negotiation", None)
 
 
 def test_evaluate_postgres_gone_mid_run_fails_and_marks_nothing_without_task(
@@ -308,7 +315,7 @@ def test_evaluate_task_names_deal_links_crm_carries_summary_and_assignee(
     assert "Kunde wartet auf das Angebot." in first["description"]
     assert "Rückruf am Freitag." in first["description"]
     assert f"#Opportunity/view/{mapped}" in first["description"]
-    assert "**Step:** 1 of 3, due 2026-03-09" in first["description"]
+    assert "**Warum jetzt:** Schritt 1 von 3, heute fällig." in first["description"]
     assert "Acme" in first["name"]
     # Due at the start of the business day, local time: 07:00 in Berlin is 06:00 UTC.
     assert int(first["due_date"]) == int(datetime(2026, 3, 9, 6, 0, tzinfo=UTC).timestamp() * 1000)

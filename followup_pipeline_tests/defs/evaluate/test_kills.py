@@ -107,7 +107,7 @@ def test_kills_mid_create_never_double_a_task(
     time.sleep(IN_FLIGHT_S)  # the last request has landed; now the runs may settle
     machine.evaluate(MONDAY + timedelta(days=7, hours=1))
     created = Counter(task["name"].split(" — ")[0] for task in machine.tasks())
-    assert created == Counter({f"Follow up: {name}": 1 for name in names})
+    assert created == Counter({f"Nachfassen: {name}": 1 for name in names})
     outcomes = Counter(action["outcome"] for action in machine.actions())
     assert outcomes == Counter({"confirmed": KILLS})
 

@@ -33,7 +33,7 @@ class MovesBetweenPages(httpx.HTTPTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
         if request.url.path.endswith("/Opportunity"):
-            self.pages.append(request.url.params["offset"])
+            self.pages.append(request.url.params.get("where[1][value]", "first"))
             if len(self.pages) == 1:
                 self.move()
         return response
@@ -78,15 +78,14 @@ def test_paging_a_deal_leaving_mid_scan_loses_and_wrongly_closes_nothing(
     count = PAGE_SIZE + 30
     deals = [machine.deal(name=f"Deal {n}") for n in range(count)]
     assert _reconcile(machine, httpx.HTTPTransport(), 0).counts["registered"] == count
-    leaving = deals[5]  # on the first page: its leaving shifts every later offset by one
-    shifted = deals[PAGE_SIZE]  # so the first deal of page two moves up to page one, unseen
+    by_id = sorted(deals)
+    leaving = by_id[5]  # on the first page: by offset, its leaving would shift page two
     moving = MovesBetweenPages(lambda: machine.move(leaving, "Closed Lost"))
     tally = _reconcile(machine, moving, 1)
-    assert moving.pages == ["0", str(PAGE_SIZE)]
-    assert tally.counts["crm_deals_watched_stages"] == count - 1  # the shift hid one deal
-    assert machine.watch(shifted)["closed_at"] is None  # read again, still watched: kept
-    assert _open(db) == count  # nothing closed because of the shift
+    # Keyset pages: the second starts after the first page's last id, whatever left meanwhile.
+    assert moving.pages == ["first", by_id[PAGE_SIZE - 1]]
+    assert tally.counts["crm_deals_watched_stages"] == count  # no deal hidden by the shift
+    assert _open(db) == count  # nothing closed: the deal that left was listed before it left
     _reconcile(machine, httpx.HTTPTransport(), 2)  # the next run sees the deal that left
     assert machine.watch(leaving)["closed_reason"] == "lost"
-    assert machine.watch(shifted)["closed_at"] is None
     assert _open(db) == count - 1

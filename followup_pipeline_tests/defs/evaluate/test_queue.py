@@ -232,7 +232,7 @@ def test_queue_runs_one_evaluate_at_a_time(stack: Stack, registered: Machine) ->
     assert {r.dagster_run.tags.get(OUTCOME_TAG) for r in records} == {"ok"}
     tasks = registered.tasks()
     assert len(tasks) == 2  # one per due step of each deal: the latest, step 3
-    assert all("step 3 of 3" in t["name"] for t in tasks)
+    assert all("Schritt 3 von 3" in t["name"] for t in tasks)
 
 
 def test_queue_backfill_of_failed_partitions_creates_nothing_twice(

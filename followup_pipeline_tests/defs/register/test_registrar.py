@@ -93,6 +93,33 @@ def test_registrar_closes_with_the_stage_reason(
     assert watch["closed_reason"] == reason
 
 
+@pytest.mark.parametrize(
+    ("stage", "outcome", "watches"),
+    [("Proposal", "not_reopened_exhausted", 1), ("Negotiation", "registered", 2)],
+)
+def test_registrar_after_exhausted_opens_only_in_another_stage(
+    db: psycopg.Connection[Any],
+    crm: FakeCrm,
+    settings: Settings,
+    add_event: EventFactory,
+    stage: str,
+    outcome: str,
+    watches: int,
+) -> None:
+    """The rule reconciliation applies too (test_evaluate): a deal exhausted in a stage gets no
+    new watch there, and one once it moved on to another watched stage."""
+    crm.add("d1", stage="Proposal")
+    add_event([{"id": "d1", "stage": "Proposal"}])
+    _run(db, crm, settings)
+    # Weeks later (the same body an hour apart would be a redelivery): exhausted, then news.
+    db.execute("UPDATE events SET received_at = received_at - interval '2 hours'")
+    db.execute("UPDATE watches SET closed_at = now(), closed_reason = 'exhausted'")
+    crm.add("d1", stage=stage)
+    add_event([{"id": "d1", "stage": stage}], event="Opportunity.fieldUpdate.stage")
+    assert _run(db, crm, settings)[outcome] == 1
+    assert len(_watches(db)) == watches
+
+
 def test_registrar_update_without_a_stage_changes_nothing(
     db: psycopg.Connection[Any], crm: FakeCrm, settings: Settings, add_event: EventFactory
 ) -> None:
