@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import httpx
 
+from followup_pipeline.clock import build_clock
+from followup_pipeline.defs.report.window import current_window
 from followup_pipeline.engine.runs import COUNTS_TAG, OUTCOME_TAG
 from followup_pipeline.machine import (
     LOCATION,
@@ -71,20 +73,21 @@ mutation($params: ExecutionParams!) {
 """
 #: The tag of the run ``followup dev`` starts itself.
 TRIGGER_TAG = "followup/trigger"
+#: Dagster's tag of a run's partition (what the UI's launchpad sets).
+PARTITION_TAG = "dagster/partition"
 
 
-def launch_first_evaluate(ui: str) -> str:
-    """Queue one ``evaluate`` (no partition: the clock decides) through the UI's GraphQL, so a
-    new machine reconciles the CRM at once instead of at the next business hour. A line that
-    says what happened."""
+def launch_run(ui: str, job: str, tags: dict[str, str]) -> dict[str, Any] | str:
+    """Queue one run of ``job`` through the UI's GraphQL: the ``launchRun`` answer of a queued
+    run, or why it could not be queued."""
     params = {
         "selector": {
             "repositoryLocationName": LOCATION,
             "repositoryName": "__repository__",
-            "jobName": "evaluate",
+            "jobName": job,
         },
         "runConfigData": {},
-        "executionMetadata": {"tags": [{"key": TRIGGER_TAG, "value": "startup"}]},
+        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
     }
     try:
         answer = httpx.post(
@@ -92,13 +95,34 @@ def launch_first_evaluate(ui: str) -> str:
         ).json()
         result = answer["data"]["launchRun"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
-        return f"the first evaluate could not be queued ({error}); it runs at the next hour"
+        return str(error)
     if not isinstance(result, dict):
-        return f"the first evaluate could not be queued ({answer}); it runs at the next hour"
+        return str(answer)
     if result.get("__typename") != "LaunchRunSuccess":
-        why = result.get("message") or result.get("errors") or result.get("__typename")
-        return f"the first evaluate could not be queued ({why}); it runs at the next hour"
+        return str(result.get("message") or result.get("errors") or result.get("__typename"))
+    return result
+
+
+def launch_first_evaluate(ui: str) -> str:
+    """Queue one ``evaluate`` (no partition: the clock decides) through the UI's GraphQL, so a
+    new machine reconciles the CRM at once instead of at the next business hour. A line that
+    says what happened."""
+    result = launch_run(ui, "evaluate", {TRIGGER_TAG: "startup"})
+    if isinstance(result, str):
+        return f"the first evaluate could not be queued ({result}); it runs at the next hour"
     return f"queued the first evaluate: {ui}/runs/{result['run']['runId']}"
+
+
+def launch_first_morning_list(ui: str, settings: Settings) -> str:
+    """Queue the morning list of the current window (today, or on a weekend the Friday before;
+    ``defs/report/window.py``), after the first evaluate, so the demo's outbox holds one on any
+    day and at any hour. Once per window, as every send: a second start the same day sends
+    nothing. A line that says what happened."""
+    window = current_window("morning", build_clock(settings.now).now(), settings.timezone)
+    result = launch_run(ui, "morning_report", {TRIGGER_TAG: "startup", PARTITION_TAG: window})
+    if isinstance(result, str):
+        return f"the morning list of {window} could not be queued ({result})"
+    return f"queued the morning list of {window}: {ui}/runs/{result['run']['runId']}"
 
 
 def _bin(name: str) -> str:
@@ -202,7 +226,8 @@ class Launcher:
         self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000, demo: bool = True
     ) -> None:
         self.settings = settings
-        #: On the sandbox: the live demo (a busy CRM, webhooks every 5 s, a first evaluate).
+        #: On the sandbox: the live demo (a busy CRM, webhooks every 5 s, a first evaluate and
+        #: the current window's morning list).
         self.demo = demo
         self.host = host
         self.port = port
@@ -358,8 +383,9 @@ class Launcher:
             if mode == "sandbox":
                 _say(f"sandbox vendors at http://127.0.0.1:{self.settings.sandbox_port}")
             if mode == "sandbox" and self.demo:
-                # With real vendors, the schedule decides (business days and hours only).
+                # With real vendors, the schedules decide (business days and hours only).
                 _say(launch_first_evaluate(self.ui))
+                _say(launch_first_morning_list(self.ui, self.settings))
             _say("Ctrl-C stops everything; finished runs are listed below")
             return self.watch()
         except KeyboardInterrupt:

@@ -12,7 +12,9 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
+from followup_pipeline.commands import doctor
 from followup_pipeline.commands.doctor import webhook_check
+from followup_pipeline.commands.probes import ok
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.settings import SECRET_VARIABLES
@@ -55,6 +57,8 @@ def test_doctor_reads_the_lists_closed_status(
         "ok   alerts: mail to owner@example.com, backup@example.com; ClickUp list sandbox-ops "
         "when mail fails" in out
     )
+    # The sandbox's environment names the demo's report recipients.
+    assert "ok   reports: sent to sales-team@example.com, sales-lead@example.com" in out
     # No daemon, no ingress and no Dagster instance here: exactly those fail.
     assert _faults(out) == {"dagster", "ingress"}
 
@@ -102,8 +106,34 @@ def test_doctor_names_exactly_the_vendor_at_fault(
         assert value not in out  # no secret echoed
     *checks, summary = out.splitlines()
     assert all(line.startswith(("ok   ", "WARN ", "FAIL ")) for line in checks), out
-    faults = 3 + len(also)
-    assert summary == f"{len(checks) - faults} ok, {faults} fault(s)"  # one line each, none folded
+    warnings = sum(line.startswith("WARN ") for line in checks)
+    faults = 3 + len(also) - warnings
+    assert warnings == (1 if variable == "FOLLOWUP_OPS_OWNER" else 0)
+    # one line each, none folded; warnings counted apart from faults
+    assert (
+        summary == f"{len(checks) - faults - warnings} ok, {warnings} warning(s), {faults} fault(s)"
+    )
+
+
+def test_doctor_warns_of_unset_recipients_and_owner_and_exits_0(
+    sandbox: str,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A fresh demo: no recipients, no alert owner. Both are warnings, not faults."""
+    _sandbox_credentials(monkeypatch, sandbox, db_url)
+    for variable in ("FOLLOWUP_REPORT_RECIPIENTS", "FOLLOWUP_OPS_OWNER", "FOLLOWUP_OPS_BACKUP"):
+        monkeypatch.setenv(variable, "")
+    # What a running machine has and this test has not (no Dagster, no ingress): passed over.
+    monkeypatch.setattr(doctor, "_dagster", lambda settings: iter([ok("dagster", "stubbed")]))
+    monkeypatch.setattr(doctor, "_ingress", lambda settings: ok("ingress", "stubbed"))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert _faults(out) == {"reports", "alerts"}
+    assert "WARN reports: FOLLOWUP_REPORT_RECIPIENTS is not set" in out
+    assert "WARN alerts: FOLLOWUP_OPS_OWNER and FOLLOWUP_OPS_BACKUP are not set" in out
+    assert out.splitlines()[-1].endswith(" ok, 2 warning(s), 0 fault(s)")
 
 
 def test_doctor_fails_on_a_closed_status_the_list_does_not_have(

@@ -4,9 +4,12 @@ its UI, daemon, quiet console and stop: test_browser.py, on one live machine.)""
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import httpx
 import pytest
 
+from followup_pipeline import launcher
 from followup_pipeline.machine import vendor_mode
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import ConfigError, load_settings
@@ -35,3 +38,40 @@ def test_launcher_refuses_partial_vendor_credentials(monkeypatch: pytest.MonkeyP
         "FOLLOWUP_MISTRAL_API_KEY",
     ):
         assert missing in str(caught.value)
+
+
+def test_the_demo_queues_the_morning_list_of_the_current_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the first evaluate, the demo queues the morning list of today's window (on a
+    Saturday, of the Friday before), tagged with its partition as the UI's launchpad does."""
+    sent: list[dict[str, Any]] = []
+
+    class Answer:
+        def json(self) -> dict[str, Any]:
+            return {
+                "data": {"launchRun": {"__typename": "LaunchRunSuccess", "run": {"runId": "r1"}}}
+            }
+
+    def post(url: str, json: dict[str, Any], timeout: float) -> Answer:
+        sent.append({"url": url, **json})
+        return Answer()
+
+    monkeypatch.setattr(launcher.httpx, "post", post)
+    saturday = load_settings(now="2026-03-07T09:00:00+01:00", timezone="Europe/Berlin")
+    line = launcher.launch_first_morning_list("http://ui", saturday)
+    assert line == "queued the morning list of 2026-03-06: http://ui/runs/r1"
+    [request] = sent
+    assert request["url"] == "http://ui/graphql"
+    params = request["variables"]["params"]
+    assert params["selector"]["jobName"] == "morning_report"
+    tags = {tag["key"]: tag["value"] for tag in params["executionMetadata"]["tags"]}
+    assert tags == {"followup/trigger": "startup", "dagster/partition": "2026-03-06"}
+
+    def refused(url: str, json: dict[str, Any], timeout: float) -> Answer:
+        raise httpx.ConnectError("refused")
+
+    monkeypatch.setattr(launcher.httpx, "post", refused)
+    assert launcher.launch_first_morning_list("http://ui", saturday) == (
+        "the morning list of 2026-03-06 could not be queued (refused)"
+    )

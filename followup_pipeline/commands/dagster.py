@@ -40,8 +40,9 @@ def run_dagster(argv: list[str], settings: Settings) -> int:
             f"{sandbox_env_file(settings)}: start the machine once with `make run`, or set the "
             "vendor credentials (README, 'Pointing it at real systems')"
         )
-    settings = with_sandbox(settings)
-    install_dagster_home(settings)
+    install_dagster_home(with_sandbox(settings))
+    # The settings as given: on the sandbox, the machine's environment takes the sandbox's own
+    # settings file (its URLs, credentials and report recipients), as `followup dev` does.
     env = machine_environment(settings, dict(os.environ))
     # Ctrl-C reaches the child from the terminal; this process waits for it to finish its own
     # stop instead of killing it (subprocess.run would, a quarter of a second later).

@@ -1,9 +1,12 @@
-"""``followup doctor``: one line per check of the whole machine, non-zero exit on any fault.
+"""``followup doctor``: one line per check of the whole machine, non-zero exit on any fault
+(``FAIL``); a warning (``WARN``: e.g. no report recipients, no alert owner) is counted apart and
+exits 0.
 
 Settings, the database and its schema, the cadence row, each schedule's and sensor's state, the
 daemon's heartbeat, the ingress, the last webhook, and each vendor's credentials and
 configuration (the CRM knows the configured stages, the ClickUp list exists and can close tasks,
-Graph grants a token, Mistral accepts the key and knows the model). Run from any folder of the
+Graph grants a token, Mistral accepts the key and knows the model), who receives the reports and
+the alerts. Run from any folder of the
 checkout with nothing exported: it reads the machine as ``followup dagster`` does.
 """
 
@@ -20,7 +23,7 @@ import httpx
 
 from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import probes
-from followup_pipeline.commands.probes import Check, fail, ok
+from followup_pipeline.commands.probes import Check, fail, ok, warn
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.machine import (
     LOCATION,
@@ -66,8 +69,21 @@ def examine(settings: Settings) -> Iterator[Check]:
     yield from _vendor("espocrm", lambda: probes.espocrm(settings))
     yield from _vendor("clickup", lambda: probes.clickup(settings))
     yield from _vendor("outlook", lambda: probes.outlook(settings))
+    yield recipients_check(settings)
     yield from _vendor("mistral", lambda: probes.mistral(settings))
     yield from _vendor("alerts", lambda: probes.alerts(settings))
+
+
+def recipients_check(settings: Settings) -> Check:
+    """Who the morning list and the Friday overview go to; none set is a warning: the report
+    jobs then run, send nothing and say so."""
+    if settings.report_recipients:
+        return ok("reports", f"sent to {', '.join(settings.report_recipients)}")
+    return warn(
+        "reports",
+        "FOLLOWUP_REPORT_RECIPIENTS is not set: the morning list and the Friday overview go to "
+        "nobody (their runs are skipped)",
+    )
 
 
 def _database(url: str, settings: Settings) -> Iterator[Check]:
@@ -203,8 +219,10 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     checks = list(examine(settings))
     for check in checks:
         print(check.line(), flush=True)
-    faults = [c for c in checks if c.level != "ok"]
-    print(f"{len(checks) - len(faults)} ok, {len(faults)} fault(s)")
+    faults = [c for c in checks if c.level == "FAIL"]
+    warnings = [c for c in checks if c.level == "WARN"]
+    good = len(checks) - len(faults) - len(warnings)
+    print(f"{good} ok, {len(warnings)} warning(s), {len(faults)} fault(s)")
     return 1 if faults else 0
 
 

@@ -1,10 +1,18 @@
 """``followup report preview morning|weekly [--date D] [--lang de|en] [--html FILE]``: render a
-report from the machine's data without sending it (and without recording anything)."""
+report from the machine's data without sending it (and without recording anything).
+
+``followup report send morning|weekly [--date D] [--force]``: send a report's window from a
+shell, as its job does (in this process, on the machine's Dagster instance): the current window
+by default, the window ``D`` falls in with ``--date``. Once per window, through the ledger key
+``report:{kind}:{window}``: a second send sends nothing unless ``--force``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,8 +20,8 @@ from typing import Any
 from followup_pipeline.clock import build_clock
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.reports import Language, render_morning, render_weekly
-from followup_pipeline.machine import NoInstance, open_instance
-from followup_pipeline.settings import Settings
+from followup_pipeline.machine import NoInstance, open_instance, with_sandbox
+from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.db import connect, resolve_database_url
 
 
@@ -49,9 +57,78 @@ def _preview(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment while a job runs in it (its resources read the
+    database URL and the secrets through ``dg.EnvVar``), and the environment as it was after."""
+    before = dict(os.environ)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+def _send(args: argparse.Namespace, settings: Settings) -> int:
+    # Imported here: the report module loads Dagster, which the other commands do not need.
+    import dagster as dg
+
+    from followup_pipeline.defs import build_definitions
+    from followup_pipeline.defs.report.window import current_window, window_of
+
+    url = resolve_database_url(settings)
+    settings = with_sandbox(settings)
+    if args.date is not None:
+        window = f"{window_of(args.kind, args.date):%Y-%m-%d}"
+    else:
+        window = current_window(args.kind, build_clock(settings.now).now(), settings.timezone)
+    job, op = {
+        "morning": ("morning_report", "send_morning_list"),
+        "weekly": ("weekly_report", "send_weekly_overview"),
+    }[args.kind]
+    with contextlib.ExitStack() as stack:
+        try:
+            instance = stack.enter_context(open_instance(settings))
+        except NoInstance as error:
+            print(f"(the run is not recorded in Dagster: {error})")
+            instance = stack.enter_context(dg.DagsterInstance.ephemeral())
+        stack.enter_context(
+            _environment({**secret_environment(settings), "FOLLOWUP_DATABASE_URL": url})
+        )
+        try:
+            result = (
+                build_definitions(settings)
+                .resolve_job_def(job)
+                .execute_in_process(
+                    instance=instance,
+                    partition_key=window,
+                    run_config={"ops": {op: {"config": {"force": args.force}}}},
+                    tags={"followup/trigger": "report send"},
+                    raise_on_error=False,
+                )
+            )
+        except dg.DagsterError as error:  # e.g. a window Dagster does not have yet
+            print(f"{job} {window}: not sent: {error}")
+            return 1
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_failure), None)
+        why = failure.message if failure is not None else "the run failed"
+        print(f"{job} {window}: failed (run {result.run_id}): {why}")
+        return 1
+    counts = result.output_for_node(op)
+    outcome = next((o for o in ("sent", "already_sent", "suppressed") if o in counts), None)
+    if outcome is None:  # skipped: nobody to send it to
+        print(f"{job} {window}: skipped: {counts.get('reason', counts)}")
+        return 1
+    hint = " (again with --force)" if outcome == "already_sent" else ""
+    print(f"{job} {window}: {outcome} as {counts['key']}{hint}")
+    return 0
+
+
 def register(commands: Any) -> None:
-    """Add ``report preview``."""
-    report = commands.add_parser("report", help="render a report without sending it")
+    """Add ``report preview`` and ``report send``."""
+    report = commands.add_parser("report", help="render a report, or send one")
     sub = report.add_subparsers(dest="report_command", required=True)
     preview = sub.add_parser("preview", help="the morning list or the Friday overview, as text")
     preview.add_argument("kind", choices=("morning", "weekly"))
@@ -61,3 +138,17 @@ def register(commands: Any) -> None:
     preview.add_argument("--lang", choices=("de", "en"), help="default FOLLOWUP_REPORT_LANGUAGE")
     preview.add_argument("--html", type=Path, help="also write the HTML to this file")
     preview.set_defaults(handler=_preview)
+    send = sub.add_parser(
+        "send", help="send a report's window once (the current one by default), as its job does"
+    )
+    send.add_argument("kind", choices=("morning", "weekly"))
+    send.add_argument(
+        "--date",
+        type=date.fromisoformat,
+        help="a day of the window (YYYY-MM-DD; default today): its weekday, or on a weekend the "
+        "Friday before, for the morning list; the latest Friday for the overview",
+    )
+    send.add_argument(
+        "--force", action="store_true", help="send it again, though the window went out already"
+    )
+    send.set_defaults(handler=_send)

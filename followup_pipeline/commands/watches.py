@@ -9,7 +9,7 @@ from typing import Any
 from followup_pipeline.clock import build_clock
 from followup_pipeline.domain.calendar import BusinessCalendar, next_business_hour
 from followup_pipeline.domain.explain import CrmAnswer, explain
-from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.localtime import for_people, local_date
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
@@ -65,7 +65,10 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
         "last_error",
         "crm_url",
     ):
-        print(f"{key:>14}: {getattr(watch, key)}")
+        value = getattr(watch, key)
+        if isinstance(value, datetime):  # people read the team's local time, with its zone
+            value = for_people(value, settings.timezone)
+        print(f"{key:>14}: {value}")
     if summary:
         print(f"{'summary':>14}: {summary[0]}")
         print(f"{'':>14}  {summary[1]}")
@@ -75,7 +78,7 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
         action = actions.get(step.step_no)
         ledger = f"{action.outcome} {action.provider_ref or ''}".strip() if action else "—"
         state = (
-            f"fired {step.fired_at:%Y-%m-%d %H:%M} task {step.task_ref}"
+            f"fired {for_people(step.fired_at, settings.timezone)} task {step.task_ref}"
             if step.fired_at
             else f"skipped ({step.skip_reason})"
             if step.skipped_at

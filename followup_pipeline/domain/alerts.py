@@ -13,6 +13,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from followup_pipeline.domain.tasks import markdown_text
+from followup_pipeline.domain.text import cut_at_word
 
 #: Parts of a message that differ between repeats of one failure.
 VOLATILE = (
@@ -142,7 +143,7 @@ def render_alert(
         )
     else:
         lines = first.message.strip().splitlines() or ["failed"]
-        subject = f"{first.subject}: {' '.join(lines[0].split())[:120]}"
+        subject = f"{first.subject}: {cut_at_word(' '.join(lines[0].split()), 120)}"
     if held:
         subject += f" ({held} repeats held back)"
     subject = " ".join(subject.split())

@@ -32,6 +32,14 @@ def require_aware(instant: datetime) -> datetime:
     return instant.astimezone(UTC)
 
 
+def for_people(instant: datetime | None, zone: str) -> str:
+    """An instant as a person reads it: the local time in ``zone`` with the zone's abbreviation
+    (``2026-03-02 09:00 CET``), no seconds; ``—`` for none. Raw UTC is for machine output."""
+    if instant is None:
+        return "—"
+    return f"{require_aware(instant).astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M %Z}"
+
+
 def local_date(instant: datetime, zone: str) -> date:
     """The calendar date of ``instant`` in ``zone``."""
     return require_aware(instant).astimezone(ZoneInfo(zone)).date()

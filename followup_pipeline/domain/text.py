@@ -15,6 +15,18 @@ def clean_text(text: str) -> str:
     return kept.strip()
 
 
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: whole, or cut after its last whole word that
+    fits, with an ellipsis (a single word longer than the limit is cut inside it)."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    whole = text[limit - 1] == " "  # the head ends with a whole word
+    kept = head if whole or space <= 0 else head[:space]
+    return kept.rstrip(" ,;:.-–—") + "…"
+
+
 def clean_name(text: str, limit: int = NAME_LIMIT) -> str:
     """A name as we keep it: clean, and cut at ``limit`` characters with an ellipsis."""
     cleaned = clean_text(text)

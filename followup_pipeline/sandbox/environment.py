@@ -5,6 +5,9 @@ import shlex
 
 from followup_pipeline.sandbox.config import SandboxConfig
 
+#: The report recipients of a machine on the sandbox (``example.com`` reaches nobody).
+DEMO_RECIPIENTS = ("sales-team@example.com", "sales-lead@example.com")
+
 
 def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
     """Shell-quoted ``NAME=value`` lines (names as in settings.py) for a sandbox at ``base_url``."""
@@ -30,6 +33,9 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_MISTRAL_URL": f"{base}/mistral",
         "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
         "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),
+        # Who the demo's reports go to: example addresses, in the sandbox's outbox only (this
+        # file is written for a sandbox alone, never with real vendors).
+        "FOLLOWUP_REPORT_RECIPIENTS": ",".join(DEMO_RECIPIENTS),
     }
     # Shell-quoted, so that `source FILE` and `.env` readers both get the exact value.
     return [f"{name}={shlex.quote(value)}" for name, value in values.items()]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from followup_pipeline.domain.alerts import (
     AlertItem,
     alert_key,
@@ -13,6 +15,7 @@ from followup_pipeline.domain.alerts import (
     normalised,
     render_alert,
 )
+from followup_pipeline.domain.text import cut_at_word
 
 
 def test_alerts_repeats_of_one_failure_share_a_fingerprint() -> None:
@@ -96,3 +99,33 @@ def test_alerts_mail_escapes_what_it_quotes_and_says_what_to_do() -> None:
     assert held.subject.endswith("(4 repeats held back)")
     assert "http://ui.example/runs/r-1" in held.markdown
     assert "4 repeats of this failure since 2026-03-02 10:00 CET" in held.markdown
+
+
+def test_alerts_title_is_cut_at_a_word_with_an_ellipsis() -> None:
+    words = "the CRM answered 503 Service Unavailable while the listing was read " * 4
+    failure = AlertItem(
+        kind="run_failure",
+        subject="evaluate",
+        message=words,
+        occurred_at=datetime(2026, 3, 2, 9, 0, tzinfo=UTC),
+    )
+    mail = render_alert([failure], held=0, held_since=None, ui_url="http://ui", zone="UTC")
+    title = mail.subject.removeprefix("[followup] evaluate: ")
+    assert title.endswith("…")
+    assert len(title) <= 120
+    assert words.startswith(title.removesuffix("…"))
+    assert words[len(title) - 1] == " "  # what was cut off began with a whole word
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "cut"),
+    [
+        ("short enough", 20, "short enough"),
+        ("one two three four", 12, "one two…"),
+        ("ends with a comma, then more", 19, "ends with a comma…"),
+        ("Unbreakablewordwithoutspaces", 10, "Unbreakab…"),
+    ],
+)
+def test_alerts_cut_at_word_keeps_whole_words(text: str, limit: int, cut: str) -> None:
+    assert cut_at_word(text, limit) == cut
+    assert len(cut_at_word(text, limit)) <= limit

@@ -8,6 +8,7 @@ import pytest
 
 from followup_pipeline.domain.localtime import (
     ZonedInstant,
+    for_people,
     hours_in_local_day,
     local_date,
     local_to_utc,
@@ -72,3 +73,22 @@ def test_localtime_rejects_naive_instants() -> None:
     assert require_aware(datetime(2026, 3, 2, 10, 0, tzinfo=timezone(timedelta(hours=1)))) == (
         datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
     )
+
+
+@pytest.mark.parametrize(
+    ("instant", "zone", "shown"),
+    [
+        (
+            datetime(2026, 3, 2, 8, 0, 12, 345678, tzinfo=UTC),
+            "Europe/Berlin",
+            "2026-03-02 09:00 CET",
+        ),
+        (datetime(2026, 7, 1, 8, 0, tzinfo=UTC), "Europe/Berlin", "2026-07-01 10:00 CEST"),
+        (datetime(2026, 7, 1, 8, 0, tzinfo=UTC), "America/New_York", "2026-07-01 04:00 EDT"),
+        (None, "Europe/Berlin", "—"),
+    ],
+)
+def test_localtime_for_people_is_the_teams_time_with_its_zone(
+    instant: datetime | None, zone: str, shown: str
+) -> None:
+    assert for_people(instant, zone) == shown

@@ -11,6 +11,7 @@ from followup_pipeline.defs.alerts.checks import dead_letter_signals, pending_si
 from followup_pipeline.defs.alerts.delivery import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.alerts import fingerprint, self_alert_key
+from followup_pipeline.domain.text import cut_at_word
 from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.runs import calendar_of
 from followup_pipeline.engine.scope import RunScope
@@ -117,7 +118,8 @@ def report_alert_failure(
         f"{settings.alert_window_h:g} h are not reported again.\n"
     )
     try:
-        board.post_once(key, name=f"[followup] alert run failed: {detail[:150]}", markdown=markdown)
+        name = f"[followup] alert run failed: {cut_at_word(detail, 150)}"
+        board.post_once(key, name=name, markdown=markdown)
     except DryRun:
         return
     except AlertNotSent as error:

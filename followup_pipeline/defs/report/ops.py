@@ -3,6 +3,8 @@
 Each report is sent once per partition: its send is the ledger action
 ``report:{kind}:{partition}`` (``engine/mailer.py``). A rerun, a run retry or a second backfill
 sends nothing; run config ``force: true`` sends again under ``report:{kind}:{partition}#{n}``.
+A run launched without a partition (``followup dagster job execute -j morning_report``) sends the
+current window (``window.py``) under that window's key: the same once-per-window rule.
 """
 
 from collections.abc import Callable
@@ -14,6 +16,7 @@ import dagster as dg
 import psycopg
 
 from followup_pipeline.defs.report.gather import last_evaluate_ok, morning_data, weekly_data
+from followup_pipeline.defs.report.window import Kind, current_window
 from followup_pipeline.domain.reports import (
     Language,
     MorningData,
@@ -43,7 +46,7 @@ class ReportConfig(dg.Config):
 class Report(Generic[Data]):
     """One kind of report: how its data is gathered, rendered and counted."""
 
-    kind: str
+    kind: Kind
     op_name: str
     description: str
     gather: Callable[[psycopg.Connection[Any], Settings, date, datetime, dg.DagsterInstance], Data]
@@ -88,10 +91,11 @@ def send(
     mailer: Mailer,
     *,
     kind: str,
+    partition: str,
     rendered: Rendered,
 ) -> MailResult:
     """Send a rendered report once per partition (again under ``key#n`` with ``force``)."""
-    base = f"report:{kind}:{context.partition_key}"
+    base = f"report:{kind}:{partition}"
     # A run and its retries share their root run id: a retried forced run reuses its key.
     root = context.run.tags.get("dagster/root_run_id") or context.run_id
     with mailer.db.connection() as conn:
@@ -144,12 +148,26 @@ def report_op(report: Report[Data]) -> dg.OpDefinition:
             context.log.warning("skipped: %s", reason)
             return skipped_output(context, reason)
         run = RunScope(clock.now(), context.run_id, context.log)
-        day = date.fromisoformat(context.partition_key)
+        if context.has_partition_key:
+            partition = context.partition_key
+        else:
+            # Launched without a partition: the current window, not a failure.
+            partition = current_window(report.kind, run.now, settings.timezone)
+            context.log.info("no partition given: sending the current window %s", partition)
+        day = date.fromisoformat(partition)
         with postgres.connection() as conn:
             data = report.gather(conn, settings, day, run.now, context.instance)
         rendered = report.render(data, settings.report_language)
         mailer = Mailer(run, postgres, outlook.get_client(), settings)
-        result = send(context, config, settings, mailer, kind=report.kind, rendered=rendered)
+        result = send(
+            context,
+            config,
+            settings,
+            mailer,
+            kind=report.kind,
+            partition=partition,
+            rendered=rendered,
+        )
         counts = {
             "rendered": 1,
             result.outcome: 1,

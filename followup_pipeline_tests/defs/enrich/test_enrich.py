@@ -124,7 +124,10 @@ def test_enrich_answers_that_fail_the_check_go_to_review(
     assert main(["review", "accept", str(item["id"])]) == 1  # settled already
     capsys.readouterr()
     assert main(["watches", "show", str(machine.watch(deal)["id"])]) == 0
-    assert line1 in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert line1 in shown
+    # The team's local time with its zone, for people; no raw UTC, no microseconds.
+    assert "registered_at: 2026-03-02 09:00 CET" in shown
 
 
 def test_enrich_rejected_item_leaves_the_deal_without_a_summary_until_it_changes(

@@ -1,0 +1,73 @@
+"""``followup report send``: a report's window from a shell, into the sandbox's outbox, once."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import date, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from followup_pipeline.cli import main
+from followup_pipeline.clock import build_clock
+from followup_pipeline.defs.report.window import current_window
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.environment import DEMO_RECIPIENTS, env_lines
+
+
+def _outbox(sandbox: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{sandbox}/_sandbox/outbox", timeout=10)
+    return list(answer.json()["messages"])
+
+
+@pytest.fixture
+def on_sandbox(sandbox: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The machine's settings as the demo has them: the sandbox's environment, nothing else."""
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    for line in env_lines(SandboxConfig(), sandbox):
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, shlex.split(value)[0])
+    monkeypatch.setenv("FOLLOWUP_REPORT_LANGUAGE", "en")
+    return sandbox
+
+
+def test_report_send_sends_the_current_window_once_and_again_when_forced(
+    on_sandbox: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    window = current_window("morning", build_clock(None).now(), "Europe/Berlin")
+    assert main(["report", "send", "morning"]) == 0
+    out = capsys.readouterr().out
+    assert f"morning_report {window}: sent as report:morning:{window}" in out
+    [mail] = _outbox(on_sandbox)
+    message = mail["message"]
+    assert f"Follow-ups for {window}" in message["subject"]
+    assert [r["emailAddress"]["address"] for r in message["toRecipients"]] == list(DEMO_RECIPIENTS)
+
+    # Once per window: a second send sends nothing, --force sends again under a key of its own.
+    assert main(["report", "send", "morning"]) == 0
+    assert "already_sent" in capsys.readouterr().out
+    assert len(_outbox(on_sandbox)) == 1
+    assert main(["report", "send", "morning", "--force"]) == 0
+    assert f"sent as report:morning:{window}#1" in capsys.readouterr().out
+    assert len(_outbox(on_sandbox)) == 2
+
+
+def test_report_send_of_a_given_day_and_of_nobody(
+    on_sandbox: str,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Thursday's overview is the week that ended on the Friday before it.
+    first = current_window("weekly", build_clock(None).now(), "Europe/Berlin")
+    thursday = date.fromisoformat(first) + timedelta(days=6)
+    assert main(["report", "send", "weekly", "--date", f"{thursday:%Y-%m-%d}"]) == 0
+    assert f"weekly_report {first}: sent as report:weekly:{first}" in capsys.readouterr().out
+    assert len(_outbox(on_sandbox)) == 1
+
+    monkeypatch.setenv("FOLLOWUP_REPORT_RECIPIENTS", "")
+    assert main(["report", "send", "weekly", "--force"]) == 1
+    assert "skipped: FOLLOWUP_REPORT_RECIPIENTS is empty" in capsys.readouterr().out
+    assert len(_outbox(on_sandbox)) == 1
