@@ -37,6 +37,7 @@ from followup_pipeline.machine import (
     workspace_file,
     write_addresses,
 )
+from followup_pipeline.resources import CLOCK_TAG
 from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.cadences import prepare_cadence
 from followup_pipeline.store.embedded import EmbeddedCluster
@@ -189,6 +190,7 @@ def run_line(run: dict[str, Any], ui: str) -> str:
     what = f"{status.lower()}" + (f", {outcome}" if outcome and status == "SUCCESS" else "")
     counts = tags.get(COUNTS_TAG, "")
     line = f"run {run['jobName']} {run['runId'][:8]}: {what}" + (f" ({counts})" if counts else "")
+    line += f" [clock {tags[CLOCK_TAG]}]" if CLOCK_TAG in tags else ""  # FOLLOWUP_NOW's
     if status != "SUCCESS":
         line += f": {ui}/runs/{run['runId']}"
     return line

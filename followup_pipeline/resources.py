@@ -48,8 +48,13 @@ class PostgresResource(dg.ConfigurableResource["PostgresResource"]):
             yield conn
 
 
+#: The tag of a run whose clock was set (``FOLLOWUP_NOW``): when that clock started.
+CLOCK_TAG = "followup/clock"
+
+
 class ClockResource(dg.ConfigurableResource["ClockResource"]):
-    """The current instant: real, or started at ``start`` (ISO 8601 with offset)."""
+    """The current instant: real, or started at ``start`` (ISO 8601 with offset); a run on a
+    set clock is tagged ``followup/clock`` with its start, so it never looks like any other."""
 
     start: str | None = None
     ticking: bool = True
@@ -58,6 +63,9 @@ class ClockResource(dg.ConfigurableResource["ClockResource"]):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._clock = self._build()
+        run = context.run
+        if self.start and context.instance is not None and run is not None:
+            context.instance.add_run_tags(run.run_id, {CLOCK_TAG: f"set to {self.start}"})
 
     def _build(self) -> Clock:
         start = datetime.fromisoformat(self.start) if self.start else None

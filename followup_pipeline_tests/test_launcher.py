@@ -75,3 +75,23 @@ def test_the_demo_queues_the_morning_list_of_the_current_window(
     assert launcher.launch_first_morning_list("http://ui", saturday) == (
         "the morning list of 2026-03-06 could not be queued (refused)"
     )
+
+
+def test_launcher_run_line_says_when_the_clock_was_set() -> None:
+    run = {
+        "jobName": "evaluate",
+        "runId": "0123456789abcdef",
+        "status": "SUCCESS",
+        "tags": [
+            {"key": "followup/outcome", "value": "ok"},
+            {"key": "followup/counts", "value": "registered=2"},
+            {"key": "followup/clock", "value": "set to 2026-03-02T08:00:00+00:00"},
+        ],
+    }
+    assert launcher.run_line(run, "http://ui") == (
+        "run evaluate 01234567: success, ok (registered=2) [clock set to 2026-03-02T08:00:00+00:00]"
+    )
+    run["tags"] = run["tags"][:2]
+    assert (
+        launcher.run_line(run, "http://ui") == "run evaluate 01234567: success, ok (registered=2)"
+    )

@@ -30,6 +30,9 @@ def test_evaluate_registers_deal_whose_webhook_was_dropped(machine: Machine) -> 
         date(2026, 3, 31),
     ]
     assert result.output_for_node("evaluate_due")["registered"] == 1
+    run = machine.instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert run.tags["followup/clock"] == f"set to {MONDAY.isoformat()}"  # not a run like others
 
 
 def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
