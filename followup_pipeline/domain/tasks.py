@@ -70,7 +70,7 @@ CLOSED_BY: dict[Language, str] = {
 WORDS: dict[Language, dict[str, str]] = {
     "de": {
         "title": "Nachfassen: {deal} — Schritt {step} von {count}",
-        "todo": "Aufgabe",
+        "what": "Aufgabe",
         "why": "Warum jetzt",
         "deal": "Deal",
         "account": "Firma",
@@ -102,7 +102,7 @@ WORDS: dict[Language, dict[str, str]] = {
     },
     "en": {
         "title": "Follow up: {deal} — step {step} of {count}",
-        "todo": "To do",
+        "what": "Next step",
         "why": "Why now",
         "deal": "Deal",
         "account": "Account",
@@ -298,7 +298,7 @@ def render_task(facts: TaskFacts, language: Language) -> TaskContent:
     title = words["title"].format(deal=name, step=facts.step_no, count=facts.step_count)
     deal = markdown_text(facts.deal_name)
     lines = [
-        f"**{words['todo']}:** {_instruction(facts, language)} {words['log']}",
+        f"**{words['what']}:** {_instruction(facts, language)} {words['log']}",
         f"**{words['why']}:** {_why_now(facts, language)}",
         "",
         f"**{words['deal']}:** {deal}",

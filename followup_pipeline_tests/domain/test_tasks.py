@@ -60,7 +60,7 @@ SNAPSHOTS: dict[Language, tuple[str, str]] = {
     ),
     "en": (
         "Follow up: Rollout Lager Nord (Müller & Söhne GmbH) — step 1 of 3",
-        "**To do:** Ask Müller \\& Söhne GmbH whether the offer arrived and whether they have"
+        "**Next step:** Ask Müller \\& Söhne GmbH whether the offer arrived and whether they have"
         " questions about it. Then log the call or e-mail on the deal in the CRM; that starts the"
         " follow-up again.\n"
         "**Why now:** Step 1 of 3, overdue since 10 March. Last contact 9 days ago: e-mail on"
@@ -98,24 +98,26 @@ def test_tasks_snapshot_of_an_overdue_step_with_contact_and_summary(language: La
 
 
 def test_tasks_say_what_to_do_for_the_first_middle_and_last_step() -> None:
-    def todo(step: int, account: str | None, language: Language) -> str:
+    def instruction_line(step: int, account: str | None, language: Language) -> str:
         facts = replace(SEEDED, step_no=step, account_name=account)
         return _line(
-            render_task(facts, language).markdown, "Aufgabe" if language == "de" else "To do"
+            render_task(facts, language).markdown, "Aufgabe" if language == "de" else "Next step"
         )
 
-    assert "ob das Angebot angekommen ist" in todo(1, "Acme", "de")
-    assert "wie es um die Entscheidung zum Angebot steht" in todo(2, "Acme", "de")
-    assert todo(3, "Acme", "de").startswith(
+    assert "ob das Angebot angekommen ist" in instruction_line(1, "Acme", "de")
+    assert "wie es um die Entscheidung zum Angebot steht" in instruction_line(2, "Acme", "de")
+    assert instruction_line(3, "Acme", "de").startswith(
         "**Aufgabe:** Letztes geplantes Nachfassen: Acme um eine Entscheidung zum Angebot bitten."
     )
-    assert todo(1, None, "de").startswith("**Aufgabe:** Beim Kunden nachfragen")
-    assert todo(3, None, "de").startswith(
+    assert instruction_line(1, None, "de").startswith("**Aufgabe:** Beim Kunden nachfragen")
+    assert instruction_line(3, None, "de").startswith(
         "**Aufgabe:** Letztes geplantes Nachfassen: den Kunden um eine Entscheidung"
     )
-    assert todo(2, "Acme", "en").startswith("**To do:** Ask Acme where their decision")
-    assert todo(3, None, "en").startswith(
-        "**To do:** Last planned follow-up: ask the customer for a decision"
+    assert instruction_line(2, "Acme", "en").startswith(
+        "**Next step:** Ask Acme where their decision"
+    )
+    assert instruction_line(3, None, "en").startswith(
+        "**Next step:** Last planned follow-up: ask the customer for a decision"
     )
 
 
@@ -234,7 +236,7 @@ def test_tasks_markup_in_names_is_literal() -> None:
         "**Deal:** \\*bold\\* \\_it\\_ \\`code\\` \\<b\\>x\\</b\\> \\| \\~\\~s\\~\\~"
     )
     assert _line(markdown, "Account") == "**Account:** A\\_B"
-    assert "Ask A\\_B whether" in _line(markdown, "To do")
+    assert "Ask A\\_B whether" in _line(markdown, "Next step")
 
 
 def test_tasks_very_long_name_gives_a_bounded_title() -> None:

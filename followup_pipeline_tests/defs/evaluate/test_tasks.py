@@ -77,7 +77,7 @@ EXPECTED = {
     ),
     "en": (
         "Follow up: Rollout Lager Nord (Müller & Söhne GmbH) — step 1 of 3",
-        "**To do:** Ask Müller \\& Söhne GmbH whether the offer arrived and whether they have"
+        "**Next step:** Ask Müller \\& Söhne GmbH whether the offer arrived and whether they have"
         " questions about it. Then log the call or e-mail on the deal in the CRM; that starts the"
         " follow-up again.\n"
         "**Why now:** Step 1 of 3, overdue since 10 March. Last contact 9 days ago: e-mail on"
