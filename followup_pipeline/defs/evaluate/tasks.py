@@ -243,12 +243,7 @@ class TaskLedger:
             step_no=row.step_no,
             payload={"task_id": row.task_ref, "summary": row.summary_hash},
         )
-        if self._waits(spec.key):
-            return
-        try:
-            attempt = self.ledger.begin(spec)
-        except DryRun:
-            return
+        attempt = self._start(spec)
         if attempt is None:
             return
         note = None
@@ -299,18 +294,13 @@ class TaskLedger:
             step_no=row.step_no,
             payload={"task_id": row.task_ref, "reason": reason, "comment": comment},
         )
-        if self._waits(spec.key):
-            return
         prior = self.ledger.prior(spec.key)
-        if self.ledger.in_flight(prior):
+        if self.ledger.in_flight(prior):  # (never a dead letter: that one failed)
             self.tally.count("waiting_in_flight")  # its comment may still be on its way
             return
         said = prior.action.payload.get("comment") if prior.action else None
         earlier = {comment, said} if isinstance(said, str) else {comment}
-        try:
-            attempt = self.ledger.begin(spec)
-        except DryRun:
-            return
+        attempt = self._start(spec)
         if attempt is None:
             return
         note = None
@@ -337,6 +327,16 @@ class TaskLedger:
         self.ledger.finish(attempt, "confirmed", provider_ref=row.task_ref, error=note)
         self.tally.count("tasks_closed")
         self.tally.count(f"tasks_closed_{reason}")
+
+    def _start(self, spec: ActionSpec) -> Attempt | None:
+        """An attempt at ``spec``; None when it waits as a dead letter, the machine runs dry,
+        or it reached ClickUp before."""
+        if self._waits(spec.key):
+            return None
+        try:
+            return self.ledger.begin(spec)
+        except DryRun:
+            return None
 
     def _waits(self, key: str) -> bool:
         """Whether the action of ``key`` waits: as a dead letter (counted, and left alone), or
