@@ -240,10 +240,17 @@ def test_browser_automation_shows_every_schedule_and_sensor_running(page: Any, l
     for name in SCHEDULES + SENSORS:
         page.get_by_text(name, exact=True).wait_for()
     # Each row has a selection box (unchecked) and its on/off switch: seven switches, all on.
-    switches = page.evaluate(
+    # The UI draws the rows first and their switches' state when its next query answers.
+    checked = (
         "() => Array.from(document.querySelectorAll('input[type=checkbox]')).map(i => i.checked)"
     )
-    assert switches.count(True) == len(SCHEDULES) + len(SENSORS), switches
+    expected = len(SCHEDULES) + len(SENSORS)
+    with contextlib.suppress(Exception):
+        page.wait_for_function(
+            f"() => ({checked})().filter(Boolean).length >= {expected}", timeout=30_000
+        )
+    switches = page.evaluate(checked)
+    assert switches.count(True) == expected, switches
     page.screenshot(path=str(live.shots / "ui-automation.png"))
 
 
