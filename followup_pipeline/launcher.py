@@ -6,7 +6,8 @@ only some, the start is refused and the missing ones named, so fake deals never 
 ClickUp. Ctrl-C stops every child, and Postgres if this process started it.
 
 The console stays quiet: each child writes to its own file under ``FOLLOWUP_HOME/logs/``, and
-the console shows the start-up, the URLs once the UI answers, and one line per finished run.
+the console shows the start-up, the URLs once the UI answers, and one line per finished run
+(``console.py``), each stamped with the time in the team's zone.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -25,8 +26,9 @@ from typing import IO, Any
 import httpx
 
 from followup_pipeline.clock import build_clock
+from followup_pipeline.console import FinishedRuns, say
 from followup_pipeline.defs.report.window import current_window
-from followup_pipeline.engine.runs import COUNTS_TAG, OUTCOME_TAG
+from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.machine import (
     LOCATION,
     install_dagster_home,
@@ -37,7 +39,6 @@ from followup_pipeline.machine import (
     workspace_file,
     write_addresses,
 )
-from followup_pipeline.resources import CLOCK_TAG
 from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.cadences import prepare_cadence
 from followup_pipeline.store.embedded import EmbeddedCluster
@@ -51,13 +52,6 @@ LEFTOVER_TIMEOUT_S = 10
 SUPERSEDED_DEV = "ignore:Function `dev_command` is superseded:FutureWarning"
 #: How often the console asks the UI for finished runs.
 RUN_POLL_S = 3.0
-FINISHED_RUNS = """
-query($after: Float!) {
-  runsOrError(filter: {statuses: [SUCCESS, FAILURE, CANCELED], updatedAfter: $after}, limit: 50) {
-    ... on Runs { results { runId jobName status updateTime tags { key value } } }
-  }
-}
-"""
 
 LAUNCH_RUN = """
 mutation($params: ExecutionParams!) {
@@ -104,21 +98,22 @@ def launch_run(ui: str, job: str, tags: dict[str, str]) -> dict[str, Any] | str:
     return result
 
 
-def launch_first_evaluate(ui: str) -> str:
+def launch_first_evaluate(ui: str) -> tuple[str, str | None]:
     """Queue one ``evaluate`` (no partition: the clock decides) through the UI's GraphQL, so a
     new machine reconciles the CRM at once instead of at the next business hour. A line that
-    says what happened."""
+    says what happened, and the run's id if it was queued."""
     result = launch_run(ui, "evaluate", {TRIGGER_TAG: "startup"})
     if isinstance(result, str):
-        return f"the first evaluate could not be queued ({result}); it runs at the next hour"
-    return f"queued the first evaluate: {ui}/runs/{result['run']['runId']}"
+        return f"the first evaluate could not be queued ({result}); it runs at the next hour", None
+    run_id = str(result["run"]["runId"])
+    return f"queued the first evaluate: {ui}/runs/{run_id}", run_id
 
 
 def launch_first_morning_list(ui: str, settings: Settings) -> str:
     """Queue the morning list of the current window (today, or on a weekend the Friday before;
-    ``defs/report/window.py``), after the first evaluate, so the demo's outbox holds one on any
-    day and at any hour. Once per window, as every send: a second start the same day sends
-    nothing. A line that says what happened."""
+    ``defs/report/window.py``) once the first evaluate ended (its tasks are in), so the demo's
+    outbox holds one on any day and at any hour. Once per window, as every send: a second start
+    the same day sends nothing. A line that says what happened."""
     window = current_window("morning", build_clock(settings.now).now(), settings.timezone)
     result = launch_run(ui, "morning_report", {TRIGGER_TAG: "startup", PARTITION_TAG: window})
     if isinstance(result, str):
@@ -128,10 +123,6 @@ def launch_first_morning_list(ui: str, settings: Settings) -> str:
 
 def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
-
-
-def _say(message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
 class StartError(RuntimeError):
@@ -182,45 +173,6 @@ def _reap_group(process: subprocess.Popen[bytes], timeout: float = LEFTOVER_TIME
         _signal_group(process, signal.SIGKILL)
 
 
-def run_line(run: dict[str, Any], ui: str) -> str:
-    """The console's line for one finished run: job, outcome and business counts."""
-    tags = {tag["key"]: tag["value"] for tag in run["tags"]}
-    status = str(run["status"])
-    outcome = tags.get(OUTCOME_TAG)
-    what = f"{status.lower()}" + (f", {outcome}" if outcome and status == "SUCCESS" else "")
-    counts = tags.get(COUNTS_TAG, "")
-    line = f"run {run['jobName']} {run['runId'][:8]}: {what}" + (f" ({counts})" if counts else "")
-    line += f" [clock {tags[CLOCK_TAG]}]" if CLOCK_TAG in tags else ""  # FOLLOWUP_NOW's
-    if status != "SUCCESS":
-        line += f": {ui}/runs/{run['runId']}"
-    return line
-
-
-class FinishedRuns:
-    """Finished runs from the UI's GraphQL, each reported once."""
-
-    def __init__(self, ui: str) -> None:
-        self.ui = ui
-        self.since = time.time()
-        self.seen: set[str] = set()
-
-    def new(self) -> Iterator[str]:
-        """Lines for the runs that finished since the last call (none if the UI is busy)."""
-        try:
-            answer = httpx.post(
-                f"{self.ui}/graphql",
-                json={"query": FINISHED_RUNS, "variables": {"after": self.since - 30}},
-                timeout=5,
-            ).json()
-            runs = answer["data"]["runsOrError"]["results"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return
-        for run in sorted(runs, key=lambda r: r["updateTime"] or 0):
-            if run["runId"] not in self.seen:
-                self.seen.add(run["runId"])
-                yield run_line(run, self.ui)
-
-
 class Launcher:
     """Starts the machine's processes and stops them all on Ctrl-C."""
 
@@ -238,6 +190,12 @@ class Launcher:
         self.env = dict(os.environ)
         self.logs = settings.home / "logs"
         self._files: list[IO[bytes]] = []
+        #: The first evaluate's run id until it ends: then the demo's morning list is queued.
+        self.first_evaluate: str | None = None
+
+    def say(self, message: str) -> None:
+        """A console line, stamped in the team's zone."""
+        say(message, self.settings.timezone)
 
     def _spawn(
         self, what: str, argv: list[str], env: dict[str, str] | None = None
@@ -245,7 +203,8 @@ class Launcher:
         self.logs.mkdir(parents=True, exist_ok=True)
         path = self.logs / f"{what}.log"
         output = path.open("ab")
-        output.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} followup dev ---\n".encode())
+        started = for_people(datetime.now(UTC), self.settings.timezone)
+        output.write(f"\n--- {started} followup dev ---\n".encode())
         output.flush()
         self._files.append(output)
         # Each child leads its own process group: a stop reaches its own children too (the
@@ -266,13 +225,13 @@ class Launcher:
             cluster = EmbeddedCluster(self.settings.home)
             self.cluster = cluster
             if cluster.acquire():
-                _say(f"started the embedded Postgres on 127.0.0.1:{cluster.port}")
+                self.say(f"started the embedded Postgres on 127.0.0.1:{cluster.port}")
         install_dagster_home(self.settings)
         self.env = machine_environment(self.settings, self.env, secrets=False)
         url = self.env["FOLLOWUP_DATABASE_URL"]
         applied = migrate(url)
         offsets = prepare_cadence(url, self.settings)
-        _say(
+        self.say(
             f"database ready ({len(applied)} migration(s) applied); cadence "
             f"{self.settings.cadence_name!r}: business days {', '.join(map(str, offsets))}"
         )
@@ -338,26 +297,30 @@ class Launcher:
             try:
                 process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                _say(f"{what} did not stop in {STOP_TIMEOUT_S} s; killing it")
+                self.say(f"{what} did not stop in {STOP_TIMEOUT_S} s; killing it")
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
             _reap_group(process)
         for output in self._files:
             output.close()
         if self.cluster is not None and self.cluster.release():
-            _say("stopped the embedded Postgres")
+            self.say("stopped the embedded Postgres")
 
     def watch(self) -> int:
         """Print one line per finished run until a child exits (its status is returned)."""
-        runs = FinishedRuns(self.ui)
-        while True:
-            for what, process, path in self.children:
-                if process.poll() is not None:
-                    _say(f"{what} exited with status {process.returncode}; see {path}")
-                    return process.returncode or 1
-            for line in runs.new():
-                _say(line)
-            time.sleep(RUN_POLL_S)
+        with FinishedRuns(self.ui) as runs:
+            while True:
+                for what, process, path in self.children:
+                    if process.poll() is not None:
+                        self.say(f"{what} exited with status {process.returncode}; see {path}")
+                        return process.returncode or 1
+                for line in runs.new():
+                    self.say(line)
+                if self.first_evaluate is not None and self.first_evaluate in runs.seen:
+                    # The first evaluate ended (its tasks are in): now the morning list.
+                    self.first_evaluate = None
+                    self.say(launch_first_morning_list(self.ui, self.settings))
+                time.sleep(RUN_POLL_S)
 
     def run(self) -> int:
         """Start everything, wait until a child exits or Ctrl-C, then stop everything."""
@@ -372,7 +335,7 @@ class Launcher:
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGINT, _interrupt)
         try:
-            _say(f"starting Followup ({mode} vendors) in {self.settings.home}")
+            self.say(f"starting Followup ({mode} vendors) in {self.settings.home}")
             self.start_database()
             if mode == "sandbox":
                 self.start_sandbox()
@@ -380,21 +343,23 @@ class Launcher:
             self.start_dagster()
             ingress = f"http://{self.settings.ingress_host}:{self.settings.ingress_port}"
             write_addresses(self.settings, ui=self.ui, ingress=ingress)
-            _say(f"Followup is up: Dagster UI at {self.ui}")
-            _say(f"webhooks: {ingress}/webhooks/espocrm; logs in {self.logs}")
+            self.say(f"Followup is up: Dagster UI at {self.ui}")
+            self.say(f"webhooks: {ingress}/webhooks/espocrm; logs in {self.logs}")
             if mode == "sandbox":
-                _say(f"sandbox vendors at http://127.0.0.1:{self.settings.sandbox_port}")
+                self.say(f"sandbox vendors at http://127.0.0.1:{self.settings.sandbox_port}")
             if mode == "sandbox" and self.demo:
                 # With real vendors, the schedules decide (business days and hours only).
-                _say(launch_first_evaluate(self.ui))
-                _say(launch_first_morning_list(self.ui, self.settings))
-            _say("Ctrl-C stops everything; finished runs are listed below")
+                line, self.first_evaluate = launch_first_evaluate(self.ui)
+                self.say(line)
+                if self.first_evaluate is None:
+                    self.say(launch_first_morning_list(self.ui, self.settings))
+            self.say("Ctrl-C stops everything; finished runs are listed below")
             return self.watch()
         except KeyboardInterrupt:
-            _say("stopping")
+            self.say("stopping")
             return 0
         except StartError as error:
-            _say(f"could not start: {error}")
+            self.say(f"could not start: {error}")
             return 1
         finally:
             self.stop()

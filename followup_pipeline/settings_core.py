@@ -4,6 +4,7 @@ fields of ``Settings`` (``settings.py``), which reads them with the vendors' and
 from __future__ import annotations
 
 import json
+import re
 import zoneinfo
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
@@ -52,9 +53,16 @@ class CoreSettings(BaseSettings):
 
     # --- the deals we watch ----------------------------------------------------------------------
     watched_stages: Annotated[list[str], NoDecode] = ["Proposal", "Negotiation"]
+    #: On the machine's first ``evaluate``: deals that entered a watched stage up to this many
+    #: days before are followed up from when they entered (catch-up tasks at once); 0: deals
+    #: already in an offer stage start when the machine starts.
+    adopt_days: int = Field(default=0, ge=0, le=366)
     won_stage: str = "Closed Won"
     lost_stage: str = "Closed Lost"
+    #: Who receives the team's morning list and the Friday overview (e-mail addresses).
     report_recipients: Annotated[list[str], NoDecode] = []
+    #: Each salesperson's own morning list: JSON map CRM user id → e-mail address.
+    salesperson_addresses: Annotated[dict[str, str], NoDecode] = {}
     #: The language of the reports.
     report_language: Literal["de", "en"] = "de"
     #: When the morning list goes out (local time, business days).
@@ -67,6 +75,30 @@ class CoreSettings(BaseSettings):
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return split_list(value)
+
+    @field_validator("salesperson_addresses", mode="before")
+    @classmethod
+    def _address_map(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text else {}
+        return value
+
+    @field_validator("salesperson_addresses")
+    @classmethod
+    def _addresses(cls, value: dict[str, str]) -> dict[str, str]:
+        for user, address in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", user):
+                raise ValueError(
+                    f"{user!r} is not a CRM user id (letters, digits, '_' and '-', at most 64): "
+                    "the keys of FOLLOWUP_SALESPERSON_ADDRESSES are EspoCRM user ids"
+                )
+            if not re.fullmatch(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+", address.strip()):
+                raise ValueError(
+                    f"{address!r} (CRM user {user!r}) is not an e-mail address; expected a JSON "
+                    'map of CRM user id to one address, e.g. {"5f1a0c2b": "sabine@acme.example"}'
+                )
+        return {user: address.strip() for user, address in value.items()}
 
     @field_validator("cadence", mode="before")
     @classmethod

@@ -56,6 +56,10 @@ class VendorSettings(BaseSettings):
     clickup_close_on_watch_close: bool = True
     #: The status that closes a task; unset: the list's status of type closed, read from ClickUp.
     clickup_closed_status: str | None = None
+    #: A task of a step completed in ClickUp (by a person, not by Followup) counts as the
+    #: salesperson's follow-up and resets the cadence like an e-mail; read from the list's tasks
+    #: each evaluate run. Off: ClickUp holds nothing the machine relies on.
+    clickup_completion_resets: bool = False
 
     # --- Microsoft Graph (Outlook) -------------------------------------------------------------
     graph_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/graph")

@@ -1,6 +1,7 @@
 """``followup doctor`` without a running Dagster: each vendor's fault on its own line, the ClickUp
-list's closed status, webhooks that stopped coming, and no machine at all. (All green, with the
-daemon and a switched-off schedule: defs/register/test_daemon.py.)"""
+list's closed status, webhooks that stopped coming, their times in the team's zone, and no
+machine at all. (All green, with the daemon and a switched-off schedule:
+defs/register/test_daemon.py.)"""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from followup_pipeline_tests.support import free_port
 
 SANDBOX = SandboxConfig()
 NOW = datetime(2026, 3, 3, 9, 0, tzinfo=UTC)
+ZONE = "Europe/Berlin"
 
 
 def _sandbox_credentials(monkeypatch: pytest.MonkeyPatch, sandbox: str, db_url: str) -> None:
@@ -58,7 +60,10 @@ def test_doctor_reads_the_lists_closed_status(
         "when mail fails" in out
     )
     # The sandbox's environment names the demo's report recipients.
-    assert "ok   reports: sent to sales-team@example.com, sales-lead@example.com" in out
+    assert (
+        "ok   reports: sent to sales-team@example.com, sales-lead@example.com; 3 salesperson(s) "
+        "get their own morning list" in out
+    )
     # No daemon, no ingress and no Dagster instance here: exactly those fail.
     assert _faults(out) == {"dagster", "ingress"}
 
@@ -169,12 +174,15 @@ def _reconciled_watch(db: psycopg.Connection[Any], at: datetime, deal: str) -> N
 def test_doctor_explains_webhooks_that_stopped_while_deals_change(
     db: psycopg.Connection[Any],
 ) -> None:
-    assert "the CRM's watched deals did not change either" in webhook_check(db, now=NOW).line()
+    assert (
+        "the CRM's watched deals did not change either"
+        in webhook_check(db, now=NOW, zone=ZONE).line()
+    )
     # The machine's first reconciliation brings in the deals that were there: no webhook was due.
     _reconciled_watch(db, NOW - timedelta(hours=3), "d0")
-    assert "did not change either" in webhook_check(db, now=NOW).line()
+    assert "did not change either" in webhook_check(db, now=NOW, zone=ZONE).line()
     _reconciled_watch(db, NOW - timedelta(hours=1), "d1")  # a deal that changed since
-    line = webhook_check(db, now=NOW).line()
+    line = webhook_check(db, now=NOW, zone=ZONE).line()
     assert line.startswith("WARN webhooks: none for a day while reconciliation opened 1")
     assert "webhookAllowedAddressList" in line
     db.execute(
@@ -182,4 +190,43 @@ def test_doctor_explains_webhooks_that_stopped_while_deals_change(
         " VALUES ('espocrm', 'Opportunity.create', 'k', '\\x5b5d', %s)",
         (NOW - timedelta(hours=1),),
     )
-    assert webhook_check(db, now=NOW).line().startswith("ok   webhooks: the last one arrived")
+    assert webhook_check(db, now=NOW, zone=ZONE).line() == (
+        "ok   webhooks: the last one arrived 2026-03-03 09:00 CET"
+    )
+
+
+def _webhook(db: psycopg.Connection[Any], at: datetime) -> None:
+    db.execute(
+        "INSERT INTO events (source, event_type, dedup_key, body, received_at)"
+        " VALUES ('espocrm', 'Opportunity.create', %s, '\\x5b5d', %s)",
+        (f"k-{at.isoformat()}", at),
+    )
+
+
+def test_doctor_tells_webhook_times_in_the_teams_zone(db: psycopg.Connection[Any]) -> None:
+    """As a person reads them: the team's local time with its zone, never raw UTC."""
+    _webhook(db, NOW - timedelta(days=2))  # 2026-03-01 09:00 UTC
+    assert webhook_check(db, now=NOW, zone="America/New_York").line() == (
+        "ok   webhooks: none since 2026-03-01 04:00 EST; the CRM's watched deals did not change "
+        "either"
+    )
+    _webhook(db, NOW - timedelta(minutes=30))
+    assert webhook_check(db, now=NOW, zone="Asia/Tokyo").line() == (
+        "ok   webhooks: the last one arrived 2026-03-03 17:30 JST"
+    )
+
+
+def test_doctor_prints_the_last_webhook_in_followup_timezone(
+    sandbox: str,
+    db_url: str,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _sandbox_credentials(monkeypatch, sandbox, db_url)
+    monkeypatch.setenv("FOLLOWUP_TIMEZONE", "America/New_York")
+    monkeypatch.setenv("FOLLOWUP_NOW", NOW.isoformat())
+    _webhook(db, NOW - timedelta(hours=1))
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert "ok   webhooks: the last one arrived 2026-03-03 03:00 EST\n" in out

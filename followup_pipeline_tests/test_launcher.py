@@ -1,10 +1,15 @@
-"""`followup dev` (what `make run` starts) refuses half-configured vendors. (The machine it starts,
-its UI, daemon, quiet console and stop: test_browser.py, on one live machine.)"""
+"""`followup dev` (what `make run` starts) refuses half-configured vendors, and stamps its console
+lines in the team's zone. (The machine it starts, its UI, daemon, quiet console and stop:
+test_browser.py, on one live machine; its run lines: test_console.py.)"""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -77,21 +82,35 @@ def test_the_demo_queues_the_morning_list_of_the_current_window(
     )
 
 
-def test_launcher_run_line_says_when_the_clock_was_set() -> None:
-    run = {
-        "jobName": "evaluate",
-        "runId": "0123456789abcdef",
-        "status": "SUCCESS",
-        "tags": [
-            {"key": "followup/outcome", "value": "ok"},
-            {"key": "followup/counts", "value": "registered=2"},
-            {"key": "followup/clock", "value": "set to 2026-03-02T08:00:00+00:00"},
-        ],
-    }
-    assert launcher.run_line(run, "http://ui") == (
-        "run evaluate 01234567: success, ok (registered=2) [clock set to 2026-03-02T08:00:00+00:00]"
-    )
-    run["tags"] = run["tags"][:2]
-    assert (
-        launcher.run_line(run, "http://ui") == "run evaluate 01234567: success, ok (registered=2)"
-    )
+@pytest.fixture
+def host_in_tokyo() -> Iterator[None]:
+    """The host's own zone is Asia/Tokyo (the team's in no test), and back after."""
+    kept = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Tokyo"
+    time.tzset()
+    yield
+    if kept is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = kept
+    time.tzset()
+
+
+@pytest.mark.usefixtures("host_in_tokyo")
+def test_launcher_stamps_console_lines_in_the_teams_zone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stamp is the wall clock when the line is printed (not FOLLOWUP_NOW's), in
+    FOLLOWUP_TIMEZONE with its abbreviation; not the host's zone."""
+    assert time.strftime("%Z") == "JST"
+    monkeypatch.setenv("FOLLOWUP_TIMEZONE", "America/New_York")
+    monkeypatch.setenv("FOLLOWUP_NOW", "2026-03-02T08:00:00+00:00")
+    team = ZoneInfo("America/New_York")
+    before = datetime.now(team)
+    launcher.Launcher(load_settings()).say("Followup is up")
+    after = datetime.now(team)
+    clock, zone, message = capsys.readouterr().out.rstrip("\n").split(" ", 2)
+    assert message == "Followup is up"
+    assert zone in ("EST", "EDT")
+    seconds = range(int(before.timestamp()), int(after.timestamp()) + 1)
+    assert f"{clock} {zone}" in {f"{datetime.fromtimestamp(s, team):%H:%M:%S %Z}" for s in seconds}

@@ -24,6 +24,7 @@ import httpx
 from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import probes
 from followup_pipeline.commands.probes import Check, fail, ok, warn
+from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.machine import (
     LOCATION,
@@ -75,10 +76,18 @@ def examine(settings: Settings) -> Iterator[Check]:
 
 
 def recipients_check(settings: Settings) -> Check:
-    """Who the morning list and the Friday overview go to; none set is a warning: the report
+    """Who the morning lists and the Friday overview go to; none set is a warning: the report
     jobs then run, send nothing and say so."""
+    own = len(settings.salesperson_addresses)
+    personal = f"; {own} salesperson(s) get their own morning list" if own else ""
     if settings.report_recipients:
-        return ok("reports", f"sent to {', '.join(settings.report_recipients)}")
+        return ok("reports", f"sent to {', '.join(settings.report_recipients)}{personal}")
+    if own:
+        return warn(
+            "reports",
+            f"FOLLOWUP_REPORT_RECIPIENTS is not set: {own} salesperson(s) get their own morning "
+            "list, nobody gets the team's list or the Friday overview",
+        )
     return warn(
         "reports",
         "FOLLOWUP_REPORT_RECIPIENTS is not set: the morning list and the Friday overview go to "
@@ -102,22 +111,24 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
         except UnknownCadence as error:
             yield fail("cadence", str(error))
         if settings.espocrm_webhooks:
-            yield webhook_check(conn, now=build_clock(settings.now).now())
+            now = build_clock(settings.now).now()
+            yield webhook_check(conn, now=now, zone=settings.timezone)
         else:
             yield ok(
                 "webhooks", "none configured (FOLLOWUP_ESPOCRM_WEBHOOKS): reconciliation alone"
             )
 
 
-def webhook_check(conn: Any, *, now: datetime) -> Check:
-    """When the last webhook came, and a warning when none came for a day while the CRM's deals
-    changed (EspoCRM refuses private targets it was not told of)."""
+def webhook_check(conn: Any, *, now: datetime, zone: str) -> Check:
+    """When the last webhook came, in the team's ``zone`` as a person reads it, and a warning when
+    none came for a day while the CRM's deals changed (EspoCRM refuses private targets it was not
+    told of)."""
     silence = webhook_silence(conn, since=now - WEBHOOK_SILENCE)
     last = silence.last_webhook_at
     if last is not None and now - last < WEBHOOK_SILENCE:
-        return ok("webhooks", f"the last one arrived {last:%Y-%m-%d %H:%M:%S %Z}")
+        return ok("webhooks", f"the last one arrived {for_people(last, zone)}")
     if silence.reconciled_since == 0:
-        when = f"since {last:%Y-%m-%d %H:%M %Z}" if last else "ever"
+        when = f"since {for_people(last, zone)}" if last else "ever"
         return ok("webhooks", f"none {when}; the CRM's watched deals did not change either")
     return Check(
         "WARN",

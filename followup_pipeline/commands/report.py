@@ -19,7 +19,7 @@ from typing import Any
 
 from followup_pipeline.clock import build_clock
 from followup_pipeline.domain.localtime import local_date
-from followup_pipeline.domain.reports import Language, render_morning, render_weekly
+from followup_pipeline.domain.reports import Language, personal, render_morning, render_weekly
 from followup_pipeline.machine import NoInstance, open_instance, with_sandbox
 from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.db import connect, resolve_database_url
@@ -42,12 +42,17 @@ def _preview(args: argparse.Namespace, settings: Settings) -> int:
             instance = None
         with connect(url, autocommit=True) as conn:
             if args.kind == "morning":
-                data = morning_data(conn, settings, day, now, last_evaluate_ok(instance))
+                data = morning_data(
+                    conn, settings, day, now, last_evaluate_ok(instance), preview=True
+                )
+                if args.person is not None:  # a salesperson's own list, as they would get it
+                    names = {s.owner_id: s.owner for s in data.steps if s.owner_id}
+                    data = personal(data, args.person, names.get(args.person) or "")
                 rendered = render_morning(data, language)
             else:
                 friday = day - timedelta(days=(day.weekday() - 4) % 7)  # the last Friday
                 rendered = render_weekly(
-                    weekly_data(conn, settings, friday, now, instance), language
+                    weekly_data(conn, settings, friday, now, instance, preview=True), language
                 )
     print(f"Subject: {rendered.subject}\n")
     print(rendered.text)
@@ -117,12 +122,16 @@ def _send(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{job} {window}: failed (run {result.run_id}): {why}")
         return 1
     counts = result.output_for_node(op)
-    outcome = next((o for o in ("sent", "already_sent", "suppressed") if o in counts), None)
-    if outcome is None:  # skipped: nobody to send it to
+    outcomes = [o for o in ("sent", "already_sent", "suppressed") if o in counts]
+    if not outcomes and "skipped_nothing_due" in counts:
+        print(f"{job} {window}: not sent: nothing is due or overdue (recorded as nothing_due)")
+        return 0
+    if not outcomes:  # skipped: nobody to send it to
         print(f"{job} {window}: skipped: {counts.get('reason', counts)}")
         return 1
-    hint = " (again with --force)" if outcome == "already_sent" else ""
-    print(f"{job} {window}: {outcome} as {counts['key']}{hint}")
+    said = ", ".join(f"{counts[o]} {o}" for o in outcomes)
+    hint = " (again with --force)" if outcomes == ["already_sent"] else ""
+    print(f"{job} {window}: {said} as {counts['key']}{hint}")
     return 0
 
 
@@ -137,6 +146,12 @@ def register(commands: Any) -> None:
     )
     preview.add_argument("--lang", choices=("de", "en"), help="default FOLLOWUP_REPORT_LANGUAGE")
     preview.add_argument("--html", type=Path, help="also write the HTML to this file")
+    preview.add_argument(
+        "--for",
+        dest="person",
+        metavar="USER_ID",
+        help="the morning list of one salesperson (their CRM user id), not the team's",
+    )
     preview.set_defaults(handler=_preview)
     send = sub.add_parser(
         "send", help="send a report's window once (the current one by default), as its job does"

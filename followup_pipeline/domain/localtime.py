@@ -40,6 +40,13 @@ def for_people(instant: datetime | None, zone: str) -> str:
     return f"{require_aware(instant).astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M %Z}"
 
 
+def time_of_day_for_people(instant: datetime, zone: str) -> str:
+    """The time of day of ``instant`` in ``zone`` with the zone's abbreviation, to the second
+    (``09:00:05 CET``): the stamp of a console line, read as it scrolls by on the same day, where
+    the date would be noise and the seconds tell lines apart. Not the host's zone: the team's."""
+    return f"{require_aware(instant).astimezone(ZoneInfo(zone)):%H:%M:%S %Z}"
+
+
 def local_date(instant: datetime, zone: str) -> date:
     """The calendar date of ``instant`` in ``zone``."""
     return require_aware(instant).astimezone(ZoneInfo(zone)).date()

@@ -62,6 +62,8 @@ class Subject:
     assigned_user_id: str | None = None
     assigned_user_name: str | None = None
     crm_url: str | None = None
+    amount: float | None = None
+    amount_currency: str | None = None
 
 
 class WatchState(Protocol):

@@ -1,224 +1,62 @@
-"""What people read: the morning list, as data in and text out (HTML and plain text, German or
-English), rendered from templates with autoescaping. Pure code: no I/O but the templates."""
+"""What people read: the morning list (the team's, and each salesperson's own) and the Friday
+overview, as data in and text out (HTML and plain text, German or English), rendered from
+templates with autoescaping. Pure code: no I/O but the templates. The words are in
+``report_words.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Literal
+from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import jinja2
 
-Language = Literal["de", "en"]
+from followup_pipeline.domain.report_data import (
+    ClosedLine,
+    Health,
+    MorningData,
+    Rendered,
+    StageLine,
+    StepLine,
+    SummaryLine,
+    WeeklyData,
+    after,
+    has_work,
+    personal,
+)
+from followup_pipeline.domain.report_words import DATE_FORMAT, WEEKDAYS, WORDS, Language
+from followup_pipeline.domain.tasks import CONTACT_WORDS, RECORDED_KINDS, day_text
+from followup_pipeline.domain.text import clean_text
 
-WORDS: dict[Language, dict[str, str]] = {
-    "de": {
-        "subject": "Follow-ups am {day}",
-        "late": "verspätet: ",
-        "title": "Follow-ups am {day}",
-        "due_today": "Heute fällig",
-        "overdue": "Überfällig",
-        "summaries": "Neue Zusammenfassungen",
-        "closed": "Geschlossen seit der letzten Liste",
-        "review": "Offene Prüfungen",
-        "review_line": "{n} Antwort(en) des Modells warten auf eine Prüfung: followup review list",
-        "health": "Zustand",
-        "health_line": (
-            "Dead Letters: {dead}; letzter erfolgreicher evaluate-Lauf: {last}; "
-            "älteste wartende Nachricht: {oldest}"
-        ),
-        "never": "noch nie",
-        "none": "keine",
-        "nothing": "Nichts.",
-        "total": "Gesamt",
-        "owner_unknown": "ohne Zuständige",
-        "step": "Schritt {step} von {count}",
-        "in_crm": "im CRM",
-        "why": "warum",
-        "minutes": "{n} min",
-        "paused": "pausiert",
-        "crm_error": "CRM-Fehler: {error}",
-        "dead_letter": "Dead Letter: followup dead-letters list",
-        "waiting": "wartet auf den nächsten Lauf",
-        "won": "gewonnen",
-        "lost": "verloren",
-        "exhausted": "Kadenz ausgeschöpft",
-        "subject_gone": "im CRM gelöscht",
-        "out_of_scope": "Phase nicht mehr beobachtet",
-        "late_note": "Diese Liste wurde nachträglich versandt.",
-        "week_subject": "Wochenüberblick {start} – {end}",
-        "week_title": "Wochenüberblick {start} – {end}",
-        "fired": "Aufgaben angelegt",
-        "suppressed": "Übersprungen",
-        "opened": "Beobachtungen eröffnet",
-        "closed_week": "Beobachtungen geschlossen",
-        "open_by_stage": "Offene Beobachtungen nach Phase",
-        "age": "Alter (Tage)",
-        "count": "Anzahl",
-        "oldest": "älteste",
-        "failures": "Fehler und Dead Letters der Woche",
-        "failed_runs": "fehlgeschlagene Läufe",
-        "dead_letters": "Dead Letters",
-        "chart": "Aufgaben pro Tag",
-        "deal_closed": "Deal geschlossen",
-        "superseded": "überholt",
-        "dry_run": "Testlauf",
-    },
-    "en": {
-        "subject": "Follow-ups for {day}",
-        "late": "late: ",
-        "title": "Follow-ups for {day}",
-        "due_today": "Due today",
-        "overdue": "Overdue",
-        "summaries": "New summaries",
-        "closed": "Closed since the last list",
-        "review": "Open reviews",
-        "review_line": "{n} model answer(s) wait for a review: followup review list",
-        "health": "Health",
-        "health_line": (
-            "dead letters: {dead}; last successful evaluate: {last}; oldest pending event: {oldest}"
-        ),
-        "never": "never",
-        "none": "none",
-        "nothing": "Nothing.",
-        "total": "Total",
-        "owner_unknown": "unassigned",
-        "step": "step {step} of {count}",
-        "in_crm": "in the CRM",
-        "why": "why",
-        "minutes": "{n} min",
-        "paused": "paused",
-        "crm_error": "CRM error: {error}",
-        "dead_letter": "dead letter: followup dead-letters list",
-        "waiting": "waiting for the next run",
-        "won": "won",
-        "lost": "lost",
-        "exhausted": "cadence exhausted",
-        "subject_gone": "deleted in the CRM",
-        "out_of_scope": "stage no longer watched",
-        "late_note": "This list was sent late.",
-        "week_subject": "Weekly overview {start} – {end}",
-        "week_title": "Weekly overview {start} – {end}",
-        "fired": "Tasks created",
-        "suppressed": "Skipped",
-        "opened": "Watches opened",
-        "closed_week": "Watches closed",
-        "open_by_stage": "Open watches by stage",
-        "age": "age (days)",
-        "count": "count",
-        "oldest": "oldest",
-        "failures": "Failures and dead letters of the week",
-        "failed_runs": "failed runs",
-        "dead_letters": "dead letters",
-        "chart": "Tasks per day",
-        "deal_closed": "deal closed",
-        "superseded": "superseded",
-        "dry_run": "dry run",
-    },
-}
-DATE_FORMAT: dict[Language, str] = {"de": "%d.%m.%Y", "en": "%Y-%m-%d"}
+__all__ = [
+    "ClosedLine",
+    "Health",
+    "Language",
+    "MorningData",
+    "Rendered",
+    "StageLine",
+    "StepLine",
+    "SummaryLine",
+    "WeeklyData",
+    "has_work",
+    "personal",
+    "render_morning",
+    "render_weekly",
+]
+
+#: Legal forms left out when deciding whether a deal's name already names its account.
+LEGAL_FORMS = re.compile(
+    r"\b(gmbh|ag|kg|ohg|se|ug|e\.?\s?k|gbr|ltd|llc|inc|plc|co|corp|sa|sarl|bv|nv)\b\.?|&|[.,–—-]",
+    re.IGNORECASE,
+)
 
 
-@dataclass(frozen=True)
-class StepLine:
-    """A due or overdue step of a deal; ``reason`` says why an overdue one waits."""
-
-    deal_name: str
-    account_name: str | None
-    owner: str | None
-    step_no: int
-    step_count: int
-    due_on: date
-    crm_url: str | None
-    reason: str | None = None
-    detail: str | None = None
-
-
-@dataclass(frozen=True)
-class SummaryLine:
-    """A deal's new two-line summary."""
-
-    deal_name: str
-    owner: str | None
-    line1: str
-    line2: str
-    crm_url: str | None
-
-
-@dataclass(frozen=True)
-class ClosedLine:
-    """A watch closed since the last list, and why."""
-
-    deal_name: str
-    owner: str | None
-    reason: str
-    closed_at: datetime
-
-
-@dataclass(frozen=True)
-class Health:
-    """The machine's health in one line."""
-
-    dead_letters: int
-    last_evaluate_ok: datetime | None
-    oldest_pending_s: float | None
-
-
-@dataclass(frozen=True)
-class MorningData:
-    """Everything the morning list of ``day`` shows."""
-
-    day: date
-    time_zone: str
-    due_today: Sequence[StepLine]
-    overdue: Sequence[StepLine]
-    summaries: Sequence[SummaryLine]
-    closed: Sequence[ClosedLine]
-    review_open: int
-    health: Health
-    late: bool = False
-
-
-@dataclass(frozen=True)
-class StageLine:
-    """Open watches of one stage: how many, and their average and oldest age in days."""
-
-    stage: str
-    count: int
-    average_age_days: float
-    oldest_age_days: int
-
-
-@dataclass(frozen=True)
-class WeeklyData:
-    """Everything the Friday overview of the week ``start``..``end`` shows."""
-
-    start: date
-    end: date
-    time_zone: str
-    fired: int
-    suppressed: dict[str, int]
-    opened: int
-    closed: dict[str, int]
-    open_by_stage: Sequence[StageLine]
-    failed_runs: int
-    dead_letters: int
-    tasks_per_day: dict[date, int]
-    late: bool = False
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """A mail: its subject, HTML and plain text."""
-
-    subject: str
-    html: str
-    text: str
-
-
-@dataclass(frozen=True)
+@dataclass
 class _Group:
     owner: str
     due_today: list[StepLine] = field(default_factory=list)
@@ -238,18 +76,87 @@ def _environment() -> jinja2.Environment:
 
 
 def _groups(data: MorningData, unknown: str) -> list[_Group]:
+    """The steps by salesperson, the unassigned last; a personal list is one group."""
     groups: dict[str, _Group] = {}
-    for line in data.due_today:
-        groups.setdefault(line.owner or unknown, _Group(line.owner or unknown)).due_today.append(
-            line
+    for line in data.steps:
+        name = line.owner or unknown
+        group = groups.setdefault(name, _Group(name))
+        (group.due_today if line.section == "today" else group.overdue).append(line)
+    names = sorted(groups, key=lambda n: (n == unknown, n.casefold()))
+    return [groups[name] for name in names]
+
+
+def account_shown(deal_name: str, account_name: str | None) -> str | None:
+    """The account's name when the deal's name does not say it already (``Bäckerei Hoffmann –
+    Pilot`` of ``Bäckerei Hoffmann GmbH`` needs no second mention)."""
+    if not account_name:
+        return None
+
+    def core(name: str) -> str:
+        return " ".join(LEGAL_FORMS.sub(" ", name.casefold()).split())
+
+    account = core(account_name)
+    return None if not account or account in core(deal_name) else account_name
+
+
+def amount_of(amount: Decimal | float | None, currency: str | None, language: Language) -> str:
+    """``15.000 EUR`` / ``15,000 EUR`` (cents only when there are some); ``—`` without."""
+    if amount is None or not math.isfinite(float(amount)):
+        return "—"
+    value = float(amount)
+    number = f"{value:,.0f}" if value == int(value) else f"{value:,.2f}"
+    if language == "de":
+        number = number.replace(",", "_").replace(".", ",").replace("_", ".")
+    code = clean_text(currency or "")[:8]
+    return f"{number} {code}" if code else number
+
+
+def counted(words: dict[str, str], key: str, n: int) -> str:
+    """The phrase ``key`` for ``n`` things: its singular form (``key_1``) for one."""
+    return words.get(f"{key}_1", words[key]) if n == 1 else words[key]
+
+
+def _sentence(text: str) -> str:
+    """``text`` with a capital first letter: it starts a line."""
+    return text[:1].upper() + text[1:]
+
+
+def _ago(day: date, today: date, language: Language) -> str:
+    words, days = WORDS[language], (today - day).days
+    if days <= 0:
+        return words["today"]
+    if days == 1:
+        return words["yesterday"]
+    return words["days_ago"].format(n=days)
+
+
+def _contact(line: StepLine, today: date, zone: str, language: Language) -> str:
+    """``E-Mail am 27. Februar (vor 3 Tagen)``, or since when there was none."""
+    words = WORDS[language]
+    if line.contact_at is None:
+        on = line.started_on
+        return words["no_contact"].format(
+            day=day_text(on, language, today), ago=_ago(on, today, language)
         )
-    for line in data.overdue:
-        groups.setdefault(line.owner or unknown, _Group(line.owner or unknown)).overdue.append(line)
-    return [groups[name] for name in sorted(groups)]
+    on = line.contact_at.astimezone(ZoneInfo(zone)).date()
+    kind = RECORDED_KINDS.get(line.contact_kind or "", "activity")
+    return words["contact"].format(
+        contact=CONTACT_WORDS[language].get(kind, kind),
+        day=day_text(on, language, today),
+        ago=_ago(on, today, language),
+    )
+
+
+def _prefix(words: dict[str, str], *, preview: bool, late: bool) -> str:
+    """A preview says so and is never late (it is not sent); a late list says it is."""
+    if preview:
+        return words["preview"]
+    return words["late"] if late else ""
 
 
 def render_morning(data: MorningData, language: Language) -> Rendered:
-    """The morning list of ``data.day`` in ``language``, as HTML and plain text."""
+    """The morning list of ``data.day`` in ``language``, as HTML and plain text: the team's (by
+    salesperson, with the machine's health) or one salesperson's."""
     words = WORDS[language]
     zone = ZoneInfo(data.time_zone)
     day = data.day.strftime(DATE_FORMAT[language])
@@ -257,35 +164,77 @@ def render_morning(data: MorningData, language: Language) -> Rendered:
     def when(moment: datetime | None) -> str:
         if moment is None:
             return words["never"]
-        return moment.astimezone(zone).strftime(DATE_FORMAT[language] + " %H:%M")
+        return f"{moment.astimezone(zone):{DATE_FORMAT[language]} %H:%M %Z}"
 
-    def reason(line: StepLine) -> str:
-        if line.reason == "crm_error":
-            return words["crm_error"].format(error=line.detail or "")
-        return words.get(line.reason or "waiting", line.reason or "")
+    def step(line: StepLine) -> str:
+        """``2 von 3``, with its due date when it is not today, and why a step without a task
+        waits."""
+        text = words["step"].format(step=line.step_no, count=line.step_count)
+        if line.due_on != data.day:
+            key = "due_since" if line.due_on < data.day else "due_on"
+            text += ", " + words[key].format(day=day_text(line.due_on, language, data.day))
+        if line.reason is not None:
+            text += f": {words.get(line.reason, words['waiting'])}"
+        return text
 
-    oldest = data.health.oldest_pending_s
-    health = words["health_line"].format(
-        dead=data.health.dead_letters,
-        last=when(data.health.last_evaluate_ok),
-        oldest=words["minutes"].format(n=round(oldest / 60)) if oldest else words["none"],
-    )
-    context = {
+    health = data.health
+    if health.dead_letters:
+        health_line = counted(words, "health_cases", health.dead_letters).format(
+            n=health.dead_letters, last=when(health.last_evaluate_ok)
+        )
+    else:
+        health_line = words["health_ok"].format(last=when(health.last_evaluate_ok))
+    if health.oldest_pending_s and health.oldest_pending_s >= 300:
+        health_line += words["health_queue"].format(minutes=round(health.oldest_pending_s / 60))
+    listed = {s.deal_id for s in data.steps}
+    links = _Links()
+    context: dict[str, Any] = {
         "w": words,
+        "lang": language,
         "day": day,
         "data": data,
         "groups": _groups(data, words["owner_unknown"]),
-        "reason": reason,
+        "team": data.person is None,
+        "account": account_shown,
+        "amount": lambda line: amount_of(line.amount, line.currency, language),
+        "contact": lambda line: _contact(line, data.day, data.time_zone, language),
+        "step": step,
         "when": when,
         "closed_reason": lambda r: words.get(r, r),
-        "date": lambda d: d.strftime(DATE_FORMAT[language]),
-        "health": health,
+        "summaries": [
+            s for s in data.summaries if s.deal_id not in listed and after(s.written_at, data.since)
+        ],
+        "closed": [c for c in data.closed if after(c.closed_at, data.since)],
+        "health": health_line,
+        "review": counted(words, "review", data.review_open).format(n=data.review_open),
+        "link": links.ref,
+        "links": links.items,
     }
-    subject = (words["late"] if data.late else "") + words["subject"].format(day=day)
+    subject_key = "subject" if data.person is None else "subject_personal"
+    subject = _prefix(words, preview=data.preview, late=data.late) + words[subject_key].format(
+        day=day
+    )
     templates = _environment()
     html = templates.get_template("morning.html.j2").render(**context)
     text = templates.get_template("morning.txt.j2").render(**context)
     return Rendered(subject=subject, html=html, text=text)
+
+
+class _Links:
+    """The plain-text part's links as numbered references (``[1]``), listed at its end, so
+    that its lines read as sentences and not as URLs."""
+
+    def __init__(self) -> None:
+        self._refs: dict[str, int] = {}
+
+    def ref(self, url: str | None) -> str:
+        if not url:
+            return ""
+        number = self._refs.setdefault(url, len(self._refs) + 1)
+        return f"[{number}]"
+
+    def items(self) -> list[tuple[int, str]]:
+        return [(number, url) for url, number in self._refs.items()]
 
 
 #: The widest bar of the chart, in table cells (Outlook renders tables, not CSS widths).
@@ -293,25 +242,34 @@ BAR_CELLS = 20
 
 
 def render_weekly(data: WeeklyData, language: Language) -> Rendered:
-    """The Friday overview in ``language``: counts, open watches by stage, and a bar chart of
-    the week's tasks per day drawn with table cells."""
+    """The Friday overview in ``language``: counts, deals followed up by stage, and a bar chart
+    of the tasks per business day drawn with table cells."""
     words = WORDS[language]
     fmt = DATE_FORMAT[language]
     start, end = data.start.strftime(fmt), data.end.strftime(fmt)
     most = max(data.tasks_per_day.values(), default=0)
+    label: Callable[[date], str] = lambda d: f"{WEEKDAYS[language][d.weekday()]} {d:{fmt}}"  # noqa: E731
     bars = [
-        (day.strftime(fmt), count, round(BAR_CELLS * count / most) if most else 0)
+        (label(day), count, round(BAR_CELLS * count / most) if most else 0)
         for day, count in sorted(data.tasks_per_day.items())
     ]
     context = {
         "w": words,
+        "lang": language,
         "start": start,
         "end": end,
         "data": data,
         "bars": bars,
         "word": lambda key: words.get(key, key),
+        "number": lambda value: f"{value:.1f}".replace(".", "," if language == "de" else "."),
+        "failures": _sentence(
+            ", ".join(
+                counted(words, key, n).format(n=n)
+                for key, n in (("failed_runs", data.failed_runs), ("cases", data.dead_letters))
+            )
+        ),
     }
-    subject = (words["late"] if data.late else "") + words["week_subject"].format(
+    subject = _prefix(words, preview=data.preview, late=data.late) + words["week_subject"].format(
         start=start, end=end
     )
     templates = _environment()

@@ -14,9 +14,10 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 Language = Literal["de", "en"]
-#: What the last contact was: activity the CRM shows (an e-mail, a call, a meeting held), a reset
+#: What the last contact was: activity the CRM shows (an e-mail, a call, a meeting held), a task
+#: someone completed in ClickUp (``task``, with ``FOLLOWUP_CLICKUP_COMPLETION_RESETS``), a reset
 #: whose kind was not recorded (``activity``), or none since the follow-up began (``none``).
-ContactKind = Literal["email", "call", "meeting", "activity", "none"]
+ContactKind = Literal["email", "call", "meeting", "task", "activity", "none"]
 
 MONTHS: dict[Language, tuple[str, ...]] = {
     "de": (
@@ -29,11 +30,17 @@ MONTHS: dict[Language, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 #: Activity kinds as recorded (``watches.last_reset_kind``); anything else is ``activity``.
-RECORDED_KINDS: dict[str, ContactKind] = {"email": "email", "call": "call", "meeting": "meeting"}
+RECORDED_KINDS: dict[str, ContactKind] = {
+    "email": "email", "call": "call", "meeting": "meeting", "task": "task",
+}  # fmt: skip
+#: Each kind as it reads before "am {day}" / "on {day}": "Letzter Kontakt gestern: Aufgabe in
+#: ClickUp erledigt am 10. März." / "Last contact yesterday: task completed in ClickUp on 10 March."
 CONTACT_WORDS: dict[Language, dict[str, str]] = {
-    "de": {"email": "E-Mail", "call": "Anruf", "meeting": "Termin", "activity": "Aktivität"},
-    "en": {"email": "e-mail", "call": "call", "meeting": "meeting", "activity": "activity"},
-}
+    "de": {"email": "E-Mail", "call": "Anruf", "meeting": "Termin",
+           "task": "Aufgabe in ClickUp erledigt", "activity": "Aktivität"},
+    "en": {"email": "e-mail", "call": "call", "meeting": "meeting",
+           "task": "task completed in ClickUp", "activity": "activity"},
+}  # fmt: skip
 #: Why a watch closed, as a sentence ends (English; ``followup watches explain`` says it too).
 CLOSE_WORDS = {
     "won": "the deal was won",

@@ -1,5 +1,5 @@
 """ClickUp client (API v2): create, find, read, update, comment on and close the follow-up tasks
-of one list.
+of one list, and list the tasks changed since a moment (to see which ones people completed).
 
 ClickUp has no idempotency header, so the action's key travels in the task: in a custom field
 when its id is configured, else as a tag ``fu-<first 12 hex of sha1(key)>``. Creates are never
@@ -10,16 +10,26 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from followup_pipeline.integrations.errors import (
     IntegrationError,
     NotFoundError,
     PermanentError,
+    SchemaError,
     schema_error,
 )
 from followup_pipeline.integrations.http import (
@@ -34,6 +44,11 @@ from followup_pipeline.integrations.http import (
 
 VENDOR = "clickup"
 KEY_TAG_PREFIX = "fu-"
+#: Tasks a page of ``GET /v2/list/{id}/task`` holds at most.
+TASK_PAGE_SIZE = 100
+#: Status types of a task that is done with (a list's statuses are ``open``, ``custom``,
+#: ``done`` or ``closed``).
+COMPLETED_TYPES = ("closed", "done")
 
 
 def key_tag(key: str) -> str:
@@ -125,6 +140,52 @@ class Task(BaseModel):
         return key_tag(idempotency_key) in self.tags
 
 
+class TaskChange(BaseModel):
+    """A task as the list shows it after a change: its status (name and type) and the moments
+    ClickUp stamps (strings of ms): ``date_updated`` always, ``date_done`` once it reached a
+    ``done`` or ``closed`` status, ``date_closed`` once it reached the ``closed`` one."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str = Field(min_length=1)
+    status: str
+    status_type: str
+    date_updated: AwareDatetime
+    date_closed: AwareDatetime | None = None
+    date_done: AwareDatetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and isinstance(raw.get("status"), dict):
+            status = raw["status"]
+            raw = {**raw, "status": status.get("status"), "status_type": status.get("type")}
+        return raw
+
+    @field_validator("date_updated", "date_closed", "date_done", mode="before")
+    @classmethod
+    def _timestamps(cls, value: Any) -> Any:
+        return _ms(value)
+
+    @property
+    def completed(self) -> bool:
+        """Whether the task is done with: its status is of type ``closed`` or ``done``."""
+        return self.status_type in COMPLETED_TYPES
+
+    @property
+    def completed_at(self) -> datetime:
+        """When it was completed: closed, else done, else (neither stamped) its last update."""
+        return self.date_closed or self.date_done or self.date_updated
+
+
+@dataclass(frozen=True)
+class TaskChanges:
+    """The tasks of a listing that parsed, and one ``SchemaError`` per task that did not."""
+
+    tasks: list[TaskChange] = field(default_factory=list)
+    invalid: list[SchemaError] = field(default_factory=list)
+
+
 def parse_task(raw: Any) -> Task:
     """A ``Task`` from ClickUp's JSON; ``SchemaError`` naming the task and field otherwise."""
     try:
@@ -214,6 +275,36 @@ class ClickUpClient:
 
         found = collect_pages(fetch)
         return [t for t in found if t.carries_key(idempotency_key, self.key_field_id)]
+
+    def list_tasks_changed_since(self, *, since: datetime) -> TaskChanges:
+        """Every task of the list updated after ``since``, closed ones included
+        (``include_closed=true``, ``date_updated_gt`` in ms), page by page (0-based, up to 100
+        a page) until ``last_page`` or a short page. Our tasks are top-level, so subtasks are
+        not asked for. A task that breaks its schema is in ``invalid``, the others parse."""
+        params: dict[str, Any] = {
+            "include_closed": "true",
+            "date_updated_gt": int(since.timestamp() * 1000),
+        }
+        url = f"v2/list/{self.list_id}/task"
+
+        def fetch(page: int) -> tuple[list[Any], bool]:
+            response = self._http.request("GET", url, params={**params, "page": page})
+            body = self._http.json(response)
+            raws = body.get("tasks") if isinstance(body, dict) else None
+            if not isinstance(raws, list):
+                raise PermanentError(
+                    f"GET {url} answered no list of tasks", vendor=VENDOR, status=200
+                )
+            more = body.get("last_page") is not True and len(raws) >= TASK_PAGE_SIZE
+            return raws, more
+
+        changes = TaskChanges()
+        for raw in collect_pages(fetch):
+            try:
+                changes.tasks.append(TaskChange.model_validate(raw))
+            except ValidationError as exc:
+                changes.invalid.append(schema_error(raw, exc, vendor=VENDOR))
+        return changes
 
     def get_task(self, *, task_id: str) -> Task:
         """One task; ``NotFoundError`` if it does not exist."""

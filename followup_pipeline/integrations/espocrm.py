@@ -52,7 +52,10 @@ EMAIL_FIELDS = (
     "createdAt"
 )
 #: What reconciliation reads of every deal in the watched stages: what a watch copies.
-WATCH_FIELDS = "id,name,stage,accountName,assignedUserId,assignedUserName,createdAt,modifiedAt"
+WATCH_FIELDS = (
+    "id,name,stage,amount,amountCurrency,accountName,assignedUserId,assignedUserName,createdAt,"
+    "modifiedAt"
+)
 #: ``total`` of a listing asked with ``X-No-Total``: -1, more pages; -2, no more.
 NO_MORE = -2
 #: Only which deal an e-mail belongs to, and when it came: what a listing of changes needs.

@@ -74,6 +74,8 @@ class Deal(EspoRecord):
             assigned_user_id=self.assigned_user_id,
             assigned_user_name=self.assigned_user_name,
             crm_url=crm_url,
+            amount=self.amount,
+            amount_currency=self.amount_currency,
         )
 
 

@@ -38,11 +38,14 @@ _PEOPLE = [
     ("Emily Carter", "emily.carter"),
     ("Liam O'Brien", "liam.obrien"),
 ]
-_USERS = [
-    ("5f1a0c2b3d4e5f601", "Sabine Vogel"),
-    ("5f1a0c2b3d4e5f602", "Tom Becker"),
-    ("5f1a0c2b3d4e5f603", "Grace Lee"),
+#: The demo's salespeople: CRM user id, name, ClickUp user id, and where their own morning
+#: list goes (``example.com`` reaches nobody: the sandbox's outbox).
+SALESPEOPLE = [
+    ("5f1a0c2b3d4e5f601", "Sabine Vogel", 81001, "sabine.vogel@example.com"),
+    ("5f1a0c2b3d4e5f602", "Tom Becker", 81002, "tom.becker@example.com"),
+    ("5f1a0c2b3d4e5f603", "Grace Lee", 81003, "grace.lee@example.com"),
 ]
+_USERS = [(user_id, name) for user_id, name, _, _ in SALESPEOPLE]
 _MAILS = {
     "de": [
         (
@@ -148,6 +151,11 @@ def demo_data(seed: int = 0, now: datetime | None = None) -> list[dict[str, Any]
         domain = company.split()[0].lower().replace("ä", "ae").replace("ö", "oe").replace("ü", "ue")
         customer = f"{login}@{domain}.example"
         name = f"{company} – {product}"
+        # A team's CRM has deals in flight: each entered its stage (its last change) between one
+        # and about five weeks ago, so a fresh demo has follow-ups due at once (the first
+        # evaluate creates them, the first morning list shows them). From the index, not the
+        # random source, so the rest of the data stays as it was.
+        entered = now - timedelta(days=1 + (index * 5) % 34, hours=index % 9)
         sent = now - timedelta(days=rng.randrange(10, 40), hours=rng.randrange(0, 9))
         emails = []
         for _ in range(rng.randrange(1, 5)):
@@ -166,6 +174,8 @@ def demo_data(seed: int = 0, now: datetime | None = None) -> list[dict[str, Any]
             "contactName": contact,
             "assignedUserId": user_id,
             "assignedUserName": user_name,
+            "createdAt": (entered - timedelta(days=7)).strftime("%Y-%m-%d %H:%M:%S"),
+            "modifiedAt": entered.strftime("%Y-%m-%d %H:%M:%S"),
             "description": f"{product} für {company}"
             if lang == "de"
             else f"{product} for {company}",

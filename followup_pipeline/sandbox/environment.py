@@ -4,6 +4,7 @@ import json
 import shlex
 
 from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.demo import SALESPEOPLE
 
 #: The report recipients of a machine on the sandbox (``example.com`` reaches nobody).
 DEMO_RECIPIENTS = ("sales-team@example.com", "sales-lead@example.com")
@@ -36,6 +37,17 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         # Who the demo's reports go to: example addresses, in the sandbox's outbox only (this
         # file is written for a sandbox alone, never with real vendors).
         "FOLLOWUP_REPORT_RECIPIENTS": ",".join(DEMO_RECIPIENTS),
+        # The demo's deals entered their stages up to five weeks ago: follow them up from then,
+        # so that a fresh demo has its catch-up tasks and a morning list at once.
+        "FOLLOWUP_ADOPT_DAYS": "42",
+        # The demo's salespeople: their tasks assigned to them in ClickUp, their own morning
+        # lists to their (example) addresses.
+        "FOLLOWUP_CLICKUP_USER_MAP": json.dumps(
+            {user: clickup for user, _, clickup, _ in SALESPEOPLE}, separators=(",", ":")
+        ),
+        "FOLLOWUP_SALESPERSON_ADDRESSES": json.dumps(
+            {user: address for user, _, _, address in SALESPEOPLE}, separators=(",", ":")
+        ),
     }
     # Shell-quoted, so that `source FILE` and `.env` readers both get the exact value.
     return [f"{name}={shlex.quote(value)}" for name, value in values.items()]

@@ -191,11 +191,50 @@ def _field_matches(task: Task, rule: Any) -> bool:
     return equal if operator == "==" else not equal
 
 
+#: The date filters of ``GET /v2/list/{id}/task``: Unix milliseconds, strictly greater (``_gt``)
+#: or less (``_lt``) than the task's date; a task without that date (not done) never matches.
+DATE_FILTERS = {
+    f"{field}_{side}": (field, side)
+    for field in ("date_created", "date_updated", "date_done")
+    for side in ("gt", "lt")
+}
+
+
+#: The date filters of a request: filter name → (the task's field, ``gt`` or ``lt``, the bound).
+DateBounds = dict[str, tuple[str, str, int]]
+
+
+def _dates_match(task: Task, bounds: DateBounds) -> bool:
+    """Whether the task's dates are within every bound asked."""
+    for field, side, limit in bounds.values():
+        value = task.get(field)
+        if value is None:
+            return False
+        if not (int(value) > limit if side == "gt" else int(value) < limit):
+            return False
+    return True
+
+
+def _date_bounds(params: Any) -> DateBounds:
+    """The date filters of the query; TaskError when one is not a number of milliseconds."""
+    bounds: DateBounds = {}
+    for name, (field, side) in DATE_FILTERS.items():
+        text = params.get(name)
+        if text is None:
+            continue
+        if not text.lstrip("-").isdigit():
+            raise TaskError(400, f"{name} must be Unix time in milliseconds", "INPUT_009")
+        bounds[name] = (field, side, int(text))
+    return bounds
+
+
 def filtered(tasks: list[Task], params: Any) -> tuple[list[Task], bool]:
     """One page of a list's tasks under ClickUp's query filters, and whether it is the last."""
     page_text = params.get("page", "0")
     if not page_text.isdigit():
         raise TaskError(400, "Page must be a non-negative integer", "INPUT_009")
+    bounds = _date_bounds(params)
+    subtasks = params.get("subtasks", "false").lower() == "true"
     rules: Any = []
     if params.get("custom_fields"):
         try:
@@ -212,6 +251,8 @@ def filtered(tasks: list[Task], params: Any) -> tuple[list[Task], bool]:
         for task in tasks
         if (include_closed or task["status"]["type"] != "closed")
         and not task["archived"]
+        and (subtasks or task["parent"] is None)
+        and _dates_match(task, bounds)
         and (not tags or tags & {t["name"] for t in task["tags"]})
         and (not statuses or task["status"]["status"] in statuses)
         and all(_field_matches(task, rule) for rule in rules)

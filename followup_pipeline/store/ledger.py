@@ -20,7 +20,7 @@ from followup_pipeline.store.queries import query
 
 Kind = Literal["task", "close_task", "task_update", "report", "alert"]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
-SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run"]
+SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run", "nothing_due"]
 #: Outcomes of an action that may have reached the provider: ask it before anything else.
 MAYBE_DONE = ("attempted", "unknown", "accepted")
 

@@ -15,10 +15,24 @@ from followup_pipeline.store.queries import query
 
 
 def morning_steps(
-    conn: psycopg.Connection[Any], *, day: date, day_start: datetime, max_attempts: int
+    conn: psycopg.Connection[Any],
+    *,
+    day: date,
+    day_start: datetime,
+    until: datetime,
+    max_attempts: int,
+    task_url_prefix: str,
 ) -> list[StepLine]:
-    """Steps due on ``day`` and overdue ones, with why the overdue ones wait."""
-    params = {"day": day, "day_start": day_start, "max_attempts": max_attempts}
+    """Steps due on ``day`` (or whose task was created in [``day_start``, ``until``]) and
+    overdue ones, with why the overdue ones wait, each with its deal's newest summary written
+    by ``until`` and its task's link (``task_url_prefix`` + the task's id)."""
+    params = {
+        "day": day,
+        "day_start": day_start,
+        "until": until,
+        "max_attempts": max_attempts,
+        "task_url_prefix": task_url_prefix,
+    }
     return fetch_all(conn, StepLine, query("morning_steps"), params)
 
 
@@ -38,11 +52,14 @@ def closed_between(
     return fetch_all(conn, ClosedLine, query("morning_closed"), params)
 
 
-def last_report_sent(conn: psycopg.Connection[Any], kind: str, *, now: datetime) -> datetime | None:
-    """Up to when the last report of ``kind`` that reached Graph was rendered."""
+def last_reports_sent(
+    conn: psycopg.Connection[Any], kind: str, *, now: datetime
+) -> dict[str, datetime]:
+    """Up to when the last report of ``kind`` that reached Graph was rendered, per recipient
+    (``''``: the team's; ``to:{user id}``: a salesperson's own)."""
     params = {"prefix": f"report:{kind}:%", "now": now}
-    row = conn.execute(query("last_report_sent"), params).fetchone()
-    return row["sent_at"] if row else None
+    rows = conn.execute(query("last_reports_sent"), params)
+    return {row["recipient"]: row["sent_at"] for row in rows}
 
 
 @dataclass(frozen=True)
@@ -56,7 +73,9 @@ class ReportKey:
 
 def report_keys(conn: psycopg.Connection[Any], key: str) -> list[ReportKey]:
     """A report window's actions: its key and its forced ``key#n``, oldest first."""
-    params = {"key": key, "forced": f"{key}#%"}
+    # A key's own `_` and `%` are literal in the pattern (escaped with `!`).
+    escaped = key.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    params = {"key": key, "forced": f"{escaped}#%"}
     return fetch_all(conn, ReportKey, query("report_keys"), params)
 
 

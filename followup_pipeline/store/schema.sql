@@ -110,7 +110,7 @@ CREATE TABLE followup.actions (
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
-    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text]))),
+    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
     CONSTRAINT actions_suppressed_has_reason CHECK (((outcome = 'suppressed'::text) = (reason IS NOT NULL)))
 );
@@ -281,6 +281,27 @@ CREATE TABLE followup.step_completions (
     result jsonb
 );
 
+CREATE TABLE followup.task_completions (
+    id bigint NOT NULL,
+    task_id text NOT NULL,
+    watch_id bigint NOT NULL,
+    step_no integer NOT NULL,
+    status text NOT NULL,
+    completed_at timestamp with time zone NOT NULL,
+    read_at timestamp with time zone NOT NULL,
+    run_id text,
+    counted boolean NOT NULL
+);
+
+ALTER TABLE followup.task_completions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.task_completions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE followup.watch_steps (
     id bigint NOT NULL,
     watch_id bigint NOT NULL,
@@ -297,7 +318,7 @@ CREATE TABLE followup.watch_steps (
     CONSTRAINT watch_steps_fired_has_task CHECK (((fired_at IS NULL) = (task_ref IS NULL))),
     CONSTRAINT watch_steps_fired_or_skipped CHECK (((fired_at IS NULL) OR (skipped_at IS NULL))),
     CONSTRAINT watch_steps_offset_days_check CHECK ((offset_days >= 1)),
-    CONSTRAINT watch_steps_overtaken_by_valid CHECK ((overtaken_by = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text]))),
+    CONSTRAINT watch_steps_overtaken_by_valid CHECK ((overtaken_by = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text, 'task'::text]))),
     CONSTRAINT watch_steps_overtaken_has_kind CHECK (((overtaken_at IS NULL) = (overtaken_by IS NULL))),
     CONSTRAINT watch_steps_skip_reason_valid CHECK ((skip_reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text]))),
     CONSTRAINT watch_steps_skipped_has_reason CHECK (((skipped_at IS NULL) = (skip_reason IS NULL))),
@@ -337,9 +358,11 @@ CREATE TABLE followup.watches (
     last_error text,
     last_error_at timestamp with time zone,
     last_reset_kind text,
+    amount numeric,
+    amount_currency text,
     CONSTRAINT watches_closed_has_reason CHECK (((closed_at IS NULL) = (closed_reason IS NULL))),
     CONSTRAINT watches_closed_reason_valid CHECK ((closed_reason = ANY (ARRAY['won'::text, 'lost'::text, 'exhausted'::text, 'subject_gone'::text, 'out_of_scope'::text]))),
-    CONSTRAINT watches_last_reset_kind_valid CHECK ((last_reset_kind = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text]))),
+    CONSTRAINT watches_last_reset_kind_valid CHECK ((last_reset_kind = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text, 'task'::text]))),
     CONSTRAINT watches_registered_by_valid CHECK ((registered_by = ANY (ARRAY['webhook'::text, 'reconcile'::text, 'operator'::text])))
 );
 
@@ -403,6 +426,12 @@ ALTER TABLE ONLY followup.schema_migrations
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_pkey PRIMARY KEY (key);
 
+ALTER TABLE ONLY followup.task_completions
+    ADD CONSTRAINT task_completions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.task_completions
+    ADD CONSTRAINT task_completions_task_unique UNIQUE (task_id);
+
 ALTER TABLE ONLY followup.watch_steps
     ADD CONSTRAINT watch_steps_pkey PRIMARY KEY (id);
 
@@ -432,7 +461,11 @@ CREATE INDEX review_items_open ON followup.review_items USING btree (created_at)
 
 CREATE INDEX step_completions_event ON followup.step_completions USING btree (event_id);
 
+CREATE INDEX task_completions_watch ON followup.task_completions USING btree (watch_id, step_no);
+
 CREATE INDEX watch_steps_due ON followup.watch_steps USING btree (due_on) WHERE ((fired_at IS NULL) AND (skipped_at IS NULL));
+
+CREATE INDEX watch_steps_task_ref ON followup.watch_steps USING btree (task_ref) WHERE (task_ref IS NOT NULL);
 
 CREATE UNIQUE INDEX watches_one_open ON followup.watches USING btree (subject_type, subject_id) WHERE (closed_at IS NULL);
 
@@ -451,6 +484,9 @@ ALTER TABLE ONLY followup.deal_marks
 
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.task_completions
+    ADD CONSTRAINT task_completions_step FOREIGN KEY (watch_id, step_no) REFERENCES followup.watch_steps(watch_id, step_no) ON DELETE CASCADE;
 
 ALTER TABLE ONLY followup.watch_steps
     ADD CONSTRAINT watch_steps_watch_id_fkey FOREIGN KEY (watch_id) REFERENCES followup.watches(id) ON DELETE CASCADE;

@@ -19,8 +19,9 @@ from followup_pipeline.store.db import fetch_all, fetch_one
 from followup_pipeline.store.queries import query
 from followup_pipeline.store.watches import SUBJECT_TYPE
 
-#: What resets a cadence: an e-mail, a call or a meeting that was held.
-ContactKind = Literal["email", "call", "meeting"]
+#: What resets a cadence: an e-mail, a call or a meeting that was held, or a task completed in
+#: ClickUp (with ``FOLLOWUP_CLICKUP_COMPLETION_RESETS``).
+ContactKind = Literal["email", "call", "meeting", "task"]
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,8 @@ class TaskSummary:
 @dataclass(frozen=True)
 class LastContact:
     """What a watch knows of its deal's last contact: the activity that last reset its cadence
-    (when, and what it was: ``email``, ``call``, ``meeting``, or unknown), and the day its cadence
-    began."""
+    (when, and what it was: ``email``, ``call``, ``meeting``, ``task``, or unknown), and the day its
+    cadence began."""
 
     last_reset_at: datetime | None
     last_reset_kind: str | None

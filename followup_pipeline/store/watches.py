@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 import psycopg
@@ -52,6 +53,8 @@ class Watch:
     crm_url: str | None
     last_error: str | None
     last_error_at: datetime | None
+    amount: Decimal | None
+    amount_currency: str | None
 
     @property
     def active_since(self) -> datetime:
@@ -114,6 +117,8 @@ def insert_watches(
             "assigned_user_names": [s.assigned_user_name for s in subjects],
             "stages": [s.stage for s in subjects],
             "crm_urls": [s.crm_url for s in subjects],
+            "amounts": [s.amount for s in subjects],
+            "currencies": [s.amount_currency for s in subjects],
             "cadence_name": plan.cadence_name,
             "offsets": list(plan.offsets),
             "time_zone": plan.time_zone,
@@ -302,10 +307,35 @@ def set_watch_error(
     conn.execute(query("set_watch_error"), {"watch_id": watch_id, "error": text, "at": at})
 
 
-def set_stages(conn: psycopg.Connection[Any], stages: Mapping[int, str]) -> None:
-    """Copy the CRM's current stage onto open watches (watch id: stage), in one statement."""
+@dataclass(frozen=True)
+class DealFacts:
+    """What a watch keeps current of its deal: its names, owner, stage and amount (the morning
+    lists go by the owner; a reassigned deal moves to its new owner's list)."""
+
+    name: str
+    account_name: str | None
+    assigned_user_id: str | None
+    assigned_user_name: str | None
+    stage: str
+    amount: float | None
+    amount_currency: str | None
+
+
+def set_facts(conn: psycopg.Connection[Any], facts: Mapping[int, DealFacts]) -> None:
+    """Copy the CRM's current names, owner, stage and amount onto open watches (watch id:
+    facts), in one statement."""
     conn.execute(
-        query("set_watch_stages"), {"watch_ids": list(stages), "stages": list(stages.values())}
+        query("set_watch_facts"),
+        {
+            "watch_ids": list(facts),
+            "names": [f.name for f in facts.values()],
+            "account_names": [f.account_name for f in facts.values()],
+            "user_ids": [f.assigned_user_id for f in facts.values()],
+            "user_names": [f.assigned_user_name for f in facts.values()],
+            "stages": [f.stage for f in facts.values()],
+            "amounts": [f.amount for f in facts.values()],
+            "currencies": [f.amount_currency for f in facts.values()],
+        },
     )
 
 
@@ -320,6 +350,8 @@ def refresh_subject(conn: psycopg.Connection[Any], *, watch_id: int, subject: Su
             "assigned_user_id": subject.assigned_user_id,
             "assigned_user_name": subject.assigned_user_name,
             "stage": subject.stage,
+            "amount": subject.amount,
+            "amount_currency": subject.amount_currency,
         },
     )
 

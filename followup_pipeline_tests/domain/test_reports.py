@@ -1,4 +1,7 @@
-"""The morning list, snapshot-tested on a fixed data set in both languages, HTML and text.
+"""The morning lists (the team's and a salesperson's own) and the Friday overview,
+snapshot-tested on one seeded week in both languages, HTML and text: steps due today and overdue,
+a deal whose cadence an e-mail reset, summaries, a closed deal; and one test for each defect a
+reader found, so that it cannot come back unnoticed.
 
 Run with ``FOLLOWUP_UPDATE_SNAPSHOTS=1`` to write the snapshots anew after a wanted change; review
 the diff before committing it.
@@ -7,11 +10,15 @@ the diff before committing it.
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import replace
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from followup_pipeline.domain.report_words import WORDS
 from followup_pipeline.domain.reports import (
     ClosedLine,
     Health,
@@ -21,38 +28,77 @@ from followup_pipeline.domain.reports import (
     StepLine,
     SummaryLine,
     WeeklyData,
+    account_shown,
+    has_work,
+    personal,
     render_morning,
     render_weekly,
 )
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("FOLLOWUP_UPDATE_SNAPSHOTS") == "1"  # read once, at import
+CRM = "https://crm.example/#Opportunity/view/"
+TASK = "https://app.clickup.com/t/"
+ADA, GRACE = ("u-ada", "Ada Lovelace"), ("u-grace", "Grace Hopper")
 
+
+def _step(
+    deal: str,
+    name: str,
+    account: str | None,
+    owner: tuple[str, str] | tuple[None, None],
+    *,
+    step: int,
+    due: date,
+    section: str = "today",
+    amount: Decimal | None = None,
+    contact: datetime | None = None,
+    summary: tuple[str, str] | None = None,
+    reason: str | None = None,
+    task: bool = True,
+    stage: str = "Proposal",
+) -> StepLine:
+    return StepLine(
+        deal_id=deal, deal_name=name, account_name=account, owner_id=owner[0], owner=owner[1],
+        stage=stage, amount=amount, currency="EUR" if amount is not None else None,
+        step_no=step, step_count=3, due_on=due, section=section, crm_url=CRM + deal,
+        task_url=TASK + f"t{deal}" if task else None, contact_kind="email" if contact else None,
+        contact_at=contact, started_on=date(2026, 2, 20),
+        summary_line1=summary[0] if summary else None,
+        summary_line2=summary[1] if summary else None, reason=reason,
+    )  # fmt: skip
+
+
+MONDAY = date(2026, 3, 2)
 MORNING = MorningData(
-    day=date(2026, 3, 2),
+    day=MONDAY,
     time_zone="Europe/Berlin",
-    due_today=[
-        StepLine("Bäckerei Hoffmann – Pilot", "Bäckerei Hoffmann GmbH", "Ada Lovelace", 1, 3,
-                 date(2026, 3, 2), "https://crm.example/#Opportunity/view/d1"),
-        StepLine("<script>alert(1)</script>", None, "Ada Lovelace", 2, 3, date(2026, 3, 2),
-                 "https://crm.example/#Opportunity/view/d2"),
-        StepLine("Krüger & Söhne – Rollout", "Krüger & Söhne KG", None, 1, 3, date(2026, 3, 2),
-                 None),
-    ],
-    overdue=[
-        StepLine("Schulz AG", "Schulz AG", "Grace Hopper", 2, 3, date(2026, 2, 26),
-                 "https://crm.example/#Opportunity/view/d3", reason="paused"),
-        StepLine("Weber & Co", None, "Grace Hopper", 1, 3, date(2026, 2, 27),
-                 "https://crm.example/#Opportunity/view/d4", reason="crm_error",
-                 detail="espocrm: HTTP 503"),
+    steps=[
+        _step("d1", "Bäckerei Hoffmann – Pilot", "Bäckerei Hoffmann GmbH", ADA, step=1, due=MONDAY,
+              amount=Decimal("15000"),
+              summary=("Kundin prüft das Angebot über 15.000 EUR.", "Bis Freitag nachfassen.")),
+        # The salesperson wrote on Thursday: the cadence started again from there.
+        _step("d2", "<script>alert(1)</script>", None, ADA, step=2, due=MONDAY,
+              amount=Decimal("2400.50"), contact=datetime(2026, 2, 26, 15, 0, tzinfo=UTC)),
+        _step("d5", "Krüger & Söhne – Rollout", "Krüger & Söhne KG", (None, None), step=1,
+              due=MONDAY, stage="Negotiation"),
+        # Created today, due on Friday: the machine caught up this morning.
+        _step("d6", "Nordwind Logistik", "Seehafen Speditions AG", GRACE, step=1,
+              due=date(2026, 2, 27), amount=Decimal("48000")),
+        _step("d3", "Schulz AG", "Schulz AG", GRACE, step=2, due=date(2026, 2, 26),
+              section="overdue", reason="paused", task=False, stage="Negotiation"),
+        _step("d4", "Weber & Co", None, GRACE, step=1, due=date(2026, 2, 27), section="overdue",
+              reason="crm_error", task=False),
     ],
     summaries=[
-        SummaryLine("Bäckerei Hoffmann – Pilot", "Ada Lovelace",
+        SummaryLine("d1", "Bäckerei Hoffmann – Pilot", *ADA,
                     "Kundin prüft das Angebot über 15.000 EUR.", "Bis Freitag nachfassen.",
-                    "https://crm.example/#Opportunity/view/d1"),
+                    CRM + "d1"),
+        SummaryLine("d7", "Hansa Kälte", *GRACE, "Einkauf wartet auf die Freigabe.",
+                    "Rückmeldung für Mittwoch zugesagt.", CRM + "d7"),
     ],
     closed=[
-        ClosedLine("Meyer GmbH", "Grace Hopper", "won", datetime(2026, 2, 27, 15, 5, tzinfo=UTC)),
+        ClosedLine("d8", "Meyer GmbH", *GRACE, "won", datetime(2026, 2, 27, 15, 5, tzinfo=UTC)),
     ],
     review_open=2,
     health=Health(dead_letters=1, last_evaluate_ok=datetime(2026, 3, 2, 5, 0, tzinfo=UTC),
@@ -60,32 +106,117 @@ MORNING = MorningData(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("language", ["de", "en"])
-@pytest.mark.parametrize("part", ["html", "text"])
-def test_reports_morning_list_matches_its_snapshot(language: Language, part: str) -> None:
-    rendered = render_morning(MORNING, language)
-    content = rendered.html if part == "html" else rendered.text
-    path = SNAPSHOTS / f"morning_{language}.{'html' if part == 'html' else 'txt'}"
+def _snapshot(name: str, content: str) -> None:
+    path = SNAPSHOTS / name
     if UPDATE:
         path.write_text(content, encoding="utf-8")
     assert content == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("language", ["de", "en"])
+def test_reports_team_morning_list_matches_its_snapshot(language: Language) -> None:
+    rendered = render_morning(MORNING, language)
+    _snapshot(f"morning_{language}.html", rendered.html)
+    _snapshot(f"morning_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+
+
+@pytest.mark.parametrize("language", ["de", "en"])
+def test_reports_personal_morning_list_matches_its_snapshot(language: Language) -> None:
+    rendered = render_morning(personal(MORNING, *GRACE), language)
+    _snapshot(f"morning_personal_{language}.html", rendered.html)
+    _snapshot(f"morning_personal_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+
+
+def test_reports_a_personal_list_holds_only_its_owners_deals_and_no_machine_health() -> None:
+    mine = personal(MORNING, *GRACE)
+    assert {s.deal_id for s in mine.steps} == {"d6", "d3", "d4"}
+    assert [s.deal_id for s in mine.summaries] == ["d7"]
+    text = render_morning(mine, "de").text
+    assert "Guten Morgen, Grace Hopper." in text
+    assert "Bäckerei" not in text
+    assert "Krüger" not in text
+    assert "Betrieb" not in text
+    assert "Prüfung" not in text
+    assert render_morning(mine, "en").subject == "Your follow-ups for 2026-03-02"
+    # Nothing due or overdue for someone: no list for them.
+    assert not has_work(personal(MORNING, "u-nobody", "Nobody"))
+    assert has_work(mine)
 
 
 def test_reports_html_escapes_what_the_crm_says() -> None:
     html = render_morning(MORNING, "en").html
     assert "<script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "Krüger &amp; Söhne KG" in html
+    assert "Krüger &amp; Söhne KG" not in html  # the deal's name says it already
+    assert "Seehafen Speditions AG" in html  # this one does not
 
 
-def test_reports_subject_says_late_and_dates_are_local() -> None:
-    late = render_morning(MorningData(**{**MORNING.__dict__, "late": True}), "de")
-    assert late.subject == "verspätet: Follow-ups am 02.03.2026"
-    assert render_morning(MORNING, "en").subject == "Follow-ups for 2026-03-02"
-    # 15:05 UTC is 16:05 in Berlin (winter time); 05:00 UTC is 06:00.
+def test_reports_morning_list_reads_as_a_list_not_as_debug_output() -> None:
+    for language in ("de", "en"):
+        rendered = render_morning(MORNING, language)
+        html, text = rendered.html, rendered.text
+        words = WORDS[language]
+        # "Due today:" is a heading, said once per salesperson, not on every line.
+        # (three salespeople with steps due today: Ada, Grace, and the unassigned)
+        assert text.count(words["due_today"]) == 3
+        assert html.count(words["due_today"]) == 3
+        # The account is named once: not when the deal's name says it already.
+        # (its summary shows under its step, not again among the news)
+        assert text.count("Bäckerei Hoffmann") == 1
+        assert "Bäckerei Hoffmann GmbH" not in text
+        # Real table headers, no bordered grid.
+        assert html.count("<th align") == 6 * 4
+        assert 'border="1"' not in html
+        # The text part has no URL inside a sentence: links are numbered and listed at the end.
+        body, _, links = text.partition(f"\n{words['links']}\n")
+        assert "http" not in body
+        assert re.search(r"^\[1\] https://crm\.example/#Opportunity/view/d1$", links, re.M)
+        # amount, stage, last contact, task and CRM links
+        assert ("15.000 EUR" if language == "de" else "15,000 EUR") in text
+        assert ("2.400,50 EUR" if language == "de" else "2,400.50 EUR") in text
+        assert "Negotiation" in text
+        assert (
+            "E-Mail am 26. Februar (vor 4 Tagen)" if language == "de"
+            else "e-mail on 26 February (4 days ago)"
+        ) in text  # fmt: skip
+        assert f'href="{TASK}td1"' in html
+        assert f'href="{CRM}d1"' in html
+    # No word from the machine's insides, in either language.
+    for jargon in ("Dead Letter", "dead letter", "evaluate", "überholt", "Beobachtung", "watch"):
+        for language in ("de", "en"):
+            rendered = render_morning(MORNING, language)
+            assert jargon not in rendered.html + rendered.text, (language, jargon)
+
+
+def test_reports_a_catch_up_task_created_today_is_todays_work() -> None:
     text = render_morning(MORNING, "en").text
-    assert "won, 2026-02-27 16:05" in text
-    assert "last successful evaluate: 2026-03-02 06:00" in text
+    today, _, overdue = text.partition("Overdue (2)")
+    assert "Nordwind Logistik" in today
+    assert "Nordwind Logistik" not in overdue
+    assert "Schulz AG" in overdue
+    assert "due since 26 February: paused" in overdue
+
+
+def test_reports_subject_says_late_or_preview_and_dates_are_local() -> None:
+    late = render_morning(replace(MORNING, late=True), "de")
+    assert late.subject == "verspätet: Follow-ups am 02.03.2026"
+    assert "nachträglich versandt" in late.html
+    preview = render_morning(replace(MORNING, preview=True), "de")
+    assert preview.subject == "Vorschau: Follow-ups am 02.03.2026"
+    assert "nicht versandt" in preview.text
+    assert "nachträglich" not in preview.text
+    assert render_morning(MORNING, "en").subject == "Follow-ups for 2026-03-02"
+    # 15:05 UTC is 16:05 in Berlin (winter time); 05:00 UTC is 06:00, with the zone.
+    text = render_morning(MORNING, "en").text
+    assert "won, 2026-02-27 16:05 CET" in text
+    assert "Last check against the CRM: 2026-03-02 06:00 CET" in text
+
+
+def test_reports_account_shown_only_when_the_deal_name_does_not_say_it() -> None:
+    assert account_shown("Bäckerei Hoffmann – Pilot", "Bäckerei Hoffmann GmbH") is None
+    assert account_shown("Schulz AG", "Schulz AG") is None
+    assert account_shown("Rollout 2027", "Schulz AG") == "Schulz AG"
+    assert account_shown("Anything", None) is None
 
 
 WEEK = WeeklyData(
@@ -110,14 +241,10 @@ WEEK = WeeklyData(
 
 
 @pytest.mark.parametrize("language", ["de", "en"])
-@pytest.mark.parametrize("part", ["html", "text"])
-def test_reports_weekly_overview_matches_its_snapshot(language: Language, part: str) -> None:
+def test_reports_weekly_overview_matches_its_snapshot(language: Language) -> None:
     rendered = render_weekly(WEEK, language)
-    content = rendered.html if part == "html" else rendered.text
-    path = SNAPSHOTS / f"weekly_{language}.{'html' if part == 'html' else 'txt'}"
-    if UPDATE:
-        path.write_text(content, encoding="utf-8")
-    assert content == path.read_text(encoding="utf-8")
+    _snapshot(f"weekly_{language}.html", rendered.html)
+    _snapshot(f"weekly_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
 
 
 def test_reports_weekly_chart_is_drawn_with_table_cells_and_escapes_names() -> None:
@@ -127,4 +254,28 @@ def test_reports_weekly_chart_is_drawn_with_table_cells_and_escapes_names() -> N
     assert rendered.html.count('bgcolor="#4a7bd0"') == 20 + 10 + 0 + 5 + 10
     assert "<img" not in rendered.html
     assert "&lt;b&gt;Proposal&lt;/b&gt;" in rendered.html
-    assert "2026-03-02 #################### 4" in rendered.text
+    assert "Mon 2026-03-02 #################### 4" in rendered.text
+    assert "Sat" not in rendered.text
+    assert "Sun" not in rendered.text
+
+
+def test_reports_weekly_overview_speaks_one_language() -> None:
+    html = render_weekly(WEEK, "de").html
+    assert "<th" in html
+    assert ">Stage<" not in html
+    assert ">Phase<" in html
+    assert "Dead Letter" not in html
+    assert "Beobachtung" not in html
+    assert "12,3" in html  # a German decimal comma
+    preview = render_weekly(replace(WEEK, preview=True, late=False), "en")
+    assert preview.subject.startswith("Preview: ")
+    assert "sent late" not in preview.text
+
+
+def test_reports_each_list_shows_what_changed_since_its_own_last_send() -> None:
+    since = {"u-grace": datetime(2026, 2, 28, 6, 30, tzinfo=UTC)}  # after Meyer was won
+    data = replace(MORNING, since_by_owner=since)
+    assert "Meyer GmbH" not in render_morning(personal(data, *GRACE), "en").text
+    assert "Meyer GmbH" in render_morning(data, "en").text  # the team's list: never sent yet
+    # Nobody to greet by name: no name, not an address.
+    assert "Good morning.\n" in render_morning(personal(MORNING, "u-grace", ""), "en").text

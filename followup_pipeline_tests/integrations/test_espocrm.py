@@ -63,8 +63,8 @@ def test_list_deals_pages_by_keyset_across_three_pages(
     params = seen[0]
     assert (params["orderBy"], params["order"]) == ("id", "asc")
     assert params["select"].split(",") == [
-        "id", "name", "stage", "accountName", "assignedUserId", "assignedUserName",
-        "createdAt", "modifiedAt",
+        "id", "name", "stage", "amount", "amountCurrency", "accountName", "assignedUserId",
+        "assignedUserName", "createdAt", "modifiedAt",
     ]  # fmt: skip
     assert params["where[0][type]"] == "in"
     assert params["where[0][attribute]"] == "stage"

@@ -1,23 +1,30 @@
 """Step 2 of ``evaluate``: reset the cadence of deals with new activity.
 
 Activity is an e-mail, or a call or meeting that was held, after the watch's last reset (or its
-registration). A reset plans each open step again from the activity's local date, records what
-the activity was (a task names the last contact), and marks the watch's tasks not closed yet as
-overtaken: the salesperson followed up, so they are closed saying what happened.
+registration); with ``FOLLOWUP_CLICKUP_COMPLETION_RESETS``, also a step's task that someone
+completed in ClickUp (read from the list's tasks changed since the cursor, its evidence kept in
+``task_completions``). A reset plans each open step again from the activity's local date, records
+what the activity was (a task names the last contact), and marks the watch's tasks not closed yet
+as overtaken: the salesperson followed up, so they are closed saying what happened.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
+
+import psycopg
 
 from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.domain.cadence import replan_steps
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.engine.scope import Database, RunScope, Tally
+from followup_pipeline.integrations.clickup import TaskChanges
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.espocrm_models import Call, Listing, Meeting
-from followup_pipeline.store import steps, watches
+from followup_pipeline.store import completions, steps, watches
+from followup_pipeline.store.completions import Completion
 from followup_pipeline.store.steps import ContactKind
 from followup_pipeline.store.watches import Watch
 
@@ -32,6 +39,42 @@ class Activity(NamedTuple):
 
     at: datetime
     kind: ContactKind
+
+
+class TaskChangeSource(Protocol):
+    """The task board, read for the tasks people completed."""
+
+    def list_tasks_changed_since(self, *, since: datetime) -> TaskChanges:
+        """Every task of the list updated after ``since``, closed ones included."""
+        ...
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A step's task that someone completed in ClickUp, not applied yet: its evidence to record
+    and the deal whose activity it is."""
+
+    subject_id: str
+    task_id: str
+    watch_id: int
+    step_no: int
+    status: str
+    at: datetime
+
+    def evidence(self, *, counted: bool) -> Completion:
+        """What is recorded of it; ``counted`` when it is new activity for its watch."""
+        return Completion(self.task_id, self.watch_id, self.step_no, self.status, self.at, counted)
+
+
+@dataclass(frozen=True)
+class CompletedRead:
+    """What one read of ClickUp's task list found: the completions to apply, what to count and
+    report, and whether it was read at all (else the cursor stays)."""
+
+    found: list[Completed]
+    counts: dict[str, int]
+    problems: list[str]
+    complete: bool = True
 
 
 @dataclass
@@ -50,13 +93,22 @@ class CadenceResetter:
     steps of each deal with new activity again."""
 
     def __init__(
-        self, run: RunScope, db: Database, crm: DealSource, calendar: BusinessCalendar
+        self,
+        run: RunScope,
+        db: Database,
+        crm: DealSource,
+        calendar: BusinessCalendar,
+        *,
+        board: TaskChangeSource | None = None,
     ) -> None:
         self.db = db
         self.crm = crm
         self.calendar = calendar
         self.now = run.now
+        self.run_id = run.run_id
         self.log = run.log
+        #: Where completed tasks are read (``FOLLOWUP_CLICKUP_COMPLETION_RESETS``); None: not.
+        self.board = board
         #: Activity records of the last listings that broke their schema.
         self.invalid: list[str] = []
 
@@ -104,6 +156,17 @@ class CadenceResetter:
         resets.tally.count("crm_activity_changed", sum(len(m) for m in moments.values()))
         for broken in self.invalid:
             resets.tally.problem(f"CRM activity record breaks its schema, skipped: {broken}")
+        done: list[Completed] = []
+        if self.board is not None:
+            read = self.completed_since(start)
+            done = read.found
+            resets.complete = resets.complete and read.complete
+            for name, n in read.counts.items():
+                resets.tally.count(name, n)
+            for problem in read.problems:
+                resets.tally.problem(problem)
+        for found in done:
+            moments.setdefault(found.subject_id, []).append(Activity(found.at, "task"))
         with self.db.connection() as conn:
             watches.clear_open_watch_errors(conn)
             touched = watches.open_watches_of(conn, list(moments))
@@ -117,18 +180,64 @@ class CadenceResetter:
                 for a in mine
                 if watch.active_since < a.at <= ahead
             ]
+            evidence = [
+                c.evidence(counted=watch.active_since < c.at <= ahead)
+                for c in done
+                if c.watch_id == watch.id
+            ]
             if fresh:
-                overtaken = self._reset(watch, max(fresh))
+                overtaken = self._reset(watch, max(fresh), evidence)
                 resets.tally.count("reset")
                 if overtaken:
                     resets.tally.count("tasks_overtaken", overtaken)
+            elif evidence:  # completed before the last reset: kept, and never read again
+                with self.db.connection() as conn, conn.transaction():
+                    self._record(conn, evidence)
         return resets
 
-    def _reset(self, watch: Watch, latest: Activity) -> int:
-        """Plan the open steps again from ``latest``, record what it was, and mark the watch's
-        tasks not closed yet as overtaken by it (one transaction); how many were marked."""
+    def completed_since(self, since: datetime) -> CompletedRead:
+        """The tasks completed in ClickUp among those changed after ``since`` that are the
+        salesperson's follow-up: a step's task of an open watch, not closed by Followup, not
+        overtaken, not recorded before. ClickUp unreadable: a problem, none this run, and the
+        cursor stays (the next run reads them); the rest of the run goes on."""
+        assert self.board is not None
+        try:
+            changes = self.board.list_tasks_changed_since(since=since)
+        except IntegrationError as error:
+            problem = f"ClickUp tasks unreadable, no completion read this run: {error}"
+            return CompletedRead([], {}, [problem], complete=False)
+        problems = [f"ClickUp task breaks its schema, skipped: {b}" for b in changes.invalid]
+        completed = {task.id: task for task in changes.tasks if task.completed}
+        with self.db.connection() as conn:
+            found = completions.steps_of_completed_tasks(conn, list(completed))
+        counts = {
+            "clickup_tasks_changed": len(changes.tasks),
+            "tasks_completed_in_clickup": len(found),
+        }
+        applied = [
+            Completed(
+                subject_id=step.subject_id,
+                task_id=step.task_id,
+                watch_id=step.watch_id,
+                step_no=step.step_no,
+                status=completed[step.task_id].status,
+                at=completed[step.task_id].completed_at,
+            )
+            for step in found
+        ]
+        return CompletedRead(applied, counts, problems)
+
+    def _record(self, conn: psycopg.Connection[Any], evidence: Sequence[Completion]) -> None:
+        """Record the completions read (each task once) in the caller's transaction."""
+        completions.record_completions(conn, evidence, read_at=self.now, run_id=self.run_id)
+
+    def _reset(self, watch: Watch, latest: Activity, evidence: Sequence[Completion] = ()) -> int:
+        """Plan the open steps again from ``latest``, record what it was (and the completions
+        read in ClickUp, ``evidence``), and mark the watch's tasks not closed yet as overtaken
+        by it (one transaction); how many were marked."""
         reset_on = local_date(latest.at, watch.time_zone)
         with self.db.connection() as conn, conn.transaction():
+            self._record(conn, evidence)
             planned = [s.planned() for s in steps.steps_of(conn, watch.id) if s.open]
             for step in replan_steps(reset_on, planned, self.calendar):
                 steps.replan_step(conn, watch_id=watch.id, step_no=step.step_no, due_on=step.due_on)

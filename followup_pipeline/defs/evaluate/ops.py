@@ -1,5 +1,6 @@
 """The two ops of ``evaluate``: ``sync`` (stage guard, the full reconciliation, in every run)
-hands a ``Synced`` to ``evaluate_due`` (reset cadences from the activity since the cursor, due
+hands a ``Synced`` to ``evaluate_due`` (reset cadences from the activity since the cursor, and
+from the tasks completed in ClickUp when ``FOLLOWUP_CLICKUP_COMPLETION_RESETS`` is on; due
 steps, open tasks written again with newer summaries, exhausted watches, closing the tasks that
 are superseded, overtaken or of closed watches). The work always uses the clock's now; the
 partition is only a label."""
@@ -69,8 +70,11 @@ def sync(
     with postgres.connection() as conn:
         position = cursor_of(conn, CURSOR)
         watching_since = cursor_of(conn, WATCHING_SINCE)
-        if watching_since is None and settings.now is None:
-            set_cursor(conn, WATCHING_SINCE, now)  # (a clock set by FOLLOWUP_NOW sets nothing)
+        if watching_since is None:
+            # The first run: deals that entered up to FOLLOWUP_ADOPT_DAYS before count from then.
+            watching_since = now - timedelta(days=settings.adopt_days)
+            if settings.now is None:  # (a clock set by FOLLOWUP_NOW sets nothing)
+                set_cursor(conn, WATCHING_SINCE, watching_since)
     reconciler = Reconciler(
         run,
         postgres,
@@ -127,9 +131,14 @@ def evaluate_due(
     run = RunScope(max(clock.now(), synced.now), context.run_id, context.log)
     crm = espocrm.get_client()
     calendar = calendar_of(postgres, settings)
-    tasks = TaskLedger(run, postgres, clickup.get_client(), settings)
+    board = clickup.get_client()
+    tasks = TaskLedger(run, postgres, board, settings)
     tally = Tally.of(context.log, synced.counts, list(synced.problems))
-    resets = CadenceResetter(run, postgres, crm, calendar).run_changes(synced.since)
+    # Tasks completed in ClickUp count as follow-ups only when the setting says so (off by
+    # default: ClickUp holds nothing the machine relies on).
+    completed_in = board if settings.clickup_completion_resets else None
+    resetter = CadenceResetter(run, postgres, crm, calendar, board=completed_in)
+    resets = resetter.run_changes(synced.since)
     due = DueSteps(run, postgres, crm, tasks, settings, calendar=calendar)
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
     tally.add(due.refresh_summaries())

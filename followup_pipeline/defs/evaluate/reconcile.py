@@ -91,14 +91,16 @@ class Reconciler:
             return tally
         listed = {deal.id: deal for deal in listing.records}
         tally.count("crm_deals_watched_stages", len(listed))
-        moved = {
-            w.id: listed[subject].stage
+        # The stage a watch may end in (exhausted) is the deal's, not the first one; names,
+        # owner and amount are what the morning lists show (and to whom).
+        changed = {
+            w.id: facts
             for subject, w in open_now.items()
-            if subject in listed and listed[subject].stage != w.stage
+            if subject in listed and (facts := _facts(listed[subject])) != _facts_of(w)
         }
-        if moved:  # the stage a watch may end in (exhausted) is the deal's, not the first one
+        if changed:
             with self.db.connection() as conn:
-                watches.set_stages(conn, moved)
+                watches.set_facts(conn, changed)
         quiet = self.register([deal for deal in listed.values() if deal.id not in open_now])
         self.close_departed([w for subject_id, w in open_now.items() if subject_id not in listed])
         with self.db.connection() as conn:
@@ -204,3 +206,29 @@ class Reconciler:
                     )
                     continue
             self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "reconcile"))
+
+
+def _facts(deal: Deal) -> watches.DealFacts:
+    amount = round(deal.amount, 2) if deal.amount is not None else None
+    return watches.DealFacts(
+        deal.name,
+        deal.account_name,
+        deal.assigned_user_id,
+        deal.assigned_user_name,
+        deal.stage,
+        amount,
+        deal.amount_currency,
+    )
+
+
+def _facts_of(watch: watches.Watch) -> watches.DealFacts:
+    amount = round(float(watch.amount), 2) if watch.amount is not None else None
+    return watches.DealFacts(
+        watch.subject_name,
+        watch.account_name,
+        watch.assigned_user_id,
+        watch.assigned_user_name,
+        watch.stage,
+        amount,
+        watch.amount_currency,
+    )

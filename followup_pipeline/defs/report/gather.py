@@ -1,19 +1,23 @@
 """What the reports show, read from the machine's tables (and Dagster's runs): shared by the
 report jobs and ``followup report preview``."""
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 import psycopg
 
-from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.localtime import local_date, start_of_day_utc
 from followup_pipeline.domain.reports import Health, MorningData, WeeklyData
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import reports as store
 from followup_pipeline.store.enrichments import open_review_items
 from followup_pipeline.store.events import gauges
+from followup_pipeline.store.holidays import load_calendar
+
+#: A ClickUp task's page: the ``url`` ClickUp answers for a task is this and the task's id.
+CLICKUP_TASK_URL = "https://app.clickup.com/t/"
 
 
 def last_evaluate_ok(instance: dg.DagsterInstance | None) -> datetime | None:
@@ -34,29 +38,46 @@ def morning_data(
     day: date,
     now: datetime,
     last_evaluate: datetime | None,
+    *,
+    preview: bool = False,
 ) -> MorningData:
-    """The morning list of ``day``: due and overdue steps, what changed since the last list."""
+    """The team's morning list of ``day``: due and overdue steps, what changed since the last
+    list (``reports.personal`` cuts a salesperson's own out of it)."""
     zone = settings.timezone
-    day_start = datetime.combine(day, time(0), tzinfo=ZoneInfo(zone))
+    day_start = start_of_day_utc(day, zone)
     steps = store.morning_steps(
-        conn, day=day, day_start=day_start, max_attempts=settings.action_max_attempts
+        conn,
+        day=day,
+        day_start=day_start,
+        until=now,
+        max_attempts=settings.action_max_attempts,
+        task_url_prefix=CLICKUP_TASK_URL,
     )
-    since = store.last_report_sent(conn, "morning", now=now) or now - timedelta(days=1)
+    # Each list shows what changed since its own last send (a day, for a first one).
+    sent = store.last_reports_sent(conn, "morning", now=now)
+    first = now - timedelta(days=1)
+    since = sent.get("", first)
+    since_by_owner = {
+        user: sent.get(f"to:{user}", first) for user in settings.salesperson_addresses
+    }
+    earliest = min([since, *since_by_owner.values()])
     pending = gauges(conn)["oldest_pending_s"]
     return MorningData(
         day=day,
         time_zone=zone,
-        due_today=[s for s in steps if s.due_on == day],
-        overdue=[s for s in steps if s.due_on < day],
-        summaries=store.summaries_between(conn, since=since, until=now),
-        closed=store.closed_between(conn, since=since, until=now),
+        steps=steps,
+        summaries=store.summaries_between(conn, since=earliest, until=now),
+        closed=store.closed_between(conn, since=earliest, until=now),
+        since=since,
+        since_by_owner=since_by_owner,
         review_open=open_review_items(conn),
         health=Health(
             store.dead_letter_count(conn, max_attempts=settings.action_max_attempts),
             last_evaluate,
             pending or None,
         ),
-        late=day < local_date(now, zone),
+        late=not preview and day < local_date(now, zone),
+        preview=preview,
     )
 
 
@@ -66,9 +87,12 @@ def weekly_data(
     friday: date,
     now: datetime,
     instance: dg.DagsterInstance | None,
+    *,
+    preview: bool = False,
 ) -> WeeklyData:
     """The week that ends on ``friday`` at the report's time: from the previous Friday's report
-    time to this one's (``now`` at most), so consecutive overviews leave no gap."""
+    time to this one's (``now`` at most), so consecutive overviews leave no gap. Its chart has
+    the week's business days (and a day off only if a task was created on it)."""
     zone = ZoneInfo(settings.timezone)
     first = friday - timedelta(days=6)
     at = settings.weekly_report_at
@@ -84,7 +108,9 @@ def weekly_data(
         if instance is not None
         else []
     )
-    days = {first + timedelta(days=n): 0 for n in range(7)}
+    calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+    week_days = (first + timedelta(days=n) for n in range(7))
+    days = {day: 0 for day in week_days if calendar.is_business_day(day)}
     return WeeklyData(
         start=first,
         end=friday,
@@ -99,5 +125,6 @@ def weekly_data(
             conn, start=start, until=until, max_attempts=settings.action_max_attempts
         ),
         tasks_per_day={**days, **week.tasks_per_day},
-        late=friday < local_date(now, settings.timezone),
+        late=not preview and friday < local_date(now, settings.timezone),
+        preview=preview,
     )

@@ -1,7 +1,9 @@
 """The two report ops, made by one factory: gather the partition's data, render it, send it once.
 
-Each report is sent once per partition: its send is the ledger action
-``report:{kind}:{partition}`` (``engine/mailer.py``). A rerun, a run retry or a second backfill
+Each mail is sent once per partition: its send is the ledger action ``report:{kind}:{partition}``
+(the team's) or ``report:morning:{partition}:to:{CRM user id}`` (a salesperson's own morning list;
+``engine/mailer.py``). A morning list with nothing due or overdue is not sent: recorded
+``suppressed``, reason ``nothing_due``. A rerun, a run retry or a second backfill
 sends nothing; run config ``force: true`` sends again under ``report:{kind}:{partition}#{n}``.
 A run launched without a partition (``followup dagster job execute -j morning_report``) sends the
 current window (``window.py``) under that window's key: the same once-per-window rule.
@@ -22,6 +24,8 @@ from followup_pipeline.domain.reports import (
     MorningData,
     Rendered,
     WeeklyData,
+    has_work,
+    personal,
     render_morning,
     render_weekly,
 )
@@ -32,6 +36,7 @@ from followup_pipeline.integrations.resources import OutlookResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import reports as store
+from followup_pipeline.store.ledger import ActionSpec, SuppressReason
 
 Data = TypeVar("Data")
 
@@ -43,24 +48,57 @@ class ReportConfig(dg.Config):
 
 
 @dataclass(frozen=True)
+class Letter(Generic[Data]):
+    """One mail of a report run: to whom, under which key (``report:{kind}:{window}`` and the
+    ``suffix``), what it shows, and why it is not sent (None: it is)."""
+
+    suffix: str
+    to: list[str]
+    data: Data
+    skip: SuppressReason | None = None
+
+
+@dataclass(frozen=True)
 class Report(Generic[Data]):
-    """One kind of report: how its data is gathered, rendered and counted."""
+    """One kind of report: how its data is gathered, who gets which mail, how each is
+    rendered and counted."""
 
     kind: Kind
     op_name: str
     description: str
     gather: Callable[[psycopg.Connection[Any], Settings, date, datetime, dg.DagsterInstance], Data]
+    letters: Callable[[Data, Settings], list[Letter[Data]]]
     render: Callable[[Data, Language], Rendered]
     counts: Callable[[Data], dict[str, int]]
+
+
+def morning_letters(data: MorningData, settings: Settings) -> list[Letter[MorningData]]:
+    """The team's list to the report recipients, and each mapped salesperson's own list to
+    them; a list with nothing due or overdue is not sent (recorded ``nothing_due``)."""
+    letters: list[Letter[MorningData]] = []
+    if settings.report_recipients:
+        skip: SuppressReason | None = None if has_work(data) else "nothing_due"
+        letters.append(Letter("", settings.report_recipients, data, skip))
+    names = {s.owner_id: s.owner for s in data.steps if s.owner_id and s.owner}
+    for user_id, address in sorted(settings.salesperson_addresses.items()):
+        mine = personal(data, user_id, names.get(user_id) or "")
+        letters.append(
+            Letter(f"to:{user_id}", [address], mine, None if has_work(mine) else "nothing_due")
+        )
+    return letters
 
 
 MORNING = Report[MorningData](
     kind="morning",
     op_name="send_morning_list",
-    description="Render the partition's morning list and send it once (again with ``force``).",
+    description=(
+        "Render the partition's morning lists (the team's, and each salesperson's own) and send "
+        "each once (again with ``force``); a list with nothing due is not sent."
+    ),
     gather=lambda conn, settings, day, now, instance: morning_data(
         conn, settings, day, now, last_evaluate_ok(instance)
     ),
+    letters=morning_letters,
     render=render_morning,
     counts=lambda data: {
         "due_today": len(data.due_today),
@@ -75,6 +113,9 @@ WEEKLY = Report[WeeklyData](
     op_name="send_weekly_overview",
     description="Render the week's overview (the partition's Friday) and send it once.",
     gather=weekly_data,
+    letters=lambda data, settings: (
+        [Letter("", settings.report_recipients, data)] if settings.report_recipients else []
+    ),
     render=render_weekly,
     counts=lambda data: {
         "fired": data.fired,
@@ -90,12 +131,11 @@ def send(
     settings: Settings,
     mailer: Mailer,
     *,
-    kind: str,
-    partition: str,
+    base: str,
+    to: list[str],
     rendered: Rendered,
 ) -> MailResult:
-    """Send a rendered report once per partition (again under ``key#n`` with ``force``)."""
-    base = f"report:{kind}:{partition}"
+    """Send a rendered report once per key (again under ``key#n`` with ``force``)."""
     # A run and its retries share their root run id: a retried forced run reuses its key.
     root = context.run.tags.get("dagster/root_run_id") or context.run_id
     with mailer.db.connection() as conn:
@@ -110,7 +150,7 @@ def send(
         result = mailer.send_once(
             key=key,
             kind="report",
-            to=settings.report_recipients,
+            to=to,
             subject=rendered.subject,
             html=rendered.html,
             text=rendered.text,
@@ -132,7 +172,7 @@ def send(
 
 
 def report_op(report: Report[Data]) -> dg.OpDefinition:
-    """The op that sends ``report`` for its partition."""
+    """The op that sends ``report``'s mails for its partition."""
 
     @dg.op(name=report.op_name, description=report.description)
     def send_report(
@@ -143,7 +183,9 @@ def report_op(report: Report[Data]) -> dg.OpDefinition:
         outlook: OutlookResource,
         clock: ClockResource,
     ) -> dg.Output[RunCounts]:
-        if not settings.report_recipients:
+        if not settings.report_recipients and not (
+            report.kind == "morning" and settings.salesperson_addresses
+        ):
             reason = "FOLLOWUP_REPORT_RECIPIENTS is empty: nobody to send the report to"
             context.log.warning("skipped: %s", reason)
             return skipped_output(context, reason)
@@ -157,22 +199,39 @@ def report_op(report: Report[Data]) -> dg.OpDefinition:
         day = date.fromisoformat(partition)
         with postgres.connection() as conn:
             data = report.gather(conn, settings, day, run.now, context.instance)
-        rendered = report.render(data, settings.report_language)
         mailer = Mailer(run, postgres, outlook.get_client(), settings)
-        result = send(
-            context,
-            config,
-            settings,
-            mailer,
-            kind=report.kind,
-            partition=partition,
-            rendered=rendered,
-        )
+        tally: dict[str, int] = {}
+        keys: list[str] = []
+        request_ids: list[str] = []
+        for letter in report.letters(data, settings):
+            base = f"report:{report.kind}:{partition}" + (
+                f":{letter.suffix}" if letter.suffix else ""
+            )
+            if letter.skip is not None:
+                prior = mailer.ledger.prior(base)
+                if prior.done or prior.maybe_done:
+                    # Sent, or maybe sent (an answer lost): the record stays as it is, for a
+                    # later run of the window to settle against Sent Items.
+                    context.log.info("%s: nothing due now; its earlier send is left", base)
+                else:
+                    spec = ActionSpec(
+                        key=base, kind="report", due_at=run.now, time_zone=settings.timezone
+                    )
+                    mailer.ledger.suppress(spec, letter.skip)
+                    context.log.info("%s: not sent (%s)", base, letter.skip)
+                tally[f"skipped_{letter.skip}"] = tally.get(f"skipped_{letter.skip}", 0) + 1
+                continue
+            rendered = report.render(letter.data, settings.report_language)
+            result = send(
+                context, config, settings, mailer, base=base, to=letter.to, rendered=rendered
+            )
+            tally[result.outcome] = tally.get(result.outcome, 0) + 1
+            keys.append(result.key)
+            request_ids += [result.request_id] if result.request_id else []
         counts = {
-            "rendered": 1,
-            result.outcome: 1,
-            "key": result.key,
-            "request_id": result.request_id or "",
+            **tally,
+            "key": ", ".join(keys),
+            "request_id": ", ".join(request_ids),
             **report.counts(data),
         }
         return outcome_output(context, "ok", counts)

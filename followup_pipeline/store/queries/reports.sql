@@ -1,31 +1,52 @@
 -- name: morning_steps
--- Steps of open watches due on the day (fired that day or not yet), and those due before it and
--- still waiting, with why they wait: paused, their task a dead letter, a CRM error, or the next
--- run. Names and links are the watch's copies: the list reads without the CRM.
-SELECT w.subject_name AS deal_name, w.account_name, w.assigned_user_name AS owner, s.step_no,
+-- The morning list's steps of open watches: `today`, due on the day or their task created since
+-- the day began (a catch-up task is today's work; for a list rendered after its day, up to when
+-- it is rendered: no task falls between two lists); `overdue`, due before the day and still
+-- without a task. A step without a task says why it waits (paused, its task a dead letter, a
+-- CRM error, or the next run).
+-- Names, stage and amount are the watch's copies and the summary its deal's newest: the list
+-- reads without the CRM.
+SELECT w.subject_id AS deal_id, w.subject_name AS deal_name, w.account_name,
+       w.assigned_user_id AS owner_id, w.assigned_user_name AS owner, w.stage, w.amount,
+       w.amount_currency AS currency, s.step_no,
        (SELECT count(*) FROM watch_steps t WHERE t.watch_id = w.id)::int AS step_count,
-       s.due_on, w.crm_url,
-       CASE WHEN w.paused_at IS NOT NULL THEN 'paused'
-            WHEN s.due_on = %(day)s THEN NULL
+       s.due_on,
+       CASE WHEN s.due_on = %(day)s OR s.fired_at IS NOT NULL THEN 'today' ELSE 'overdue' END
+           AS section,
+       w.crm_url,
+       CASE WHEN s.task_ref <> 'dry-run' THEN %(task_url_prefix)s || s.task_ref END AS task_url,
+       w.last_reset_kind AS contact_kind, w.last_reset_at AS contact_at, w.base_on AS started_on,
+       e.line1 AS summary_line1, e.line2 AS summary_line2,
+       CASE WHEN s.fired_at IS NOT NULL THEN NULL
+            WHEN w.paused_at IS NOT NULL THEN 'paused'
             WHEN a.outcome = 'failed' AND a.attempts - a.replayed_attempts >= %(max_attempts)s
                 THEN 'dead_letter'
             WHEN w.last_error IS NOT NULL THEN 'crm_error'
-            ELSE 'waiting' END AS reason,
-       CASE WHEN s.due_on < %(day)s AND w.paused_at IS NULL THEN w.last_error END AS detail
+            WHEN s.due_on = %(day)s THEN NULL
+            ELSE 'waiting' END AS reason
 FROM watch_steps s
 JOIN watches w ON w.id = s.watch_id
 LEFT JOIN actions a ON a.idempotency_key = 'task:' || w.id || ':' || s.step_no
+LEFT JOIN LATERAL (
+    SELECT line1, line2 FROM enrichments n
+    WHERE n.subject_type = w.subject_type AND n.subject_id = w.subject_id
+      AND n.created_at <= %(until)s
+    ORDER BY n.created_at DESC, n.id DESC LIMIT 1
+) e ON true
 WHERE w.closed_at IS NULL
   -- A paused watch's due steps are skipped `paused` by evaluate: they still wait, and show.
   AND (s.skipped_at IS NULL OR (s.skip_reason = 'paused' AND w.paused_at IS NOT NULL))
   AND ((s.due_on = %(day)s AND (s.fired_at IS NULL OR s.fired_at >= %(day_start)s))
-       OR (s.due_on < %(day)s AND s.fired_at IS NULL))
+       OR (s.due_on < %(day)s
+           AND (s.fired_at IS NULL
+                OR (s.fired_at >= %(day_start)s AND s.fired_at <= %(until)s))))
 ORDER BY s.due_on, w.subject_name, s.step_no;
 
 -- name: morning_summaries
 -- Each deal's newest summary written since the last list, for its open watch.
 SELECT DISTINCT ON (e.subject_id)
-       w.subject_name AS deal_name, w.assigned_user_name AS owner, e.line1, e.line2, w.crm_url
+       w.subject_id AS deal_id, w.subject_name AS deal_name, w.assigned_user_id AS owner_id,
+       w.assigned_user_name AS owner, e.line1, e.line2, w.crm_url, e.created_at AS written_at
 FROM enrichments e
 JOIN watches w ON w.subject_type = e.subject_type AND w.subject_id = e.subject_id
                   AND w.closed_at IS NULL
@@ -34,23 +55,30 @@ ORDER BY e.subject_id, e.created_at DESC, e.id DESC;
 
 -- name: morning_closed
 -- Watches closed since the last list, with the reason.
-SELECT subject_name AS deal_name, assigned_user_name AS owner, closed_reason AS reason, closed_at
+SELECT subject_id AS deal_id, subject_name AS deal_name, assigned_user_id AS owner_id,
+       assigned_user_name AS owner, closed_reason AS reason, closed_at
 FROM watches
 WHERE closed_at > %(since)s AND closed_at <= %(until)s
 ORDER BY closed_at, id;
 
--- name: last_report_sent
--- Up to when the last report of this kind that reached Graph was rendered (the "since" of the
--- next one): the moment its data was read, kept with the action, not when it was settled.
-SELECT max((payload->>'until')::timestamptz) AS sent_at FROM actions
+-- name: last_reports_sent
+-- Up to when the last report of this kind that reached Graph was rendered, per recipient (the
+-- "since" of each one's next list): the moment its data was read, kept with the action, not when
+-- it was settled. `recipient` is the key's part after the window (`to:{user}`, or '' for the
+-- team's), a forced send's `#n` left out.
+SELECT coalesce(substring(idempotency_key FROM '^report:[a-z]+:[0-9-]+:(to:[^#]+)'), '')
+           AS recipient,
+       max((payload->>'until')::timestamptz) AS sent_at
+FROM actions
 WHERE kind = 'report' AND idempotency_key LIKE %(prefix)s AND outcome IN ('accepted', 'confirmed')
-  AND payload ? 'until' AND (payload->>'until')::timestamptz <= %(now)s;
+  AND payload ? 'until' AND (payload->>'until')::timestamptz <= %(now)s
+GROUP BY 1;
 
 -- name: report_keys
 -- A report window's actions: its key and the forced ones (key#n), with the run lineage that
 -- made each (a run and its retries share their root run id).
 SELECT idempotency_key AS key, outcome, payload->>'root_run_id' AS root_run_id FROM actions
-WHERE idempotency_key = %(key)s OR idempotency_key LIKE %(forced)s
+WHERE idempotency_key = %(key)s OR idempotency_key LIKE %(forced)s ESCAPE '!'
 ORDER BY id;
 
 -- name: dead_letter_count
@@ -79,12 +107,15 @@ WHERE closed_at >= %(start)s AND closed_at < %(until)s
 GROUP BY closed_reason;
 
 -- name: weekly_open_by_stage
--- Open watches by stage, with their average and oldest age in days at %(until)s.
+-- Open watches by stage, with their average and longest age at %(until)s, both in whole days
+-- since the follow-up began (its base date), so that the average never exceeds the longest.
 SELECT stage, count(*)::int AS count,
-       round(avg(extract(epoch FROM %(until)s - registered_at) / 86400)::numeric, 1)::float
-           AS average_age_days,
-       floor(max(extract(epoch FROM %(until)s - registered_at) / 86400))::int AS oldest_age_days
-FROM watches WHERE closed_at IS NULL AND registered_at < %(until)s
+       round(avg(age)::numeric, 1)::float AS average_age_days,
+       max(age)::int AS oldest_age_days
+FROM (
+    SELECT stage, ((%(until)s AT TIME ZONE time_zone)::date - base_on) AS age
+    FROM watches WHERE closed_at IS NULL AND registered_at < %(until)s
+) open_watches
 GROUP BY stage ORDER BY stage;
 
 -- name: weekly_tasks_per_day

@@ -100,7 +100,8 @@ ORDER BY created_at DESC, id DESC
 LIMIT 1;
 
 -- name: record_contact
--- What reset a watch's cadence (an e-mail, a call, a meeting), beside its last_reset_at.
+-- What reset a watch's cadence (an e-mail, a call, a meeting, a task completed in ClickUp),
+-- beside its last_reset_at.
 UPDATE watches SET last_reset_kind = %(kind)s WHERE id = %(watch_id)s;
 
 -- name: last_contact

@@ -6,18 +6,19 @@ WITH subject AS (
     SELECT * FROM unnest(
         %(subject_ids)s::text[], %(names)s::text[], %(account_names)s::text[],
         %(assigned_user_ids)s::text[], %(assigned_user_names)s::text[], %(stages)s::text[],
-        %(crm_urls)s::text[]
+        %(crm_urls)s::text[], %(amounts)s::numeric[], %(currencies)s::text[]
     ) AS s(subject_id, subject_name, account_name, assigned_user_id, assigned_user_name, stage,
-           crm_url)
+           crm_url, amount, amount_currency)
 ), watch AS (
     INSERT INTO watches (
         subject_type, subject_id, subject_name, account_name, assigned_user_id,
         assigned_user_name, stage, cadence_name, offsets, time_zone, base_on, registered_at,
-        registered_by, source_event_id, crm_url
+        registered_by, source_event_id, crm_url, amount, amount_currency
     )
     SELECT %(subject_type)s, s.subject_id, s.subject_name, s.account_name, s.assigned_user_id,
            s.assigned_user_name, s.stage, %(cadence_name)s, %(offsets)s, %(time_zone)s,
-           %(base_on)s, %(registered_at)s, %(registered_by)s, %(source_event_id)s, s.crm_url
+           %(base_on)s, %(registered_at)s, %(registered_by)s, %(source_event_id)s, s.crm_url,
+           s.amount, s.amount_currency
     FROM subject s
     ON CONFLICT (subject_type, subject_id) WHERE closed_at IS NULL DO NOTHING
     RETURNING id, subject_id
@@ -80,18 +81,30 @@ RETURNING id;
 -- Remember (or clear, with NULL) the CRM error that holds a watch's due step back.
 UPDATE watches SET last_error = %(error)s, last_error_at = %(at)s WHERE id = %(watch_id)s;
 
--- name: set_watch_stages
--- Copy the CRM's current stage onto open watches (arrays of ids and stages, in step).
-UPDATE watches w SET stage = v.stage
-FROM unnest(%(watch_ids)s::bigint[], %(stages)s::text[]) AS v(id, stage)
-WHERE w.id = v.id AND w.closed_at IS NULL AND w.stage <> v.stage;
+-- name: set_watch_facts
+-- Copy the CRM's current names, owner, stage and amount onto open watches (arrays in step), where
+-- they differ.
+UPDATE watches w
+SET subject_name = v.name, account_name = v.account_name, assigned_user_id = v.user_id,
+    assigned_user_name = v.user_name, stage = v.stage, amount = v.amount,
+    amount_currency = v.currency
+FROM unnest(%(watch_ids)s::bigint[], %(names)s::text[], %(account_names)s::text[],
+            %(user_ids)s::text[], %(user_names)s::text[], %(stages)s::text[],
+            %(amounts)s::numeric[], %(currencies)s::text[])
+     AS v(id, name, account_name, user_id, user_name, stage, amount, currency)
+WHERE w.id = v.id AND w.closed_at IS NULL
+  AND (w.subject_name, w.account_name, w.assigned_user_id, w.assigned_user_name, w.stage,
+       w.amount, w.amount_currency)
+      IS DISTINCT FROM (v.name, v.account_name, v.user_id, v.user_name, v.stage, v.amount,
+                        v.currency);
 
 -- name: refresh_subject
 -- Copy the CRM's current names onto a watch and clear the error that held it back.
 UPDATE watches
 SET subject_name = %(name)s, account_name = %(account_name)s,
     assigned_user_id = %(assigned_user_id)s, assigned_user_name = %(assigned_user_name)s,
-    stage = %(stage)s, last_error = NULL, last_error_at = NULL
+    stage = %(stage)s, amount = %(amount)s, amount_currency = %(amount_currency)s,
+    last_error = NULL, last_error_at = NULL
 WHERE id = %(watch_id)s;
 
 -- name: list_watches

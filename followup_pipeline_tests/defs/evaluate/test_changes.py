@@ -143,3 +143,41 @@ def test_changes_no_cadence_starts_before_the_machine_began_watching(machine: Ma
     deal = machine.deal(name="In an offer stage long before")
     machine.evaluate(MONDAY)  # the machine's first run
     assert machine.watch(deal)["base_on"] == date(2026, 3, 2)
+
+
+def test_changes_adopt_days_follows_deals_in_flight_from_when_they_entered(
+    machine: Machine,
+) -> None:
+    machine.settings["adopt_days"] = 30
+    machine.sandbox_clock(MONDAY - timedelta(days=14))  # two weeks in an offer stage
+    recent = machine.deal(name="Entered two weeks ago")
+    machine.sandbox_clock(MONDAY - timedelta(days=60))
+    old = machine.deal(name="Entered two months ago")
+    result = machine.evaluate(MONDAY)  # the machine's first run
+    assert machine.watch(recent)["base_on"] == date(2026, 2, 16)
+    assert machine.watch(old)["base_on"] == date(2026, 1, 31)  # not before the 30 days
+    # Business day 5 after 16 February was 23 February: its task is created at once.
+    [first, *_] = machine.steps(recent)
+    assert first["due_on"] == date(2026, 2, 23)
+    assert first["fired_at"] is not None
+    assert result.output_for_node("evaluate_due")["fired"] >= 2
+    cursor = machine.db.execute("SELECT position FROM job_cursors WHERE name = 'watching_since'")
+    assert cursor.fetchone()["position"] == MONDAY - timedelta(days=30)
+
+
+def test_changes_reconciliation_keeps_owner_names_and_amount_current(machine: Machine) -> None:
+    deal = machine.deal(name="Owner GmbH", assignedUserId="u-ada", assignedUserName="Ada",
+                        amount=1000, amountCurrency="EUR")  # fmt: skip
+    machine.evaluate(MONDAY)
+    watch = machine.watch(deal)
+    assert (watch["assigned_user_id"], float(watch["amount"])) == ("u-ada", 1000.0)
+    # Reassigned and re-priced in the CRM: the next hour's run copies it (the morning lists go
+    # by the owner), with no step due.
+    body = {"assignedUserId": "u-grace", "assignedUserName": "Grace", "amount": 2500.5,
+            "name": "Owner GmbH – Rollout"}  # fmt: skip
+    with machine.control() as control:
+        control.patch(f"/deals/{deal}", json=body).raise_for_status()
+    machine.evaluate(MONDAY + timedelta(hours=1))
+    watch = machine.watch(deal)
+    assert (watch["assigned_user_id"], watch["assigned_user_name"]) == ("u-grace", "Grace")
+    assert (watch["subject_name"], float(watch["amount"])) == ("Owner GmbH – Rollout", 2500.5)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,10 @@ from ..evaluate.conftest import MONDAY, Machine
 NEXT_MONDAY = MONDAY + timedelta(days=7)  # step 1 (business day 5) is due on 2026-03-09
 
 
-def _morning(machine: Machine, day: str, *, force: bool = False) -> Any:
-    job = machine.job(report, "morning_report", machine.resources(NEXT_MONDAY))
+def _morning(
+    machine: Machine, day: str, *, force: bool = False, now: datetime = NEXT_MONDAY
+) -> Any:
+    job = machine.job(report, "morning_report", machine.resources(now))
     config = {"ops": {"send_morning_list": {"config": {"force": force}}}}
     return job.execute_in_process(instance=machine.instance, partition_key=day, run_config=config)
 
@@ -38,10 +40,18 @@ def test_morning_list_goes_out_once_per_day_and_again_only_when_forced(
     html = message["body"]["content"]
     assert "&lt;script&gt;alert(1)&lt;/script&gt; GmbH" in html  # names from the CRM are text
     assert "<script>" not in html
-    assert "step 1 of 3" in html
+    assert "<th align" in html
+    assert ">1 of 3<" in html
     # multipart/alternative: the plain-text part beside the HTML
-    assert "Due today: <script>alert(1)</script> GmbH, step 1 of 3" in message["textBody"]
+    text = message["textBody"]
+    assert "Due today (1)\n* <script>alert(1)</script> GmbH [1]\n" in text
+    assert f"[1] {machine.watch(deal)['crm_url']}" in text
     assert machine.watch(deal)["crm_url"] in html
+    task = machine.db.execute(
+        "SELECT task_ref FROM watch_steps WHERE fired_at IS NOT NULL"
+    ).fetchone()
+    assert task is not None
+    assert f"https://app.clickup.com/t/{task['task_ref']}" in html
 
     # A rerun (a retry, a second backfill) sends nothing.
     assert _morning(machine, "2026-03-09").success
@@ -59,19 +69,106 @@ def test_morning_list_goes_out_once_per_day_and_again_only_when_forced(
 def test_morning_list_of_a_missed_day_says_it_is_late(machine: Machine) -> None:
     machine.deal(name="Late GmbH")
     machine.evaluate(MONDAY)
-    assert _morning(machine, "2026-03-06").success  # Friday's list, sent on Monday
+    machine.evaluate(NEXT_MONDAY)  # fires step 1, due on Monday the 9th
+    tuesday = NEXT_MONDAY + timedelta(days=1)
+    assert _morning(machine, "2026-03-09", now=tuesday).success  # Monday's list, on Tuesday
     [mail] = machine.outbox()
-    assert mail["message"]["subject"] == "late: Follow-ups for 2026-03-06"
+    assert mail["message"]["subject"] == "late: Follow-ups for 2026-03-09"
     assert "This list was sent late." in mail["message"]["body"]["content"]
+    assert _morning(machine, "2026-03-09", now=tuesday).success
+    assert len(machine.outbox()) == 1
+    assert _morning(machine, "2026-03-09", now=tuesday, force=True).success  # once more
+    assert len(machine.outbox()) == 2
+
+
+def test_morning_list_with_nothing_due_is_not_sent_and_says_why(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.deal(name="Quiet GmbH")
+    machine.evaluate(MONDAY)  # step 1 is due on the 9th: nothing on the 6th
+    result = _morning(machine, "2026-03-06")
+    assert result.success
+    assert machine.outbox() == []
+    row = db.execute("SELECT outcome, reason FROM actions WHERE kind = 'report'").fetchone()
+    assert row == {"outcome": "suppressed", "reason": "nothing_due"}
+    counts = result.output_for_node("send_morning_list")
+    assert counts["skipped_nothing_due"] == 1
+    # Later that day something is due after all (a backfill after a late evaluate): it goes.
+    machine.db.execute("UPDATE watch_steps SET due_on = '2026-03-06' WHERE step_no = 1")
     assert _morning(machine, "2026-03-06").success
     assert len(machine.outbox()) == 1
-    assert _morning(machine, "2026-03-06", force=True).success  # once more, when asked
-    assert len(machine.outbox()) == 2
+
+
+def test_morning_list_sent_late_shows_the_tasks_created_after_its_day(machine: Machine) -> None:
+    machine.deal(name="Caught-up GmbH")
+    machine.evaluate(MONDAY)
+    tuesday = NEXT_MONDAY + timedelta(days=1)
+    machine.evaluate(tuesday)  # step 1, due Monday the 9th, gets its task on Tuesday
+    assert _morning(machine, "2026-03-09", now=tuesday + timedelta(hours=1)).success
+    [mail] = machine.outbox()
+    assert "Caught-up GmbH" in mail["message"]["textBody"]  # on no list otherwise
+
+
+def test_morning_list_nothing_due_leaves_a_send_that_may_have_gone(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    # A send whose answer was lost (Graph timed out after taking it), then nothing is due.
+    db.execute(
+        "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, attempts)"
+        " VALUES ('report:morning:2026-03-06', 'report', now(), 'Europe/Berlin', 'unknown', 1)"
+    )
+    assert _morning(machine, "2026-03-06").success
+    row = db.execute("SELECT outcome, reason FROM actions WHERE kind = 'report'").fetchone()
+    assert row == {"outcome": "unknown", "reason": None}  # not overwritten as never sent
+
+
+def test_morning_list_each_salesperson_gets_their_own(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    machine.settings["salesperson_addresses"] = (
+        '{"u-ada": "ada@example.com", "u-grace": "grace@example.com", "u-idle": "i@example.com"}'
+    )
+    machine.deal(name="Ada's GmbH", assignedUserId="u-ada", assignedUserName="Ada Lovelace",
+                 amount=15000, amountCurrency="EUR")  # fmt: skip
+    machine.deal(name="Grace AG", assignedUserId="u-grace", assignedUserName="Grace Hopper")
+    machine.evaluate(MONDAY)
+    machine.evaluate(NEXT_MONDAY)
+    assert _morning(machine, "2026-03-09").success
+    mails = {
+        m["message"]["toRecipients"][0]["emailAddress"]["address"]: m["message"]
+        for m in machine.outbox()
+    }
+    assert set(mails) == {"team@example.com", "ada@example.com", "grace@example.com"}
+    assert mails["ada@example.com"]["subject"] == "Your follow-ups for 2026-03-09"
+    ada = mails["ada@example.com"]["textBody"]
+    assert "Good morning, Ada Lovelace." in ada
+    assert "Ada's GmbH" in ada
+    assert "Grace AG" not in ada
+    assert "15,000 EUR" in ada
+    team = mails["team@example.com"]["textBody"]
+    assert "Ada's GmbH" in team
+    assert "Grace AG" in team
+    keys = {
+        r["idempotency_key"]: (r["outcome"], r["reason"])
+        for r in db.execute("SELECT idempotency_key, outcome, reason FROM actions")
+        if r["idempotency_key"].startswith("report:")
+    }
+    assert keys == {
+        "report:morning:2026-03-09": ("accepted", None),
+        "report:morning:2026-03-09:to:u-ada": ("accepted", None),
+        "report:morning:2026-03-09:to:u-grace": ("accepted", None),
+        "report:morning:2026-03-09:to:u-idle": ("suppressed", "nothing_due"),
+    }
+    # A rerun sends none of them again.
+    assert _morning(machine, "2026-03-09").success
+    assert len(machine.outbox()) == 3
 
 
 def test_morning_list_dry_run_and_no_recipients_send_nothing(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
+    machine.deal(name="Dry GmbH")
+    machine.evaluate(MONDAY)  # its step 1 is due on the 9th
     machine.settings["dry_run"] = True
     assert _morning(machine, "2026-03-09").success
     assert machine.outbox() == []
@@ -86,6 +183,8 @@ def test_morning_list_dry_run_and_no_recipients_send_nothing(
 def test_morning_list_a_failing_graph_fails_the_run_and_the_next_run_sends_once(
     machine: Machine,
 ) -> None:
+    machine.deal(name="Graph GmbH")
+    machine.evaluate(MONDAY)
     machine.fault(vendor="graph", kind="apply_then_error", method="POST", path="/send$", count=1)
     result = _morning_raw(machine, "2026-03-09")
     assert not result.success
@@ -116,11 +215,12 @@ def test_morning_preview_renders_without_sending(
     argv = ["report", "preview", "morning", "--date", "2026-03-09", "--lang", "de"]
     assert main([*argv, "--html", str(html)]) == 0
     out = capsys.readouterr().out
-    assert "Subject: Follow-ups am 09.03.2026" in out
-    assert "Heute fällig: Vorschau GmbH" in out
+    assert "Subject: Vorschau: Follow-ups am 09.03.2026" in out
+    assert "Heute fällig (1)\n* Vorschau GmbH [1]" in out
+    assert "Vorschau: Diese Liste wurde nicht versandt." in out
     assert "Vorschau GmbH" in html.read_text()
     assert main(["report", "preview", "weekly", "--date", "2026-03-13", "--lang", "en"]) == 0
-    assert "Subject: Weekly overview 2026-03-07 – 2026-03-13" in capsys.readouterr().out
+    assert "Subject: Preview: Weekly overview 2026-03-07 – 2026-03-13" in capsys.readouterr().out
     assert machine.outbox() == []
     assert db.execute("SELECT count(*) AS n FROM actions WHERE kind = 'report'").fetchone() == {
         "n": 0
@@ -130,6 +230,8 @@ def test_morning_preview_renders_without_sending(
 def test_morning_list_a_send_that_may_still_be_on_its_way_fails_the_run(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
+    machine.deal(name="Flight GmbH")
+    machine.evaluate(MONDAY)
     # A run died right after committing `attempted` (its request may be on its way).
     db.execute(
         "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, attempts)"
@@ -183,4 +285,6 @@ def test_morning_list_shows_a_paused_watchs_waiting_step(
     monkeypatch.setenv("FOLLOWUP_NOW", (NEXT_MONDAY + timedelta(days=1)).isoformat())
     capsys.readouterr()
     assert main(["report", "preview", "morning", "--date", "2026-03-10", "--lang", "en"]) == 0
-    assert "Overdue: Pause GmbH, step 1 of 3, 2026-03-09: paused" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Overdue (1)\n* Pause GmbH [1]" in out
+    assert "Step 1 of 3, due since 9 March: paused" in out

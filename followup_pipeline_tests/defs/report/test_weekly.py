@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -37,9 +38,9 @@ def test_weekly_overview_counts_the_week_and_goes_out_once(
     message = mail["message"]
     assert message["subject"] == "Weekly overview 2026-03-07 – 2026-03-13"
     html = message["body"]["content"]
-    assert 'Tasks created</td><td align="right">3' in html
-    assert 'Watches closed: won</td><td align="right">1' in html
-    assert 'Proposal</td><td align="right">2' in html  # two watches still open
+    assert re.search(r'Tasks created</td><td align="right"[^>]*>3<', html)
+    assert re.search(r'Deals no longer followed up: won</td><td align="right"[^>]*>1<', html)
+    assert re.search(r'Proposal</td><td align="right"[^>]*>2<', html)  # two deals still open
     assert html.count('bgcolor="#4a7bd0"') == 20  # all three tasks on one day: the full bar
     assert _weekly(machine, "2026-03-13").success
     assert len(machine.outbox()) == 1
@@ -48,3 +49,29 @@ def test_weekly_overview_counts_the_week_and_goes_out_once(
     previous = _weekly(machine, "2026-03-06")  # a backfilled week says it is late
     assert previous.success
     assert machine.outbox()[-1]["message"]["subject"].startswith("late: Weekly overview")
+
+
+def test_weekly_figures_agree_and_the_chart_has_business_days_only(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    from followup_pipeline.defs.report.gather import weekly_data
+    from followup_pipeline.settings import Settings
+
+    for n in range(3):
+        machine.deal(name=f"Alter {n}")
+    machine.evaluate(MONDAY)
+    # All opened the evening before their base date (the old average counted hours since
+    # registration, the oldest whole days: an average of 24.0 beside an oldest of 23).
+    db.execute("UPDATE watches SET registered_at = registered_at - interval '20 hours'")
+    settings = Settings(database_url=machine.db_url, report_language="de")
+    data = weekly_data(db, settings, FRIDAY_AFTERNOON.date(), FRIDAY_AFTERNOON, None)
+    [stage] = data.open_by_stage
+    assert stage.count == 3
+    assert stage.average_age_days == stage.oldest_age_days == 11  # 2 to 13 March
+    # Opened on different days: the average lies between, the oldest is the oldest.
+    db.execute("UPDATE watches SET base_on = base_on - (id % 3)::int * 4")
+    data = weekly_data(db, settings, FRIDAY_AFTERNOON.date(), FRIDAY_AFTERNOON, None)
+    [stage] = data.open_by_stage
+    assert (stage.average_age_days, stage.oldest_age_days) == (15.0, 19)
+    # Monday to Friday: no Saturday or Sunday in the chart.
+    assert [d.weekday() for d in data.tasks_per_day] == [0, 1, 2, 3, 4]

@@ -59,6 +59,8 @@ def test_a_report_job_without_a_partition_sends_the_current_window_once(
 ) -> None:
     machine.deal(name="Fenster GmbH")
     machine.evaluate(MONDAY)
+    # Its first step is due on Friday the 6th (as if it had entered its stage a week earlier).
+    db.execute("UPDATE watch_steps SET due_on = '2026-03-06' WHERE step_no = 1")
     saturday = MONDAY + timedelta(days=5)  # 7 March 2026, 09:00 Berlin
 
     assert _run(machine, "morning_report", saturday).success  # no partition key: no failure
