@@ -47,7 +47,7 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         held = f", counts {row.held} held back" if row.held else ""
         first_line = row.message.splitlines()[0][:160] if row.message else ""
         print(
-            f"{row.id:>5}  {row.occurred_at.astimezone(zone):%Y-%m-%d %H:%M}  "
+            f"{row.id:>5}  {row.occurred_at.astimezone(zone):%Y-%m-%d %H:%M %Z}  "
             f"{row.kind:<14}  {row.subject}: {channel(row)}{held}"
         )
         print(f"       {first_line}")

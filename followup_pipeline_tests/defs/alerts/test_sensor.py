@@ -3,6 +3,8 @@ sandbox's Graph and ClickUp over HTTP, a set clock. (Under the real daemon: ``te
 
 from __future__ import annotations
 
+import re
+
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -187,6 +189,7 @@ def test_alerts_five_failures_one_mail_four_held_and_counted_in_the_next(
     assert out.endswith("5 row(s) in 1 alert(s) recorded in the last 7 days (all: --all)\n")
     assert out.count("evaluate: held back, counted by alert:run:") == 4
     assert "evaluate: mail, counts 4 held back" in out
+    assert re.search(r"^ +\d+  \d{4}-\d\d-\d\d \d\d:\d\d CES?T  run_failure", out, re.M)  # local
     assert main(["alerts", "list", "--all"]) == 0
     out = capsys.readouterr().out
     assert out.count("  run_failure     evaluate: mail") == 2
