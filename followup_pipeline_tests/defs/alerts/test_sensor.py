@@ -3,9 +3,8 @@ sandbox's Graph and ClickUp over HTTP, a set clock. (Under the real daemon: ``te
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
