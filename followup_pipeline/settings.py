@@ -7,21 +7,26 @@ Secrets are ``SecretStr`` here; Dagster resources receive them as plain strings 
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from datetime import timedelta
+from datetime import time, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AnyHttpUrl, Field, ValidationError, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from followup_pipeline.domain.leads import FORM_FIELDS
 from followup_pipeline.integrations.http import Timeouts
 from followup_pipeline.settings_core import CoreSettings
 from followup_pipeline.settings_vendors import EspoWebhook as EspoWebhook  # for the ingress
 from followup_pipeline.settings_vendors import VendorSettings
 
 ENV_PREFIX = "FOLLOWUP_"
+#: The lead intake's event sources (docs/architecture.md §9): the site form, the payment
+#: provider, and the nightly sweep of the CRM's leads.
+LEAD_SOURCES = ("site-form", "payment", "crm-changes")
 
 
 class ConfigError(ValueError):
@@ -108,6 +113,14 @@ class Settings(VendorSettings, CoreSettings):
     # --- the event log ---------------------------------------------------------------------------
     #: Attempts at an event before it becomes a dead letter.
     event_max_attempts: int = Field(default=5, ge=1)
+    #: Retries of a lead intake event after its first attempt (the reference's ``max_retries``).
+    lead_max_retries: int = Field(default=5, ge=0, le=20)
+    #: A site form's field names where they differ from ours: JSON map our field → the form's
+    #: (e.g. ``{"email": "e-mail"}``); ours are name, email, company, phone, message, consent,
+    #: page.
+    site_form_fields: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    #: When the nightly ``crm_changes`` sweep runs (the team's local time, every day).
+    crm_changes_at: time = time(2, 0)
     #: Failed attempts (since its last replay) after which an action waits as a dead letter.
     action_max_attempts: int = Field(default=5, ge=1)
     #: First wait before a failed event is retried; doubles per attempt, with jitter, up to the max.
@@ -119,6 +132,31 @@ class Settings(VendorSettings, CoreSettings):
     #: Dagster's sensor loop runs every 5 s at best, so 1 means "at every loop": a webhook
     #: reaches its watch in seconds (docs/benchmarks.md, webhook to watch).
     events_sensor_interval_s: int = Field(default=1, ge=1, le=30)
+
+    @field_validator("site_form_fields", mode="before")
+    @classmethod
+    def _form_fields_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("site_form_fields")
+    @classmethod
+    def _form_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(FORM_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"unknown field(s) {', '.join(unknown)}; the keys are ours: "
+                f"{', '.join(FORM_FIELDS)}"
+            )
+        return value
+
+    def event_attempts(self, source: str) -> int:
+        """Attempts at an event of ``source`` before it becomes a dead letter: the lead intake's
+        first attempt and its ``lead_max_retries``, else ``event_max_attempts``."""
+        if source in LEAD_SOURCES:
+            return self.lead_max_retries + 1
+        return self.event_max_attempts
 
     @field_validator("ops_owner", "ops_backup")
     @classmethod

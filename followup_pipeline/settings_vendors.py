@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, field_validator
+from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 #: EspoCRM webhook events the ingress understands (docs/architecture.md §3).
@@ -45,6 +45,9 @@ class VendorSettings(BaseSettings):
     espocrm_legacy_signature: bool = True
     #: Standard Webhooks sources: JSON map source name → list of ``whsec_…`` secrets (rotation).
     standard_webhooks: Annotated[dict[str, list[SecretStr]], NoDecode] = {}
+    #: Sources signed as Stripe signs (``Stripe-Signature``): JSON map source name → list of
+    #: endpoint secrets ``whsec_…`` (the old and the new one while a rolled secret is active).
+    stripe_webhooks: Annotated[dict[str, list[SecretStr]], NoDecode] = {}
 
     # --- ClickUp -------------------------------------------------------------------------------
     clickup_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/clickup/api")
@@ -79,10 +82,43 @@ class VendorSettings(BaseSettings):
     def _json_list(cls, value: Any) -> Any:
         return parse_json(value, [])
 
-    @field_validator("clickup_user_map", "standard_webhooks", mode="before")
+    @field_validator("clickup_user_map", "standard_webhooks", "stripe_webhooks", mode="before")
     @classmethod
     def _json_map(cls, value: Any) -> Any:
         return parse_json(value, {})
+
+    @field_validator("standard_webhooks", "stripe_webhooks")
+    @classmethod
+    def _real_secrets(
+        cls, value: dict[str, list[SecretStr]], info: ValidationInfo
+    ) -> dict[str, list[SecretStr]]:
+        # An empty or short key makes an HMAC anyone can compute: refused, never "no check".
+        for source, secrets in value.items():
+            if not secrets:
+                raise ValueError(f"source {source!r} has no secret")
+            for secret in secrets:
+                text = secret.get_secret_value()
+                if not text.startswith("whsec_") or len(text) < len("whsec_") + 16:
+                    raise ValueError(
+                        f"a secret of source {source!r} is not a webhook signing secret "
+                        "(whsec_ followed by at least 16 characters)"
+                    )
+        return value
+
+    @field_validator("stripe_webhooks")
+    @classmethod
+    def _one_scheme_a_source(
+        cls, value: dict[str, list[SecretStr]], info: ValidationInfo
+    ) -> dict[str, list[SecretStr]]:
+        # A source is signed one way: in both maps, which of its signatures counts would depend
+        # on the order of the ingress's checks (standard_webhooks is validated before this one).
+        both = sorted(set(value) & set(info.data.get("standard_webhooks") or {}))
+        if both:
+            raise ValueError(
+                f"source(s) {', '.join(both)} also in FOLLOWUP_STANDARD_WEBHOOKS; a source is "
+                "signed either as Standard Webhooks or as Stripe, not both"
+            )
+        return value
 
     def crm_deal_url(self, deal_id: str) -> str:
         """The deal's page in EspoCRM's web UI (the API's base without ``/api/v1``)."""

@@ -64,4 +64,4 @@ def registering(conn: Any, crm: Any, settings: Any) -> Any:
     from followup_pipeline.defs.register.registrar import Registrar
     from followup_pipeline.engine.worker import EventWorker
 
-    return EventWorker(conn, Registrar(conn, crm, settings), settings)
+    return EventWorker(conn, Registrar(conn, crm, settings), settings, sources=("espocrm",))

@@ -49,12 +49,13 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCHEDULES = [
+    "crm_changes_nightly",
     "enrich_hourly",
     "evaluate_business_hours",
     "morning_report_weekdays",
     "weekly_report_friday",
 ]
-SENSORS = ["alert_checks", "alerts", "crm_events"]
+SENSORS = ["alert_checks", "alerts", "crm_events", "lead_events"]
 RUNS = """
 query($job: String!) {
   runsOrError(filter: {pipelineName: $job}) {

@@ -169,14 +169,19 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
         "enrich_hourly": [(friday.replace(hour=23, minute=30), None)],
         "morning_report_weekdays": [(friday.replace(hour=7, minute=30), "2026-03-13")],
         "weekly_report_friday": [(friday.replace(hour=15), "2026-03-13")],
+        # Every night, weekends too: the latest missed night is Saturday's.
+        "crm_changes_nightly": [(friday.replace(day=14, hour=2), None)],
     }
     # Not max_catchup_runs: every schedule built from code counts as one without partitions.
-    assert sum(NOT_CAUGHT_UP in message for message in caplog.messages) == 4, caplog.messages
+    assert sum(NOT_CAUGHT_UP in message for message in caplog.messages) == 5, caplog.messages
 
     # The missed ticks left no record, and the daemon does not come back to them.
     assert scheduler.ticks() == dict.fromkeys(scheduler.runs(), 1)
     assert scheduler.iterate(datetime(2026, 3, 15, 23, 59, tzinfo=BERLIN), restarted=True) == []
-    assert sum(len(runs) for runs in scheduler.runs().values()) == 4
+    # Only Sunday night's sweep is new (the business-day schedules skip the weekend).
+    runs = scheduler.runs()
+    assert sum(len(runs) for runs in runs.values()) == 6
+    assert runs["crm_changes_nightly"][0][0] == datetime(2026, 3, 15, 2, 0, tzinfo=BERLIN)
 
 
 def test_missed_ticks_a_failed_tick_is_tried_again(

@@ -81,7 +81,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         with conn.transaction():
             replayed, refused_actions = replay_actions(conn, keys)
     for event_id in requeued:
-        print(f"event:{event_id}: queued for the next register run (original id kept)")
+        print(f"event:{event_id}: queued for its pipeline's next run (original id kept)")
     for event_id, why in refused.items():
         print(f"event:{event_id}: not replayed: {why}")
     for key in replayed:

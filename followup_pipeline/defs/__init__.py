@@ -1,4 +1,5 @@
-"""One folder per capability (register, evaluate, enrich, report, alerts, replay, watch_control);
+"""One folder per capability (register, evaluate, enrich, report, alerts, replay, watch_control,
+lead_intake);
 each keeps its ops (and its jobs, where nothing of them depends on the settings) at module level,
 and has a ``build_defs(settings)`` that makes what Dagster needs at load time (partitions,
 schedules, sensors) and binds the one ``Settings`` as the ``settings`` resource that ops receive.
@@ -18,6 +19,7 @@ from followup_pipeline.defs import (
     alerts,
     enrich,
     evaluate,
+    lead_intake,
     register,
     replay,
     report,
@@ -40,9 +42,9 @@ warnings.filterwarnings(
 )
 
 #: Every capability folder; each builds its own Definitions from the one Settings.
-CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control)
+CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control, lead_intake)
 #: The handler of each event source, from the capabilities that consume events.
-EVENT_HANDLERS = EventHandlers(register.EVENT_HANDLERS)
+EVENT_HANDLERS = EventHandlers({**register.EVENT_HANDLERS, **lead_intake.EVENT_HANDLERS})
 
 
 def build_resources(settings: Settings) -> dict[str, object]:

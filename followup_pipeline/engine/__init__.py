@@ -4,6 +4,8 @@
 - ``ledger``: the action ledger service: one row per outbound effect, its attempts, its outcome.
 - ``mailer``: mail through Graph at most once per ledger key (reports and alerts).
 - ``worker``: the event worker: claims, per-item completions, backoff, dead letters, replay.
+- ``event_sensor``: the sensor tick that launches a pipeline's job when its sources' events are
+  due.
 - ``runs``: what a Dagster run of any pipeline reports (outcome tag, counts) and the business
   day of a schedule's tick.
 

@@ -73,6 +73,8 @@ class EventWorker:
         handler: EventHandler,
         settings: Settings,
         rng: random.Random | None = None,
+        *,
+        sources: Sequence[str],
     ) -> None:
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             raise StoreError("the event worker needs a connection with no transaction open")
@@ -81,6 +83,8 @@ class EventWorker:
         self.settings = settings
         self.rng = rng or random.Random()  # noqa: S311 (backoff jitter)
         self.counts = handler.counts
+        #: The sources whose due events this worker claims (a replay claims any it is named).
+        self.sources = tuple(sources)
 
     def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
         """Claim and process due events (or the named pending ones: a replay), batch by batch."""
@@ -92,7 +96,14 @@ class EventWorker:
                     batch = events.claim_ids(self.conn, ids, lease=LEASE, run=run)
                 else:
                     limit = self.settings.event_batch_size
-                    batch = events.claim(self.conn, limit=limit, lease=LEASE, run=run, exclude=seen)
+                    batch = events.claim(
+                        self.conn,
+                        limit=limit,
+                        lease=LEASE,
+                        run=run,
+                        sources=self.sources,
+                        exclude=seen,
+                    )
             for event in batch:
                 seen.append(event.id)
                 self.process(event)
@@ -108,7 +119,7 @@ class EventWorker:
         Any failure but a lost connection is this event's, never the run's.
         """
         self.counts["events_claimed"] += 1
-        if event.attempts >= self.settings.event_max_attempts:
+        if event.attempts >= self.settings.event_attempts(event.source):
             # Every attempt was charged and none ended: the worker died on it each time. A dead
             # letter now, before it can kill this run too and hold back the events behind it.
             message = f"the worker died during each of its {event.attempts} attempts"
@@ -147,7 +158,7 @@ class EventWorker:
                 event=event,
                 step=storable(step, 200),
                 error=storable(error),
-                max_attempts=1 if permanent else self.settings.event_max_attempts,
+                max_attempts=1 if permanent else self.settings.event_attempts(event.source),
                 delay=delay,
             )
         self.counts["events_dead" if dead else "events_retried"] += 1

@@ -1,9 +1,12 @@
 """The webhook ingress: verify, store, commit, and only then answer 200 (docs/architecture.md §3).
 
-It holds no business logic. Answers: 200 stored (or a counted duplicate); 400 signed but
-unparseable (kept as a dead letter); 401 bad or missing signature, stale timestamp, unknown
-webhook or source (nothing stored); 413 body over the limit; 503 when the database cannot store
-it (EspoCRM retries 503, not 502/504). Every answer but 200 carries ``{"error", "detail"}``.
+It holds no business logic. Sources: EspoCRM (``/webhooks/espocrm``), and under
+``/webhooks/{source}`` those of ``FOLLOWUP_STANDARD_WEBHOOKS`` (Standard Webhooks) and of
+``FOLLOWUP_STRIPE_WEBHOOKS`` (signed as Stripe signs). Answers: 200 stored (or a counted
+duplicate); 400 signed but unparseable (kept as a dead letter); 401 bad or missing signature,
+stale timestamp, unknown webhook or source (nothing stored); 413 body over the limit; 503 when
+the database cannot store it (EspoCRM retries 503, not 502/504). Every answer but 200 carries
+``{"error", "detail"}``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from starlette.routing import Route
 
 from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.metrics import Metrics
-from followup_pipeline.ingress.signatures import Rejected, Verified, verify_espocrm, verify_standard
+from followup_pipeline.ingress.signatures import (
+    Rejected,
+    Verified,
+    verify_espocrm,
+    verify_standard,
+    verify_stripe,
+)
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
@@ -52,6 +61,7 @@ KEPT_HEADERS = (
     "webhook-id",
     "webhook-timestamp",
     "webhook-signature",
+    "stripe-signature",
 )
 
 
@@ -139,16 +149,20 @@ class Ingress:
                 self.settings.espocrm_webhooks,
                 accept_legacy=self.settings.espocrm_legacy_signature,
             )
+        if source in self.settings.stripe_webhooks:
+            secrets = [s.get_secret_value() for s in self.settings.stripe_webhooks[source]]
+            return verify_stripe(request.headers, body, secrets, now=self.now())
         secrets = [s.get_secret_value() for s in self.settings.standard_webhooks[source]]
         return verify_standard(request.headers, body, secrets, now=self.now())
 
     async def receive(self, request: Request, source: str) -> Response:
         """Verify, store and commit one delivery; then answer."""
-        if source != "espocrm" and source not in self.settings.standard_webhooks:
+        stripe = source in self.settings.stripe_webhooks
+        if source != "espocrm" and source not in self.settings.standard_webhooks and not stripe:
             raise Rejected("unknown_source", "no webhook source of that name is configured")
         body = await _read_body(request, self.settings.ingress_max_body_bytes)
         verified = self.verify(source, request, body)
-        parsed = parse_delivery(source, verified.event_type, body)
+        parsed = parse_delivery(source, verified.event_type, body, stripe=stripe)
         headers = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
         params = events.delivery_params(
             source=source,
@@ -157,7 +171,8 @@ class Ingress:
             headers=headers,
             status=parsed.status,
             error=parsed.error,
-            delivery_id=verified.delivery_id,
+            # Standard Webhooks: the signed webhook-id; Stripe: the event id in the body.
+            delivery_id=verified.delivery_id or parsed.delivery_id,
         )
         try:
             stored = await self._store(params)

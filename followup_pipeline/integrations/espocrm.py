@@ -1,4 +1,5 @@
-"""EspoCRM client (REST ``/api/v1``): deals, their activity, and the valid stage names.
+"""EspoCRM client (REST ``/api/v1``): deals, their activity, the valid stage names, and the
+Leads changed since a moment.
 
 Read only. Auth by ``X-Api-Key`` or, with a secret, the HMAC header. EspoCRM has no rate limit;
 its errors have empty bodies and the reason in ``X-Status-Reason``.
@@ -21,6 +22,7 @@ from followup_pipeline.integrations.espocrm_models import (
     Deal,
     DealListing,
     Email,
+    Lead,
     Listing,
     Meeting,
     R,
@@ -62,6 +64,12 @@ NO_MORE = -2
 EMAIL_CHANGE_FIELDS = "id,parentType,parentId,createdAt,modifiedAt,dateSent"
 ACTIVITY_FIELDS = "id,name,status,dateStart"
 ACTIVITY_CHANGE_FIELDS = "id,name,status,dateStart,parentType,parentId,modifiedAt"
+#: What the lead intake reads of a Lead: who the person is, how to reach them, where the lead
+#: stands, and when it was created and last changed (docs/vendors.md, Leads).
+LEAD_FIELDS = (
+    "id,name,firstName,lastName,emailAddress,phoneNumber,accountName,status,source,description,"
+    "assignedUserId,createdAt,modifiedAt"
+)
 
 
 def espo_datetime(moment: datetime) -> str:
@@ -69,16 +77,21 @@ def espo_datetime(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _changed(since: datetime) -> dict[str, Any]:
-    """``where`` of the activity of Opportunities modified after ``since``."""
-    return {
+def _changed(since: datetime, parent_type: str | None = "Opportunity") -> dict[str, Any]:
+    """``where`` of the records modified after ``since``: by default the activity of
+    Opportunities; with ``parent_type`` None, every record (a Lead has no parent)."""
+    where = {
         "where[0][type]": "after",
         "where[0][attribute]": "modifiedAt",
         "where[0][value]": espo_datetime(since),
-        "where[1][type]": "equals",
-        "where[1][attribute]": "parentType",
-        "where[1][value]": "Opportunity",
     }
+    if parent_type is not None:
+        where |= {
+            "where[1][type]": "equals",
+            "where[1][attribute]": "parentType",
+            "where[1][value]": parent_type,
+        }
+    return where
 
 
 def hmac_header(*, api_key: str, secret: str, method: str, path: str) -> str:
@@ -94,7 +107,8 @@ def status_reason(response: httpx.Response) -> str:
 
 
 class EspoCrmClient:
-    """Typed access to EspoCRM's Opportunity, its e-mails, calls and meetings, and metadata."""
+    """Typed access to EspoCRM's Opportunity, its e-mails, calls and meetings, its Leads, and
+    metadata."""
 
     def __init__(
         self,
@@ -185,6 +199,18 @@ class EspoCrmClient:
         """Every deal's meetings modified after ``since`` (a meeting marked Held late counts)."""
         where = _changed(since)
         return self._listing("Meeting", Meeting, ACTIVITY_CHANGE_FIELDS, "createdAt", where)
+
+    def list_leads_since(self, *, since: datetime) -> Listing[Lead]:
+        """Every Lead modified after ``since`` (``GET /Lead``, ``modifiedAt`` after it, to the
+        second: EspoCRM keeps no fractions, so the caller reads from a margin before its cursor),
+        a Lead created since included (its ``modifiedAt`` is its ``createdAt``), so a lead typed
+        into the CRM by hand reaches the lead intake (docs/vendors.md, Leads).
+
+        Ordered by ``createdAt``, which an edit does not move: a Lead edited while the pages are
+        read can only be read twice, never skipped. A Lead that breaks the schema is in
+        ``invalid``, with its raw record; the others parse."""
+        where = _changed(since, parent_type=None)
+        return self._listing("Lead", Lead, LEAD_FIELDS, "createdAt", where)
 
     def list_calls(self, *, deal_id: str) -> Listing[Call]:
         """The calls linked to a deal."""

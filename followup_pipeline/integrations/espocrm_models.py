@@ -110,6 +110,40 @@ class Meeting(Call):
     """A meeting linked to a deal; same shape as a call."""
 
 
+def _blank_is_none(value: Any) -> Any:
+    """EspoCRM writes an empty enum option or a cleared field as ``""``: no value, as null is."""
+    return None if value == "" else value
+
+
+#: A value the CRM may leave empty (``""`` or null), kept as None then.
+OptionalCrmText = Annotated[str | None, BeforeValidator(_blank_is_none)]
+#: A name the CRM may leave empty, kept as None then, else cleaned like every CRM name.
+BlankableCrmName = Annotated[OptionalCrmName, BeforeValidator(_blank_is_none)]
+
+
+class Lead(EspoRecord):
+    """A Lead, as the nightly sweep reads it for the lead intake (docs/vendors.md, Leads).
+
+    Every name is optional: EspoCRM asks for a first or last name only when the lead has no
+    account name, e-mail address or phone number (``logicDefs/Lead.json``), and its ``name`` is
+    ``NULLIF(TRIM(firstName + ' ' + lastName), '')``, so a lead typed in with only a company and
+    an address has no name at all; that is a lead still, not a broken record. ``status`` is
+    always set (its enum defaults to ``New``), and the two datetimes are EspoCRM's own."""
+
+    name: BlankableCrmName = None
+    first_name: BlankableCrmName = None
+    last_name: BlankableCrmName = None
+    email_address: OptionalCrmText = None
+    phone_number: OptionalCrmText = None
+    account_name: BlankableCrmName = None
+    status: CrmName
+    source: BlankableCrmName = None
+    description: str | None = None
+    assigned_user_id: OptionalCrmName = None
+    created_at: EspoDateTime
+    modified_at: EspoDateTime
+
+
 R = TypeVar("R", bound=EspoRecord)
 
 

@@ -1,6 +1,8 @@
 """A sales team at work, for the demo: every few minutes one deal moves on (into an offer, into
 negotiation, won or lost) or gets an e-mail, through the same code as the control API, so the
-CRM's webhooks flow and ``register`` runs by itself. New prospects arrive when few are left."""
+CRM's webhooks flow and ``register`` runs by itself. New prospects arrive when few are left.
+Now and then a lead arrives too: a site form or a payment, sometimes sent twice
+(``intake.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import random
 from datetime import timedelta
 
 from followup_pipeline.sandbox.demo import demo_data, email_about
+from followup_pipeline.sandbox.intake import intake_step
 from followup_pipeline.sandbox.records import (
     RecordError,
     add_activity,
@@ -61,17 +64,28 @@ def _new_prospect(state: SandboxState, rng: random.Random) -> str:
 
 
 async def run(state: SandboxState, *, every_s: float, first_s: float, seed: int) -> None:
-    """Change one deal after ``first_s``, then every ``every_s`` seconds, until cancelled."""
+    """Change one deal after ``first_s``, then every ``every_s`` seconds, until cancelled; with
+    the first change and about every other one after it, a lead arrives (the senders' job sends
+    it within a tick)."""
     rng = random.Random(seed)
+    # A source of its own: the deals' changes stay those of the seed.
+    leads = random.Random(seed + 1)
     await asyncio.sleep(first_s)
     first = True
     while True:
+        lines = []
         try:
-            said = step(state, rng, into_offer=first)
+            lines.append(step(state, rng, into_offer=first))
         except RecordError as error:  # e.g. a stage renamed through the control API
-            said = f"nothing ({error})"
+            lines.append(f"nothing ({error})")
         except Exception as error:  # a demo's hiccup must not end the demo
-            said = f"nothing ({type(error).__name__}: {error})"
-        print(f"sandbox demo activity: {said}", flush=True)
+            lines.append(f"nothing ({type(error).__name__}: {error})")
+        if first or leads.random() < 0.5:
+            try:
+                lines.append(intake_step(state, leads))
+            except Exception as error:  # the demo goes on
+                lines.append(f"no lead ({type(error).__name__}: {error})")
+        for said in lines:
+            print(f"sandbox demo activity: {said}", flush=True)
         first = False
         await asyncio.sleep(every_s)

@@ -71,8 +71,10 @@ def create_app(
     With ``config.state_file``, the world kept there is loaded (``app.state.kept`` says whether
     there was one) and saved while the app runs.
 
-    The webhook queue job runs while the app's lifespan runs (uvicorn, ``TestClient`` used as a
-    context manager); without it, ``POST /_sandbox/webhooks/flush`` sends the queue.
+    The webhook queue job and the senders' job (site form, payments) run while the app's lifespan
+    runs (uvicorn, ``TestClient`` used as a context manager); without it,
+    ``POST /_sandbox/webhooks/flush`` sends the queue, and a form or payment sent through the
+    control API makes its first attempt before the answer.
     """
     state = SandboxState(config or SandboxConfig())
     state.webhooks.transport = webhook_transport
@@ -85,7 +87,10 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         _quiet_drops()
         config = state.config
-        jobs = [asyncio.create_task(state.webhooks.run())]
+        jobs = [
+            asyncio.create_task(state.webhooks.run()),
+            asyncio.create_task(state.senders.run(config.sender_tick_s)),
+        ]
         if config.demo_activity_s is not None:
             jobs.append(
                 asyncio.create_task(

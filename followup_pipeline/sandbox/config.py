@@ -1,5 +1,6 @@
 """The sandbox's own configuration: credentials it accepts, webhooks it sends, its slow clocks."""
 
+import base64
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -75,6 +76,18 @@ class SandboxConfig(BaseModel):
     webhook_batch_size: int = Field(default=50, ge=1, le=50)
     #: Items EspoCRM's queue job takes in one run (``webhookQueueEventPortionSize``).
     webhook_queue_portion: int = Field(default=20, ge=1)
+
+    # The site form (Standard Webhooks, as Svix sends them) and the payment provider (Stripe):
+    # their webhooks go beside the EspoCRM webhooks' target, to `…/site-form` and `…/payment`.
+    #: Standard Webhooks' secret form: ``whsec_`` + base64 of the key's bytes (here 32).
+    site_form_secret: SecretStr = SecretStr(
+        "whsec_" + base64.b64encode(b"sandbox-site-form-secret-32bytes").decode()
+    )
+    #: A Stripe endpoint secret: ``whsec_`` + 32 characters, used as it is (not decoded).
+    payment_secret: SecretStr = SecretStr("whsec_sandboxPaymentEndpointSecret0000")
+    #: How often the two senders look for due deliveries; their retries wait on the sandbox's
+    #: clock (``POST /_sandbox/clock`` brings them on).
+    sender_tick_s: float = Field(default=1.0, gt=0)
 
     # ClickUp
     clickup_token: SecretStr = SecretStr("pk_sandbox_0000000_SANDBOXTOKEN")

@@ -15,6 +15,7 @@ from followup_pipeline.sandbox.config import WebhookSpec
 from followup_pipeline.sandbox.demo import demo_data
 from followup_pipeline.sandbox.faults import FaultSpec
 from followup_pipeline.sandbox.graph_body import mailbox_of, user_id
+from followup_pipeline.sandbox.intake import intake_routes
 from followup_pipeline.sandbox.records import (
     ACTIVITY_KINDS,
     RecordError,
@@ -248,6 +249,7 @@ def control_app(state: SandboxState) -> Starlette:
         Route("/webhooks/flush", flush, methods=["POST"]),
         Route("/clock", clock, methods=["GET", "POST"]),
         Route("/stages", stages, methods=["GET", "PUT"]),
+        *intake_routes(state),
     ]
     return Starlette(
         routes=[Route(r.path, _checked(r.endpoint), methods=r.methods) for r in routes]

@@ -5,6 +5,7 @@ import shlex
 
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.demo import SALESPEOPLE
+from followup_pipeline.sandbox.senders import PAYMENT, SITE_FORM
 
 #: The report recipients of a machine on the sandbox (``example.com`` reaches nobody).
 DEMO_RECIPIENTS = ("sales-team@example.com", "sales-lead@example.com")
@@ -34,6 +35,14 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_MISTRAL_URL": f"{base}/mistral",
         "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
         "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),
+        # The site form's and the payment provider's secrets (senders.py), so that the
+        # machine's ingress accepts what the sandbox sends to `…/site-form` and `…/payment`.
+        "FOLLOWUP_STANDARD_WEBHOOKS": json.dumps(
+            {SITE_FORM: [config.site_form_secret.get_secret_value()]}, separators=(",", ":")
+        ),
+        "FOLLOWUP_STRIPE_WEBHOOKS": json.dumps(
+            {PAYMENT: [config.payment_secret.get_secret_value()]}, separators=(",", ":")
+        ),
         # Who the demo's reports go to: example addresses, in the sandbox's outbox only (this
         # file is written for a sandbox alone, never with real vendors).
         "FOLLOWUP_REPORT_RECIPIENTS": ",".join(DEMO_RECIPIENTS),

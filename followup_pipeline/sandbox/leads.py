@@ -4,6 +4,12 @@ listings across deals (``/Email``, ``/Call``, ``/Meeting``), for the EspoCRM dou
 The duplicate check is EspoCRM's: a create whose e-mail address, or first and last name, matches a
 lead answers 409 with the duplicates as a JSON array, unless the request says
 ``X-Skip-Duplicate-Check: true``.
+
+A Lead's name is EspoCRM's: it needs a first or last name only when it has no account name, e-mail
+address or phone number (``logicDefs/Lead.json``, checked by the server too), and its ``name`` is
+``NULLIF(TRIM(firstName + ' ' + lastName), '')`` (``PersonName``): null when both are empty. The
+listing is the search of every list (``search.py``), so ``where`` (``after`` a ``modifiedAt``),
+``select``, ``orderBy``, ``offset``/``maxSize`` and ``X-No-Total`` answer as EspoCRM's do.
 """
 
 import json
@@ -51,8 +57,13 @@ async def _body(request: Request) -> dict[str, Any] | Response:
     return body
 
 
-def _name(lead: dict[str, Any]) -> str:
-    return " ".join(p for p in (lead.get("firstName"), lead.get("lastName")) if p) or ""
+#: A Lead's name is required only when none of these is given (``logicDefs/Lead.json``).
+REACHABLE_BY = ("accountName", "emailAddress", "phoneNumber")
+
+
+def _name(lead: dict[str, Any]) -> str | None:
+    """EspoCRM's ``name`` of a person: first and last name, or null when both are empty."""
+    return " ".join(p for p in (lead.get("firstName"), lead.get("lastName")) if p) or None
 
 
 def _duplicates(state: SandboxState, lead: dict[str, Any]) -> list[dict[str, Any]]:
@@ -91,8 +102,8 @@ async def create_lead(request: Request, state: SandboxState) -> Response:
     body = await _body(request)
     if isinstance(body, Response):
         return body
-    if not body.get("lastName"):
-        return espo_error(400, "Field lastName is required.")
+    if not _name(body) and not any(body.get(key) for key in REACHABLE_BY):
+        return espo_error(400, "Field name is required.")
     skip = request.headers.get("x-skip-duplicate-check", "").lower() == "true"
     found = [] if skip else _duplicates(state, body)
     if found:

@@ -25,7 +25,8 @@ VERSION = 1
 
 
 def snapshot(state: SandboxState) -> dict[str, Any]:
-    """What a restart should find: the records, the outbox and the webhooks still queued."""
+    """What a restart should find: the records, the outbox, the webhooks still queued, and the
+    forms and payments sent (their retries go on; a redelivery by id still finds them)."""
     return {
         "version": VERSION,
         "deals": state.deals,
@@ -40,6 +41,7 @@ def snapshot(state: SandboxState) -> dict[str, Any]:
             {"webhook_id": item.webhook_id, "data": item.data, "attempts": item.attempts}
             for item in state.webhooks.queue
         ],
+        "senders": [message.describe() for message in state.senders.messages.values()],
     }
 
 
@@ -101,6 +103,8 @@ def load(state: SandboxState, path: Path) -> bool:
         records.backfill(state)
         for item in data["queue"]:
             state.webhooks.restore(item["webhook_id"], item["data"], int(item["attempts"]))
+        for item in data.get("senders", []):  # a file from before has none
+            state.senders.restore(item)
         # A seeded source would give the ids of the first run again (a new task would replace
         # an old one): after a restart, ids come from the system's randomness.
         state.rng.seed()

@@ -18,12 +18,16 @@ def parser() -> argparse.ArgumentParser:
     """The command's arguments."""
     command = argparse.ArgumentParser(
         prog="followup sandbox",
-        description="Serve local doubles of EspoCRM, ClickUp, Microsoft Graph and Mistral.",
+        description="Serve local doubles of EspoCRM, ClickUp, Microsoft Graph and Mistral, and "
+        "the site form's and the payment provider's webhooks.",
     )
     command.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
     command.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     command.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-    command.add_argument("--webhook-url", help="where EspoCRM webhooks are delivered")
+    command.add_argument(
+        "--webhook-url",
+        help="where EspoCRM webhooks are delivered (site forms and payments: beside it)",
+    )
     command.add_argument("--env-file", type=Path, help="also write the FOLLOWUP_* lines here")
     command.add_argument("--no-demo-data", action="store_true", help="start with no deals")
     command.add_argument(
@@ -34,16 +38,25 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument(
         "--demo",
         action="store_true",
-        help="a live demo: webhooks every 5 s, and one deal changes every --activity-every s",
+        help="a live demo: webhooks every 5 s, and one deal changes every --activity-every s "
+        "(now and then a site form or a payment arrives too)",
     )
     command.add_argument("--activity-every", type=float, default=90.0, help="seconds (--demo)")
     return command
 
 
+#: Variables that hold secrets the ingress reads itself (not Dagster: not in SECRET_VARIABLES).
+WEBHOOK_SECRETS = (
+    "FOLLOWUP_ESPOCRM_WEBHOOKS",
+    "FOLLOWUP_STANDARD_WEBHOOKS",
+    "FOLLOWUP_STRIPE_WEBHOOKS",
+)
+
+
 def masked(line: str) -> str:
     """An env line with its value hidden when the variable holds a secret."""
     name, _, _ = line.partition("=")
-    if name in SECRET_VARIABLES.values() or name == "FOLLOWUP_ESPOCRM_WEBHOOKS":
+    if name in SECRET_VARIABLES.values() or name in WEBHOOK_SECRETS:
         return f"{name}=…  (hidden; --env-file FILE writes it)"
     return line
 

@@ -9,6 +9,7 @@ from typing import Any
 from followup_pipeline.sandbox.clock import Clock
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.faults import FaultBook
+from followup_pipeline.sandbox.senders import Senders
 from followup_pipeline.sandbox.webhooks import WebhookDispatcher
 
 Record = dict[str, Any]
@@ -31,6 +32,8 @@ class SandboxState:
     clock: Clock = field(init=False)
     faults: FaultBook = field(init=False)
     webhooks: WebhookDispatcher = field(init=False)
+    #: The site form's and the payment provider's webhooks (``senders.py``).
+    senders: Senders = field(init=False)
     deals: dict[str, Record] = field(default_factory=dict)
     activities: dict[str, dict[str, list[Record]]] = field(default_factory=dict)
     leads: dict[str, Record] = field(default_factory=dict)
@@ -54,11 +57,12 @@ class SandboxState:
         self.rng = random.Random(self.config.seed)
         self.faults = FaultBook(self.rng)
         self.webhooks = WebhookDispatcher(self.config, self.rng, self.faults, self.clock)
+        self.senders = Senders(self.config, self.clock, self.webhooks)
         self.mailboxes[:] = self.config.graph_mailboxes
 
     def reset(self, seed: int | None = None) -> None:
-        """Forget every record, fault, counter and queued webhook, and the mailboxes added since
-        the start; re-seed the random source and put the clock back."""
+        """Forget every record, fault, counter, queued webhook and sent form or payment, and the
+        mailboxes added since the start; re-seed the random source and put the clock back."""
         self.rng.seed(self.config.seed if seed is None else seed)
         self.clock.reset(self.config.start)
         stores = (self.deals, self.activities, self.leads, self.tasks, self.comments, self.tokens)
@@ -72,6 +76,7 @@ class SandboxState:
         self.stats.clear()
         self.faults.clear()
         self.webhooks.reset()
+        self.senders.reset()
 
     def new_id(self, length: int = 17) -> str:
         """A random lowercase hex id, 17 characters like EspoCRM's by default."""

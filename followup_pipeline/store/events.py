@@ -36,8 +36,9 @@ DELIVERY_ID_RETENTION = timedelta(days=7)
 DELIVERY_ID_MAX = 255
 #: Namespace (first key) of the dedup advisory locks; the second key is the dedup key's hash.
 DEDUP_LOCK_NAMESPACE = 0x46550001
-#: Sources whose events a run knows how to process; the others are stored as ``unhandled``.
-HANDLED_SOURCES = ("espocrm",)
+#: Sources whose events a run knows how to process (EspoCRM's deal webhooks: ``register``; the
+#: lead sources: ``lead_intake``); the others are stored as ``unhandled``.
+HANDLED_SOURCES = ("espocrm", "site-form", "payment", "crm-changes")
 
 StoredStatus = Literal["pending", "unhandled", "dead"]
 
@@ -211,14 +212,15 @@ def claim(
     limit: int,
     lease: timedelta,
     run: str,
+    sources: Sequence[str],
     exclude: Sequence[int] = (),
 ) -> list[Event]:
-    """Lease up to ``limit`` due events of the handled sources (not those in ``exclude``, seen
-    by this run already), in id order; each claim counts an attempt. Commit the claim at once:
-    it is a lease, not a lock held while the CRM is asked (call inside a transaction)."""
+    """Lease up to ``limit`` due events of ``sources`` (not those in ``exclude``, seen by this
+    run already), in id order. Commit the claim at once: it is a lease, not a lock held while
+    the CRM is asked (call inside a transaction)."""
     require_transaction(conn, "claim")
     params = {
-        "sources": list(HANDLED_SOURCES),
+        "sources": list(sources),
         "limit": limit,
         "lease": lease,
         "run": run,
@@ -238,9 +240,11 @@ def claim_ids(
     return sorted(rows, key=lambda event: event.id)
 
 
-def due_events(conn: psycopg.Connection[Any], *, limit: int) -> list[DueEvent]:
-    """Ids and attempts of the due events, oldest first."""
-    params = {"sources": list(HANDLED_SOURCES), "limit": limit}
+def due_events(
+    conn: psycopg.Connection[Any], *, limit: int, sources: Sequence[str]
+) -> list[DueEvent]:
+    """Ids and attempts of the due events of ``sources``, oldest first."""
+    params = {"sources": list(sources), "limit": limit}
     return fetch_all(conn, DueEvent, query("events_due"), params)
 
 

@@ -241,6 +241,53 @@ CREATE TABLE followup.job_cursors (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE followup.lead_events (
+    id bigint NOT NULL,
+    lead_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    source text NOT NULL,
+    kind text NOT NULL,
+    received_at timestamp with time zone NOT NULL,
+    amount numeric,
+    currency text,
+    page text,
+    message text,
+    crm_lead_id text,
+    CONSTRAINT lead_events_kind_valid CHECK ((kind = ANY (ARRAY['form'::text, 'payment'::text, 'crm'::text])))
+);
+
+ALTER TABLE followup.lead_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.lead_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE followup.leads (
+    id bigint NOT NULL,
+    email text NOT NULL,
+    name text,
+    company text,
+    phone text,
+    consent boolean,
+    consent_at timestamp with time zone,
+    first_source text NOT NULL,
+    first_seen_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone NOT NULL,
+    crm_lead_id text
+);
+
+ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.leads_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE followup.review_items (
     id bigint NOT NULL,
     subject_type text DEFAULT 'Opportunity'::text NOT NULL,
@@ -417,6 +464,18 @@ ALTER TABLE ONLY followup.holidays
 ALTER TABLE ONLY followup.job_cursors
     ADD CONSTRAINT job_cursors_pkey PRIMARY KEY (name);
 
+ALTER TABLE ONLY followup.lead_events
+    ADD CONSTRAINT lead_events_event_unique UNIQUE (event_id);
+
+ALTER TABLE ONLY followup.lead_events
+    ADD CONSTRAINT lead_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.leads
+    ADD CONSTRAINT leads_email_unique UNIQUE (email);
+
+ALTER TABLE ONLY followup.leads
+    ADD CONSTRAINT leads_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY followup.review_items
     ADD CONSTRAINT review_items_pkey PRIMARY KEY (id);
 
@@ -457,6 +516,8 @@ CREATE UNIQUE INDEX events_delivery_id ON followup.events USING btree (source, d
 
 CREATE INDEX events_pending ON followup.events USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
+CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
+
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
 
 CREATE INDEX step_completions_event ON followup.step_completions USING btree (event_id);
@@ -481,6 +542,12 @@ ALTER TABLE ONLY followup.actions
 
 ALTER TABLE ONLY followup.deal_marks
     ADD CONSTRAINT deal_marks_last_event_id_fkey FOREIGN KEY (last_event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.lead_events
+    ADD CONSTRAINT lead_events_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.lead_events
+    ADD CONSTRAINT lead_events_lead_id_fkey FOREIGN KEY (lead_id) REFERENCES followup.leads(id);
 
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);

@@ -32,14 +32,17 @@ JOBS = [
     "watch_control",
     "review",
     "alert",
+    "lead_intake",
+    "crm_changes",
 ]
 SCHEDULES = [
     "evaluate_business_hours",
     "enrich_hourly",
     "morning_report_weekdays",
     "weekly_report_friday",
+    "crm_changes_nightly",
 ]
-SENSORS = ["crm_events", "alerts", "alert_checks"]
+SENSORS = ["crm_events", "alerts", "alert_checks", "lead_events"]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import psycopg
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from followup_pipeline.ingress.signatures import standard_signature
+from followup_pipeline.ingress.signatures import standard_signature, stripe_signature
 from followup_pipeline.sandbox.webhooks import signatures
 
 from .conftest import FORM_SECRET, STAGE_HOOK, IngressFactory
@@ -31,12 +31,20 @@ ITEM = st.fixed_dictionaries(
     {"id": ANY_TEXT | st.integers() | st.none()},
     optional={"stage": JSON_VALUES, "name": JSON_VALUES, "accountName": ANY_TEXT},
 )
+#: Shapes close to a Stripe event, so that its id and type are tried too.
+EVENT = st.fixed_dictionaries(
+    {"id": ANY_TEXT | st.integers() | st.none()},
+    optional={"type": JSON_VALUES, "object": ANY_TEXT, "data": JSON_VALUES},
+)
+PAY_SECRET = "whsec_hostileEndpointSecret0001"
 DEEP = ("[" * 100_000 + "]" * 100_000).encode()
 HUGE = json.dumps([{"id": "d1", "name": "x" * 900_000}]).encode()
 
 
 def _bodies() -> st.SearchStrategy[bytes]:
-    encoded = (JSON_VALUES | st.lists(ITEM, max_size=5)).map(lambda v: json.dumps(v).encode())
+    encoded = (JSON_VALUES | st.lists(ITEM, max_size=5) | EVENT).map(
+        lambda v: json.dumps(v).encode()
+    )
     return encoded | st.sampled_from([DEEP, HUGE, b'{"type": "\\ud800x"}', b"\x00\xff"])
 
 
@@ -55,6 +63,11 @@ def _standard(body: bytes) -> dict[str, str]:
         "webhook-timestamp": str(stamp),
         "webhook-signature": signature,
     }
+
+
+def _stripe(body: bytes) -> dict[str, str]:
+    stamp = int(time.time())
+    return {"Stripe-Signature": f"t={stamp},v1={stripe_signature(PAY_SECRET, stamp, body)}"}
 
 
 def _check(
@@ -80,18 +93,21 @@ def _check(
 def test_hostile_signed_bodies_get_200_or_400_never_500(
     make_ingress: IngressFactory, db: psycopg.Connection[Any]
 ) -> None:
-    with make_ingress() as client:
+    with make_ingress(stripe_webhooks={"payment": [PAY_SECRET]}) as client:
 
         @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(body=_bodies())
         @example(body=DEEP)
         @example(body=b'{"type": "\\ud800"}')
         @example(body=b'[{"id": "a\\u0000b", "stage": "Proposal"}]')
-        def post_both(body: bytes) -> None:
+        @example(body=b'{"id": "evt_\\u0000\\ud800", "type": "\\udfff"}')
+        @example(body=b'{"id": "' + b"e" * 5000 + b'"}')
+        def post_all(body: bytes) -> None:
             _check(client, db, "/webhooks/espocrm", body, _espocrm(body))
             _check(client, db, "/webhooks/forms", body, _standard(body))
+            _check(client, db, "/webhooks/payment", body, _stripe(body))
 
-        post_both()
+        post_all()
 
 
 def test_hostile_nesting_past_the_limit_is_refused_whatever_the_stack(

@@ -1,19 +1,13 @@
-"""Registration: the ``crm_events`` sensor over the event log and the ``register`` job.
+"""Registration: the ``crm_events`` sensor over the event log (``engine/event_sensor.py``) and the
+``register`` job."""
 
-Run keys: Dagster keeps a run key for as long as its run exists, failed runs included
-(docs/dagster.md), so a key made only from the events would block their retry. The key counts the
-sensor's launches (its cursor) and names the due events' ids and attempts; a second run is never
-launched while a ``register`` run is queued or running, and claims use ``SKIP LOCKED`` whatever
-happens.
-"""
-
-import hashlib
 from typing import Any
 
 import dagster as dg
 import psycopg
 
 from followup_pipeline.defs.register.registrar import Registrar
+from followup_pipeline.engine.event_sensor import events_tick
 from followup_pipeline.engine.runs import RunCounts, outcome_output
 from followup_pipeline.engine.worker import (
     EventWorker,
@@ -24,15 +18,7 @@ from followup_pipeline.engine.worker import (
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.events import due_events
 
-EVENTS_TAG = "followup/events"
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 #: A register run that outlives this is failed by run monitoring, so a run whose worker died can
 #: never hold back the sensor (which waits while a run is in flight) for longer.
 MAX_RUNTIME_S = 30 * 60
@@ -48,7 +34,7 @@ def register_events(
     """Claim due events in batches and open or close watches; counts as run metadata."""
     with postgres.connection() as conn:
         handler = make_registrar(conn, settings, {"espocrm": espocrm})
-        counts = dict(EventWorker(conn, handler, settings).run())
+        counts = dict(EventWorker(conn, handler, settings, sources=SOURCES).run())
     return outcome_output(context, worker_outcome(counts), counts)
 
 
@@ -76,28 +62,20 @@ def make_registrar(
 
 #: The sources whose events this capability handles.
 EVENT_HANDLERS: dict[str, HandlerFactory] = {"espocrm": make_registrar}
+SOURCES = tuple(EVENT_HANDLERS)
 
 
 def crm_events_tick(
     context: dg.SensorEvaluationContext, postgres: PostgresResource, settings: Settings
 ) -> dg.SensorResult | dg.SkipReason:
     """Launch ``register`` when events are due and no ``register`` run is in flight."""
-    in_flight = context.instance.get_runs(
-        filters=dg.RunsFilter(job_name=register.name, statuses=IN_FLIGHT), limit=1
+    return events_tick(
+        context,
+        postgres,
+        job_name=register.name,
+        sources=SOURCES,
+        limit=settings.event_batch_size,
     )
-    if in_flight:
-        return dg.SkipReason(f"register run {in_flight[0].run_id} is still in flight")
-    with postgres.connection() as conn:
-        due = due_events(conn, limit=settings.event_batch_size)
-    if not due:
-        return dg.SkipReason("no events due")
-    launches = int(context.cursor or 0) + 1
-    names = ",".join(f"{event.id}:{event.attempts}" for event in due)
-    digest = hashlib.sha256(names.encode()).hexdigest()[:12]
-    request = dg.RunRequest(
-        run_key=f"register-{launches}-{digest}", tags={EVENTS_TAG: str(len(due))}
-    )
-    return dg.SensorResult(run_requests=[request], cursor=str(launches))
 
 
 def build_defs(settings: Settings) -> dg.Definitions:

@@ -47,7 +47,7 @@ def replay_dead_letters(
         for event_id, why in refused.items():
             context.log.warning("event:%s not replayed: %s", event_id, why)
         handler = event_handlers.dispatcher(conn, settings, {"espocrm": espocrm})
-        counts: RunCounts = dict(EventWorker(conn, handler, settings).run(ids=requeued))
+        counts: RunCounts = dict(EventWorker(conn, handler, settings, sources=()).run(ids=requeued))
     with postgres.connection() as conn, conn.transaction():
         replayed, refused_actions = replay_actions(conn, keys)
     for key, why in refused_actions.items():

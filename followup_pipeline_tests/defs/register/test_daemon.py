@@ -25,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from followup_pipeline.cli import main
+from followup_pipeline.ingress.signatures import standard_signature, stripe_signature
 from followup_pipeline.machine import install_dagster_home
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.environment import env_lines
@@ -193,6 +194,59 @@ def test_daemon_turns_a_signed_webhook_into_a_watch(machine: Machine) -> None:
         return "SUCCESS" in {row[0] for row in rows}
 
     _poll(succeeded, 30, "a successful register run")
+
+
+def test_daemon_turns_a_site_form_and_a_payment_into_one_lead(machine: Machine) -> None:
+    """The lead intake's whole path: signed deliveries through the ingress, the ``lead_events``
+    sensor of the real daemon, ``lead_intake``'s run, one lead for the person."""
+    form_secret = json.loads(machine.env["FOLLOWUP_STANDARD_WEBHOOKS"])["site-form"][0]
+    pay_secret = json.loads(machine.env["FOLLOWUP_STRIPE_WEBHOOKS"])["payment"][0]
+    now = int(time.time())
+    form = json.dumps({"type": "form.submitted", "timestamp": "2026-03-02T09:00:00Z",
+                       "data": {"name": "Daemon Lead", "email": "Lead@Daemon.example",
+                                "consent": True}}).encode()  # fmt: skip
+    answer = httpx.post(
+        f"{machine.ingress}/webhooks/site-form",
+        content=form,
+        headers={
+            "webhook-id": "msg_daemon_1",
+            "webhook-timestamp": str(now),
+            "webhook-signature": standard_signature(form_secret, "msg_daemon_1", now, form),
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    payment = json.dumps({"id": "evt_daemon_1", "object": "event",
+                          "type": "checkout.session.completed",
+                          "data": {"object": {"object": "checkout.session", "amount_total": 9900,
+                                              "currency": "eur",
+                                              "customer_details": {"email": "lead@daemon.example",
+                                                                   "name": "Daemon Lead"}}}}
+                         ).encode()  # fmt: skip
+    answer = httpx.post(
+        f"{machine.ingress}/webhooks/payment",
+        content=payment,
+        headers={"Stripe-Signature": f"t={now},v1={stripe_signature(pay_secret, now, payment)}"},
+    )
+    assert answer.status_code == 200, answer.text
+    with psycopg.connect(machine.db_url, autocommit=True, row_factory=dict_row) as db:
+
+        def linked() -> bool:
+            row = db.execute(
+                "SELECT count(*) AS n FROM followup.lead_events e JOIN followup.leads l"
+                " ON l.id = e.lead_id WHERE l.email = 'lead@daemon.example'"
+            ).fetchone()
+            return bool(row and row["n"] == 2)
+
+        _poll(linked, TIMEOUT_S, "one lead with two source events")
+        assert db.execute(
+            "SELECT count(*) AS n FROM followup.leads WHERE email = 'lead@daemon.example'"
+        ).fetchone() == {"n": 1}
+
+    def succeeded() -> bool:
+        rows = machine.dagster_rows("SELECT status FROM runs WHERE pipeline_name = 'lead_intake'")
+        return "SUCCESS" in {row[0] for row in rows}
+
+    _poll(succeeded, 30, "a successful lead_intake run")
 
 
 def test_daemon_schedule_ticks_unattended(machine: Machine) -> None:

@@ -272,7 +272,9 @@ def test_registrar_a_claim_holds_no_lock_and_a_dead_run_frees_it(
 
     event_id = add_event([{"id": "d1", "name": "Offer", "stage": "Proposal"}], "Opportunity.create")
     with db.transaction():
-        [claimed] = claim(db, limit=10, lease=timedelta(minutes=15), run="a-run-that-dies")
+        [claimed] = claim(
+            db, limit=10, lease=timedelta(minutes=15), run="a-run-that-dies", sources=["espocrm"]
+        )
     assert claimed.id == event_id
     # A redelivery while the claim stands is counted at once: no row lock to wait for.
     body = bytes(claimed.body)

@@ -1,0 +1,112 @@
+"""Lead intake (docs/architecture.md §9): the site form's and the payment provider's webhooks and
+the nightly CRM sweep become one lead per person.
+
+- ``lead_events``, a sensor over the event log (``engine/event_sensor.py``), launches
+  ``lead_intake`` when events of the lead sources are due; its one step so far, ``normalise``
+  (``normalise.py``), runs on the engine's event worker: completion keys ``{event_id}:0:{step}``,
+  ``FOLLOWUP_LEAD_MAX_RETRIES`` retries after the first attempt with backoff and jitter, then a
+  dead letter that ``followup dead-letters`` lists and replays by the original id.
+- ``crm_changes``, every night at ``FOLLOWUP_CRM_CHANGES_AT`` in the team's time zone, stores
+  the CRM's Leads changed since its cursor as events (``sweep.py``).
+"""
+
+import dagster as dg
+
+from followup_pipeline.defs.lead_intake.normalise import make_normaliser
+from followup_pipeline.defs.lead_intake.sweep import sweep
+from followup_pipeline.engine.event_sensor import events_tick
+from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.engine.worker import EventWorker, HandlerFactory, worker_outcome
+from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.settings import LEAD_SOURCES, Settings
+
+#: A lead_intake run that outlives this is failed by run monitoring (the sensor waits while one
+#: is in flight).
+MAX_RUNTIME_S = 30 * 60
+
+#: The sources whose events this capability handles.
+EVENT_HANDLERS: dict[str, HandlerFactory] = dict.fromkeys(LEAD_SOURCES, make_normaliser)
+
+
+@dg.op
+def normalise_leads(
+    context: dg.OpExecutionContext,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+) -> dg.Output[RunCounts]:
+    """Claim due events of the lead sources and make each person's lead; counts as metadata."""
+    with postgres.connection() as conn:
+        handler = make_normaliser(conn, settings, {})
+        counts = dict(EventWorker(conn, handler, settings, sources=LEAD_SOURCES).run())
+    return outcome_output(context, worker_outcome(counts), counts)
+
+
+@dg.job(
+    description="Take in leads from the site form, payments and the CRM sweep: one per person.",
+    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+    executor_def=dg.in_process_executor,
+)
+def lead_intake() -> None:
+    normalise_leads()
+
+
+@dg.op
+def sweep_crm_leads(
+    context: dg.OpExecutionContext,
+    postgres: PostgresResource,
+    espocrm: EspoCrmResource,
+    clock: ClockResource,
+) -> dg.Output[RunCounts]:
+    """Store the CRM's Leads changed since the cursor as ``crm-changes`` events."""
+    run = RunScope(clock.now(), context.run_id, context.log)
+    swept = sweep(run, postgres, espocrm.get_client())
+    clean = swept.complete and not swept.tally.problems
+    return outcome_output(context, "ok" if clean else "partial", swept.tally.metadata())
+
+
+@dg.job(
+    description="Store the CRM's Leads changed since the last sweep as lead intake events.",
+    executor_def=dg.in_process_executor,
+)
+def crm_changes() -> None:
+    sweep_crm_leads()
+
+
+def build_defs(settings: Settings) -> dg.Definitions:
+    """The ``lead_intake`` job with its ``lead_events`` sensor, and the ``crm_changes`` job with
+    its nightly schedule (in the team's time zone)."""
+
+    @dg.sensor(
+        job=lead_intake,
+        minimum_interval_seconds=settings.events_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+    )
+    def lead_events(
+        context: dg.SensorEvaluationContext, postgres: PostgresResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        """Launch ``lead_intake`` when lead events are due and no run of it is in flight."""
+        return events_tick(
+            context,
+            postgres,
+            job_name=lead_intake.name,
+            sources=LEAD_SOURCES,
+            limit=settings.event_batch_size,
+        )
+
+    at = settings.crm_changes_at
+    crm_changes_nightly = dg.ScheduleDefinition(
+        name="crm_changes_nightly",
+        job=crm_changes,
+        cron_schedule=f"{at.minute} {at.hour} * * *",
+        execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Every night: the CRM's Leads changed since the last sweep.",
+    )
+    return dg.Definitions(
+        jobs=[lead_intake, crm_changes],
+        sensors=[lead_events],
+        schedules=[crm_changes_nightly],
+        resources={"settings": settings},
+    )

@@ -1,0 +1,104 @@
+"""The leads table and each lead's source events (lead intake, docs/architecture.md §9): one lead
+per person by normalised e-mail address, each event linked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+
+from followup_pipeline.store.db import fetch_all, require_transaction
+from followup_pipeline.store.queries import query
+
+
+@dataclass(frozen=True)
+class LeadRow:
+    """What a source event says about a person, as the lead store takes it."""
+
+    email: str
+    source: str
+    kind: str
+    at: datetime
+    name: str | None = None
+    company: str | None = None
+    phone: str | None = None
+    consent: bool | None = None
+    amount: Decimal | None = None
+    currency: str | None = None
+    page: str | None = None
+    message: str | None = None
+    crm_lead_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Linked:
+    """Where an event's person landed: the lead, whether it was new, whether the event was
+    linked now (False: a replay found it linked already)."""
+
+    lead_id: int
+    created: bool
+    linked: bool
+
+
+def link_event(conn: psycopg.Connection[Any], *, event_id: int, lead: LeadRow) -> Linked:
+    """The person's lead (made, or seen again) and the event linked to it, in the caller's
+    transaction (with the step's completion key)."""
+    require_transaction(conn, "link_event")
+    params = {
+        "email": lead.email,
+        "name": lead.name,
+        "company": lead.company,
+        "phone": lead.phone,
+        "consent": lead.consent,
+        "source": lead.source,
+        "at": lead.at,
+        "crm_lead_id": lead.crm_lead_id,
+    }
+    row = conn.execute(query("lead_upsert"), params).fetchone()
+    assert row is not None
+    linked = conn.execute(
+        query("lead_event_insert"),
+        {
+            "lead_id": row["id"],
+            "event_id": event_id,
+            "source": lead.source,
+            "kind": lead.kind,
+            "at": lead.at,
+            "amount": lead.amount,
+            "currency": lead.currency,
+            "page": lead.page,
+            "message": lead.message,
+            "crm_lead_id": lead.crm_lead_id,
+        },
+    ).fetchone()
+    return Linked(int(row["id"]), bool(row["created"]), linked is not None)
+
+
+@dataclass(frozen=True)
+class LeadListing:
+    """A lead as ``followup leads list`` shows it."""
+
+    id: int
+    email: str
+    name: str | None
+    company: str | None
+    first_source: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+    crm_lead_id: str | None
+    events: int
+    sources: str
+
+
+def list_leads(conn: psycopg.Connection[Any], *, limit: int = 200) -> list[LeadListing]:
+    """The leads, newest first, with their events' count and sources."""
+    return fetch_all(conn, LeadListing, query("leads_list"), {"limit": limit})
+
+
+def written_by_us(conn: psycopg.Connection[Any], crm_lead_id: str) -> bool:
+    """Whether this product wrote the CRM Lead ``crm_lead_id`` (its ledger says so)."""
+    row = conn.execute(query("lead_written_by_us"), {"crm_lead_id": crm_lead_id}).fetchone()
+    return bool(row and row["ours"])

@@ -1,0 +1,232 @@
+"""Lead intake, part 1, inside Dagster on a real Postgres: site forms, payments and the CRM's
+leads become one lead per person; a body that makes no lead is a dead letter naming the field,
+replayed by its id after the fix; the sensor launches ``lead_intake`` for the lead sources only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dagster as dg
+import psycopg
+import pytest
+
+from followup_pipeline.defs import build_definitions
+from followup_pipeline.engine.runs import OUTCOME_TAG
+from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.resources import PostgresResource
+from followup_pipeline.settings import load_settings
+from followup_pipeline.store.events import store_delivery
+
+
+def _form(email: str, **data: Any) -> bytes:
+    body = {"type": "form.submitted", "timestamp": "2026-03-02T09:00:00Z",
+            "data": {"name": "Ada Lovelace", "email": email, "company": "Analytical Engines",
+                     "consent": True, "page": "/pricing", **data}}  # fmt: skip
+    return json.dumps(body).encode()
+
+
+def _payment(email: str, event_type: str = "checkout.session.completed") -> bytes:
+    body = {"id": "evt_1", "object": "event", "type": event_type, "livemode": False,
+            "data": {"object": {"id": "cs_1", "object": "checkout.session", "amount_total": 4900,
+                                "currency": "eur", "payment_status": "paid",
+                                "customer_details": {"email": email, "name": "Ada L.",
+                                                     "phone": "+49 30 1234"}}}}  # fmt: skip
+    return json.dumps(body).encode()
+
+
+def _store(db: psycopg.Connection[Any], source: str, body: bytes, delivery_id: str) -> Any:
+    kind = json.loads(body)["type"]
+    return store_delivery(
+        db, source=source, event_type=kind, body=body, headers={}, delivery_id=delivery_id
+    )
+
+
+def _resources(db_url: str) -> dict[str, Any]:
+    return {
+        "postgres": PostgresResource(url=db_url),
+        "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
+    }
+
+
+def _intake(defs: dg.Definitions, db_url: str, instance: dg.DagsterInstance) -> Any:
+    job = defs.resolve_job_def("lead_intake")
+    return job.execute_in_process(instance=instance, resources=_resources(db_url))
+
+
+@pytest.fixture
+def defs() -> dg.Definitions:
+    return build_definitions(load_settings(event_backoff_base_s=0))
+
+
+def test_lead_a_form_and_a_payment_of_one_person_are_one_lead(
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str
+) -> None:
+    form = _store(db, "site-form", _form("Ada@Example.com "), "msg_1")
+    # Each sender delivers twice: one event each.
+    assert _store(db, "site-form", _form("Ada@Example.com "), "msg_1").duplicate
+    paid = _store(db, "payment", _payment("ada@example.com"), "evt_1")
+    assert _store(db, "payment", _payment("ada@example.com"), "evt_1").duplicate
+    with dg.instance_for_test() as instance:
+        result = _intake(defs, db_url, instance)
+        run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert run.tags[OUTCOME_TAG] == "ok"
+    counts = result.output_for_node("normalise_leads")
+    assert (counts["received"], counts["normalised"]) == (2, 2)
+    assert (counts["new_leads"], counts["duplicates"]) == (1, 1)
+    [lead] = db.execute("SELECT * FROM leads").fetchall()
+    assert (lead["email"], lead["name"], lead["company"]) == (
+        "ada@example.com", "Ada Lovelace", "Analytical Engines"
+    )  # fmt: skip
+    assert (lead["consent"], lead["first_source"]) == (True, "site-form")
+    linked = db.execute(
+        "SELECT event_id, source, amount, currency FROM lead_events ORDER BY event_id"
+    ).fetchall()
+    assert [(r["event_id"], r["source"]) for r in linked] == [
+        (form.event_id, "site-form"), (paid.event_id, "payment")
+    ]  # fmt: skip
+    assert (float(linked[1]["amount"]), linked[1]["currency"]) == (49.0, "EUR")
+    keys = {r["key"] for r in db.execute("SELECT key FROM step_completions")}
+    assert keys == {f"{form.event_id}:0:normalise", f"{paid.event_id}:0:normalise"}
+
+
+def test_lead_a_payment_of_another_type_is_stored_and_ignored(
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str
+) -> None:
+    _store(db, "payment", _payment("x@example.com", "payment_intent.created"), "evt_2")
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, instance).output_for_node("normalise_leads")
+    assert counts["ignored"] == 1
+    assert db.execute("SELECT count(*) AS n FROM leads").fetchone() == {"n": 0}
+    assert db.execute("SELECT status FROM events").fetchone() == {"status": "done"}
+
+
+def test_lead_a_malformed_form_is_a_dead_letter_naming_the_field_and_a_replay_makes_it_once(
+    db: psycopg.Connection[Any], db_url: str
+) -> None:
+    # The form builder calls the address "e-mail": no lead, a dead letter at once.
+    body = json.dumps({"type": "form.submitted", "data": {"e-mail": "grace@example.com"}})
+    event = _store(db, "site-form", body.encode(), "msg_bad")
+    with dg.instance_for_test() as instance:
+        result = _intake(build_definitions(load_settings()), db_url, instance)
+        assert instance.get_run_by_id(result.run_id).tags[OUTCOME_TAG] == "partial"  # type: ignore[union-attr]
+    row = db.execute("SELECT status, last_error, dead_step, body FROM events").fetchone()
+    assert row is not None
+    assert (row["status"], row["dead_step"]) == ("dead", "0:normalise")
+    assert "data.email: field required" in row["last_error"]
+    assert bytes(row["body"]) == body.encode()  # the raw body kept for the operator
+    # The fix: the form's field name is mapped. A replay by the original id makes the lead once.
+    fixed = build_definitions(load_settings(site_form_fields='{"email": "e-mail"}'))
+    names = {"ops": {"replay_dead_letters": {"config": {"names": [f"event:{event.event_id}"]}}}}
+    with dg.instance_for_test() as instance:
+        for _ in range(2):
+            replay = fixed.resolve_job_def("replay").execute_in_process(
+                run_config=names, instance=instance, resources=_resources(db_url)
+            )
+            assert replay.success
+    assert db.execute("SELECT email FROM leads").fetchall() == [{"email": "grace@example.com"}]
+    assert db.execute("SELECT count(*) AS n FROM lead_events").fetchone() == {"n": 1}
+
+
+def test_lead_events_sensor_launches_lead_intake_for_lead_sources_only(
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str
+) -> None:
+    def tick(name: str, instance: dg.DagsterInstance) -> dg.SensorExecutionData:
+        with dg.build_sensor_context(
+            instance=instance,
+            resources={"postgres": PostgresResource(url=db_url)},
+            repository_def=defs.get_repository_def(),
+        ) as context:
+            return defs.resolve_sensor_def(name).evaluate_tick(context)
+
+    _store(db, "site-form", _form("ada@example.com"), "msg_3")
+    with dg.instance_for_test() as instance:
+        assert tick("crm_events", instance).skip_message == "no events due"
+        launched = tick("lead_events", instance)
+    assert launched.run_requests is not None
+    [request] = launched.run_requests
+    assert (request.run_key or "").startswith("lead_intake-1-")
+
+
+def test_lead_retries_follow_the_reference() -> None:
+    settings = load_settings(lead_max_retries=5, event_max_attempts=3)
+    # max_retries 5: five retries after the first attempt.
+    assert settings.event_attempts("payment") == 6
+    assert settings.event_attempts("espocrm") == 3
+
+
+def test_lead_typed_into_the_crm_is_taken_in_by_the_next_sweep_exactly_once(
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    import httpx
+
+    from followup_pipeline.resources import ClockResource
+    from followup_pipeline.sandbox.config import SandboxConfig
+
+    key = SandboxConfig().espocrm_api_key.get_secret_value()
+    typed = {"firstName": "Grace", "lastName": "Hopper", "emailAddress": "Grace@Navy.example",
+             "accountName": "US Navy", "status": "New", "source": "Call"}  # fmt: skip
+    ours = {"firstName": "Written", "lastName": "ByUs", "emailAddress": "ours@example.com"}
+    with httpx.Client(base_url=f"{sandbox}/espocrm/api/v1", headers={"X-Api-Key": key}) as crm:
+        crm_id = crm.post("/Lead", json=typed).raise_for_status().json()["id"]
+        our_id = crm.post("/Lead", json=ours).raise_for_status().json()["id"]
+    # The second one this product wrote (part 3's ledger action holds its id).
+    db.execute(
+        "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, provider_ref,"
+        " attempts) VALUES ('lead:1:crm_upsert', 'report', now(), 'UTC', 'accepted', %s, 1)",
+        (our_id,),
+    )
+    resources = {
+        **_resources(db_url),
+        "espocrm": EspoCrmResource(base_url=f"{sandbox}/espocrm", api_key=key),
+        "clock": ClockResource(),
+    }
+    sweep = defs.resolve_job_def("crm_changes")
+    with dg.instance_for_test() as instance:
+        first = sweep.execute_in_process(instance=instance, resources=resources)
+        counts = first.output_for_node("sweep_crm_leads")
+        assert (counts["stored"], counts["ours"]) == (1, 1)
+        again = sweep.execute_in_process(instance=instance, resources=resources)
+        assert again.output_for_node("sweep_crm_leads").get("stored", 0) == 0  # read, not kept
+        _intake(defs, db_url, instance)
+    [lead] = db.execute("SELECT email, name, company, crm_lead_id FROM leads").fetchall()
+    assert lead == {"email": "grace@navy.example", "name": "Grace Hopper",
+                    "company": "US Navy", "crm_lead_id": crm_id}  # fmt: skip
+    assert db.execute(
+        "SELECT count(*) AS n FROM events WHERE source = 'crm-changes'"
+    ).fetchone() == {"n": 1}
+
+
+def test_lead_sweep_keeps_a_crm_lead_that_breaks_its_schema_as_a_dead_letter(
+    db: psycopg.Connection[Any], db_url: str
+) -> None:
+    import logging
+    from datetime import UTC, datetime
+
+    import httpx
+
+    from followup_pipeline.defs.lead_intake.sweep import sweep
+    from followup_pipeline.engine.scope import RunScope
+    from followup_pipeline.integrations.espocrm import EspoCrmClient
+
+    good = {"id": "L1", "name": "Ok Lead", "emailAddress": "ok@example.com", "status": "New",
+            "createdAt": "2026-03-02 08:00:00", "modifiedAt": "2026-03-02 08:00:00"}  # fmt: skip
+    broken = {**good, "id": "L2", "emailAddress": "b@example.com", "modifiedAt": "yesterday"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"total": 2, "list": [good, broken]})
+
+    crm = EspoCrmClient("http://crm.test/espocrm", "k", transport=httpx.MockTransport(handler))
+    now = datetime(2026, 3, 3, 2, 0, tzinfo=UTC)
+    swept = sweep(
+        RunScope(now, "run-1", logging.getLogger("test")), PostgresResource(url=db_url), crm
+    )
+    assert swept.complete
+    assert (swept.tally.counts["stored"], swept.tally.counts["invalid"]) == (1, 1)
+    rows = db.execute("SELECT status, last_error, body FROM events ORDER BY status").fetchall()
+    assert [r["status"] for r in rows] == ["dead", "pending"]
+    assert "modifiedAt" in rows[0]["last_error"]
+    assert json.loads(bytes(rows[0]["body"]))["id"] == "L2"  # the raw record, for the operator
+    cursor = db.execute("SELECT position FROM job_cursors WHERE name = 'crm_changes'").fetchone()
+    assert cursor == {"position": datetime(2026, 3, 2, 8, 0, tzinfo=UTC)}
