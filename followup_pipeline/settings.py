@@ -199,6 +199,7 @@ SECRET_VARIABLES = {
     "clickup_token": "FOLLOWUP_CLICKUP_TOKEN",
     "graph_client_secret": "FOLLOWUP_GRAPH_CLIENT_SECRET",
     "mistral_api_key": "FOLLOWUP_MISTRAL_API_KEY",
+    "company_lookup_api_key": "FOLLOWUP_COMPANY_LOOKUP_API_KEY",
 }
 
 

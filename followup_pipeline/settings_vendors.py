@@ -1,5 +1,6 @@
-"""The settings of the four vendors: EspoCRM (and its webhooks), ClickUp, Microsoft Graph
-(Outlook) and Mistral; ``Settings`` (``settings.py``) reads them after the core ones."""
+"""The settings of the vendors: EspoCRM (and its webhooks), ClickUp, Microsoft Graph (Outlook),
+Mistral and People Data Labs (the company lookup); ``Settings`` (``settings.py``) reads them after
+the core ones."""
 
 from __future__ import annotations
 
@@ -76,6 +77,13 @@ class VendorSettings(BaseSettings):
     mistral_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/mistral")
     mistral_api_key: SecretStr | None = None
     mistral_model: str = "mistral-small-latest"
+
+    # --- People Data Labs (company lookup) -----------------------------------------------------
+    #: The Company Enrichment API's base (``…/v5/company/enrich`` is appended); the real one is
+    #: ``https://api.peopledatalabs.com``.
+    company_lookup_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/pdl")
+    #: Unset: no company lookup (the lead keeps only its e-mail's domain).
+    company_lookup_api_key: SecretStr | None = None
 
     @field_validator("espocrm_webhooks", mode="before")
     @classmethod

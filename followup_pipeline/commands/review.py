@@ -54,6 +54,8 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
                 lines=lines,
                 max_chars=settings.enrich_line_max_chars,
                 now=now,
+                answer=args.answer,
+                reason=args.reason,
             )
         except ReviewError as error:
             print(f"followup: {error}")
@@ -64,7 +66,9 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(commands: Any) -> None:
     """Add ``review`` and its sub-commands."""
-    review = commands.add_parser("review", help="model answers the summary check refused")
+    review = commands.add_parser(
+        "review", help="model answers the check refused (deal summaries, lead classifications)"
+    )
     sub = review.add_subparsers(dest="review_command", required=True)
     listing = sub.add_parser("list", help="open review items (all with --all)")
     listing.add_argument("--all", action="store_true", help="include settled items")
@@ -72,11 +76,17 @@ def register(commands: Any) -> None:
     show = sub.add_parser("show", help="one item: the answer, the reason, what was sent")
     show.add_argument("item_id", type=int)
     show.set_defaults(handler=_show)
-    accept = sub.add_parser("accept", help="store the item's lines (or yours) as the summary")
+    accept = sub.add_parser(
+        "accept", help="store the item's answer (or yours) as the summary or classification"
+    )
     accept.add_argument("item_id", type=int)
-    accept.add_argument("--line1", help="the first line, corrected")
-    accept.add_argument("--line2", help="the second line, corrected")
-    accept.set_defaults(handler=_decide, action="accept")
-    reject = sub.add_parser("reject", help="no summary until the deal's e-mails change")
+    accept.add_argument("--line1", help="a summary's first line, corrected")
+    accept.add_argument("--line2", help="a summary's second line, corrected")
+    accept.add_argument("--answer", help="a lead's classification, corrected (lead.v2 JSON)")
+    accept.set_defaults(handler=_decide, action="accept", reason=None)
+    reject = sub.add_parser(
+        "reject", help="no summary until the deal's e-mails change; a lead's classification ends"
+    )
     reject.add_argument("item_id", type=int)
-    reject.set_defaults(handler=_decide, action="reject", line1=None, line2=None)
+    reject.add_argument("--reason", help="why (kept with a lead's event)")
+    reject.set_defaults(handler=_decide, action="reject", line1=None, line2=None, answer=None)

@@ -28,6 +28,7 @@ from followup_pipeline.defs import (
 from followup_pipeline.engine.worker import EventHandlers
 from followup_pipeline.integrations.resources import (
     ClickUpResource,
+    CompanyLookupResource,
     EspoCrmResource,
     MistralResource,
     OutlookResource,
@@ -51,7 +52,7 @@ def build_resources(settings: Settings) -> dict[str, object]:
     """The production resources: plain settings as values, secrets through ``dg.EnvVar``."""
     postgres = PostgresResource(url=dg.EnvVar("FOLLOWUP_DATABASE_URL"))
     hmac = dg.EnvVar("FOLLOWUP_ESPOCRM_HMAC_SECRET") if settings.espocrm_hmac_secret else None
-    return {
+    resources: dict[str, object] = {
         "settings": settings,
         "event_handlers": EVENT_HANDLERS,
         "postgres": postgres,
@@ -100,6 +101,16 @@ def build_resources(settings: Settings) -> dict[str, object]:
             model=settings.mistral_model,
         ),
     }
+    # The lookup is optional: without a key the resource is bound with none, and lead intake does
+    # no lookup (settings say so; a dg.EnvVar of an unset variable would fail every run).
+    key = dg.EnvVar("FOLLOWUP_COMPANY_LOOKUP_API_KEY") if settings.company_lookup_api_key else ""
+    resources["company_lookup"] = CompanyLookupResource(
+        timeout_s=settings.vendor_timeout_s,
+        connect_timeout_s=settings.vendor_connect_timeout_s,
+        base_url=str(settings.company_lookup_url),
+        api_key=key,
+    )
+    return resources
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:

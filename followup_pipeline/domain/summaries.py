@@ -3,6 +3,10 @@
 A summary is used only when it is exactly two non-empty lines, each at most ``max_chars`` long,
 neither merely the deal's name, and every number in it (an amount, a date, a percentage) occurs
 in the e-mails that were sent. Anything else goes to the review list with the reason.
+
+The check for invented facts is shared: ``invented_numbers`` is the summaries' own, and
+``invented_facts`` (numbers, e-mail addresses and URLs) is what other free text a model writes
+from our input is held to (``domain.classification``).
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from followup_pipeline.domain.emails import EMAIL_ADDRESS
+
 #: A number as people write one: 15.000, 15,000.50, 12.03.2026, 20 %, 3.
 NUMBER = re.compile(r"\d+(?:[.,:/]\d+)*")
+#: A URL as a model writes one: with its scheme, or starting ``www.``; up to a space or a bracket.
+URL = re.compile(r"(?:https?://|www\.)[^\s<>\"'()\[\]{}]+", re.IGNORECASE)
 
 
 class SummaryContext(BaseModel):
@@ -31,6 +39,33 @@ class SummaryContext(BaseModel):
 def numbers_in(text: str) -> set[str]:
     """The digits of each number in ``text`` (``15.000`` and ``15,000`` are both ``15000``)."""
     return {re.sub(r"\D", "", number) for number in NUMBER.findall(text)}
+
+
+def invented_numbers(text: str, source: str) -> list[str]:
+    """The numbers of ``text`` (by their digits, sorted) that ``source`` does not hold: a model
+    that writes an amount, a date or a percentage must have read it in what it was sent."""
+    return sorted(numbers_in(text) - numbers_in(source))
+
+
+def _urls_in(text: str) -> list[str]:
+    return [url.rstrip(".,;:!?") for url in URL.findall(text)]
+
+
+def invented_facts(text: str, source: str) -> list[str]:
+    """What ``text`` states that ``source`` does not hold, each named (``number 15000``,
+    ``e-mail address a@b.example``, ``URL https://…``): numbers as ``invented_numbers`` compares
+    them, e-mail addresses whole (case aside), URLs as part of the source (case aside). With the
+    personal data of the source masked, any address in ``text`` is one the model made up."""
+    facts = [f"number {number}" for number in invented_numbers(text, source)]
+    known = {address.casefold() for address in EMAIL_ADDRESS.findall(source)}
+    for address in EMAIL_ADDRESS.findall(text):
+        if address.casefold() not in known:
+            facts.append(f"e-mail address {address}")
+    haystack = source.casefold()
+    for url in _urls_in(text):
+        if url.casefold() not in haystack:
+            facts.append(f"URL {url}")
+    return facts
 
 
 def _letters(text: str) -> str:
@@ -63,7 +98,7 @@ class CheckedSummary(BaseModel):
         name = _letters(context.deal_name)
         if name and not _letters(line).replace(name, "").strip():
             raise ValueError("the line only repeats the deal's name")
-        invented = sorted(numbers_in(line) - numbers_in(context.source_text))
+        invented = invented_numbers(line, context.source_text)
         if invented:
             raise ValueError(f"number(s) {', '.join(invented)} do not occur in the e-mails")
         return line

@@ -1,20 +1,24 @@
-"""Mistral chat completions through the official ``mistralai`` 2.x SDK: two-line deal summaries.
+"""Mistral chat completions through the official ``mistralai`` 2.x SDK: two-line deal summaries and
+a lead's classification (lead.v2).
 
 The SDK shares our httpx stack (a client with our transport can be handed in) and retries 429 and
 5xx itself with the ``RetryConfig`` below, honouring ``Retry-After``; a completion has no side
 effect, so its POST may be retried. The answer comes back unchecked: ``domain.summaries`` decides
-whether it is a usable summary or a review item (with the raw text).
+whether it is a usable summary, ``domain.classification`` whether it is a usable classification,
+or a review item (with the raw text).
 """
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import httpx
 from mistralai.client import Mistral, errors, models
 from mistralai.client.utils import BackoffStrategy, RetryConfig
 from pydantic import BaseModel, ConfigDict
 
+from followup_pipeline.domain.classification import lead_v2_schema
 from followup_pipeline.domain.emails import MailText
 from followup_pipeline.integrations import prompts
 from followup_pipeline.integrations.errors import (
@@ -28,6 +32,11 @@ VENDOR = "mistral"
 #: What every summary request asks for besides its messages (part of the input hash).
 MAX_TOKENS = 300
 TEMPERATURE = 0.2
+#: What every classification asks for besides its messages and schema (part of its input hash):
+#: room for a 200-character summary and five 200-character reasons in JSON, and no sampling
+#: spread (the same lead, the same class).
+CLASSIFY_MAX_TOKENS = 800
+CLASSIFY_TEMPERATURE = 0.0
 #: A summary call may take a while on a busy model; this bounds each attempt.
 TIMEOUT_MS = 60_000
 #: Backoff in ms: 0.5 s doubling to 10 s, at most 60 s in all, with up to 0.5 s jitter.
@@ -63,6 +72,8 @@ class ModelAnswer(BaseModel):
     finish_reason: str | None
     model: str
     usage: TokenUsage
+    #: The completion's ``id``: what Mistral's support asks for about one answer.
+    request_id: str | None = None
 
 
 def summary_prompt(*, deal_name: str, mails: Sequence[MailText]) -> str:
@@ -104,8 +115,32 @@ def input_hash(model: str, messages: Sequence[dict[str, str]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def classify_messages(text: str) -> list[dict[str, str]]:
+    """Exactly the messages a classification sends: the system prompt and the lead's text, as
+    ``domain.classification.classification_text`` made it (masked)."""
+    return [
+        {"role": "system", "content": prompts.CLASSIFY_SYSTEM_PROMPT},
+        {"role": "user", "content": prompts.CLASSIFY_USER_TEMPLATE.format(lead=text)},
+    ]
+
+
+def classify_input_hash(model: str, text: str, schema: Mapping[str, Any] | None = None) -> str:
+    """The hash of everything a classification sends: the same hash, the same answer to expect
+    (a lead asked again with nothing new need not be sent again)."""
+    payload = {
+        "model": model,
+        "max_tokens": CLASSIFY_MAX_TOKENS,
+        "temperature": CLASSIFY_TEMPERATURE,
+        "schema_name": prompts.CLASSIFY_SCHEMA_NAME,
+        "schema": dict(schema) if schema is not None else lead_v2_schema(),
+        "messages": classify_messages(text),
+    }
+    encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
 class MistralClient:
-    """Two-line summaries from a Mistral chat model."""
+    """Two-line summaries and lead classifications from a Mistral chat model."""
 
     def __init__(
         self,
@@ -153,6 +188,37 @@ class MistralClient:
 
     def summarise(self, *, messages: Sequence[dict[str, str]]) -> ModelAnswer:
         """Ask for a two-line summary (JSON schema, strict); the answer comes back unchecked."""
+        return self._complete(
+            messages,
+            max_tokens=MAX_TOKENS,
+            temperature=TEMPERATURE,
+            schema_name=prompts.SUMMARY_SCHEMA_NAME,
+            schema=prompts.SUMMARY_SCHEMA,
+        )
+
+    def classify_lead(self, text: str, schema: Mapping[str, Any] | None = None) -> ModelAnswer:
+        """Ask for a lead's classification in ``schema`` (by default lead.v2 as the package ships
+        it; JSON schema, strict) from ``text``, the lead as
+        ``domain.classification.classification_text`` made it (masked); the answer comes back
+        unchecked: ``domain.classification.parse_classification`` decides."""
+        return self._complete(
+            classify_messages(text),
+            max_tokens=CLASSIFY_MAX_TOKENS,
+            temperature=CLASSIFY_TEMPERATURE,
+            schema_name=prompts.CLASSIFY_SCHEMA_NAME,
+            schema=dict(schema) if schema is not None else lead_v2_schema(),
+        )
+
+    def _complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        max_tokens: int,
+        temperature: float,
+        schema_name: str,
+        schema: dict[str, Any],
+    ) -> ModelAnswer:
+        """One chat completion whose answer must follow ``schema`` (strict), unchecked."""
         sdk_messages: list[models.ChatCompletionRequestMessage] = [
             models.SystemMessage(content=m["content"])
             if m["role"] == "system"
@@ -162,15 +228,13 @@ class MistralClient:
         try:
             response = self._sdk.chat.complete(
                 model=self.model,
-                max_tokens=MAX_TOKENS,
-                temperature=TEMPERATURE,
+                max_tokens=max_tokens,
+                temperature=temperature,
                 messages=sdk_messages,
                 response_format=models.ResponseFormat(
                     type="json_schema",
                     json_schema=models.JSONSchema(
-                        name=prompts.SUMMARY_SCHEMA_NAME,
-                        schema_definition=prompts.SUMMARY_SCHEMA,
-                        strict=True,
+                        name=schema_name, schema_definition=schema, strict=True
                     ),
                 ),
             )
@@ -182,7 +246,13 @@ class MistralClient:
             total_tokens=response.usage.total_tokens or 0,
         )
         text, finish = answer_text(response)
-        return ModelAnswer(text=text, finish_reason=finish, model=response.model, usage=usage)
+        return ModelAnswer(
+            text=text,
+            finish_reason=finish,
+            model=response.model,
+            usage=usage,
+            request_id=response.id or None,
+        )
 
 
 def answer_text(response: models.ChatCompletionResponse) -> tuple[str, str | None]:

@@ -14,6 +14,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from followup_pipeline.integrations.clickup import ClickUpClient
+from followup_pipeline.integrations.company_lookup import CompanyLookupClient
 from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, Timeouts
 from followup_pipeline.integrations.mistral import MistralClient
@@ -30,7 +31,7 @@ C = TypeVar("C", bound=Closeable)
 
 
 class ClientOwner(Generic[C]):
-    """The life of a resource's client, shared by the four resources: built by ``_build`` in
+    """The life of a resource's client, shared by the resources: built by ``_build`` in
     ``setup_for_execution`` (or on first use outside a run), closed in teardown."""
 
     # Each resource declares its own ``_client`` PrivateAttr: pydantic collects private
@@ -131,3 +132,19 @@ class MistralResource(ClientOwner[MistralClient], dg.ConfigurableResource["Mistr
     def _build(self) -> MistralClient:
         timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
         return MistralClient(self.api_key, self.model, server_url=self.base_url, timeouts=timeouts)
+
+
+class CompanyLookupResource(
+    ClientOwner[CompanyLookupClient], dg.ConfigurableResource["CompanyLookupResource"]
+):
+    """The company behind a lead's e-mail domain, from People Data Labs."""
+
+    _client: CompanyLookupClient | None = PrivateAttr(default=None)
+    base_url: str
+    api_key: str
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
+
+    def _build(self) -> CompanyLookupClient:
+        timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
+        return CompanyLookupClient(self.base_url, self.api_key, timeouts=timeouts)

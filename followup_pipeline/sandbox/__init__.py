@@ -1,5 +1,6 @@
-"""Local doubles of EspoCRM, ClickUp, Microsoft Graph and Mistral behind one Starlette app, and
-the site form's and the payment provider's webhooks it sends (``senders.py``, ``intake.py``)."""
+"""Local doubles of EspoCRM, ClickUp, Microsoft Graph, Mistral and People Data Labs behind one
+Starlette app, and the site form's and the payment provider's webhooks it sends (``senders.py``,
+``intake.py``)."""
 
 from followup_pipeline.sandbox.app import create_app, sandbox_state
 from followup_pipeline.sandbox.config import SandboxConfig, WebhookSpec

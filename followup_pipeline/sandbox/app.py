@@ -1,4 +1,4 @@
-"""The sandbox's ASGI app: the four vendors under their own prefixes, plus ``/_sandbox``."""
+"""The sandbox's ASGI app: the vendors under their own prefixes, plus ``/_sandbox``."""
 
 import asyncio
 import contextlib
@@ -13,6 +13,7 @@ from starlette.routing import Mount
 
 from followup_pipeline.sandbox import activity, persist
 from followup_pipeline.sandbox.clickup import clickup_app, rate_limiter
+from followup_pipeline.sandbox.companies import pdl_app
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.control import control_app
 from followup_pipeline.sandbox.espocrm import espocrm_app
@@ -127,6 +128,7 @@ def create_app(
             Mount("/login", app=VendorGate(login_app(state), "graph", state)),
             Mount("/graph", app=VendorGate(graph_app(state), "graph", state)),
             Mount("/mistral", app=VendorGate(mistral_app(state), "mistral", state)),
+            Mount("/pdl", app=VendorGate(pdl_app(state), "pdl", state)),
             Mount("/_sandbox", app=control_app(state)),
         ],
         lifespan=lifespan,

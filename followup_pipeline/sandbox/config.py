@@ -121,6 +121,12 @@ class SandboxConfig(BaseModel):
     #: Answer 401 and 429 in Mistral's older shapes (``{"detail"}``, ``{"message"}``).
     mistral_legacy_errors: bool = False
 
+    # People Data Labs (company lookup)
+    pdl_api_key: SecretStr = SecretStr("sandbox-pdl-key")
+    #: PDL's limit per key and minute (1,000 for paying customers, 10 on the free plan).
+    pdl_rate_limit: int = Field(default=1000, ge=1)
+    pdl_rate_window_s: float = Field(default=60.0, gt=0)
+
     # Sandbox
     seed: int = 0
     #: Where the world is kept across restarts (``persist.py``); None: in memory only.

@@ -34,6 +34,8 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_GRAPH_SENDER": config.graph_mailboxes[0],
         "FOLLOWUP_MISTRAL_URL": f"{base}/mistral",
         "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
+        "FOLLOWUP_COMPANY_LOOKUP_URL": f"{base}/pdl",
+        "FOLLOWUP_COMPANY_LOOKUP_API_KEY": config.pdl_api_key.get_secret_value(),
         "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),
         # The site form's and the payment provider's secrets (senders.py), so that the
         # machine's ingress accepts what the sandbox sends to `…/site-form` and `…/payment`.

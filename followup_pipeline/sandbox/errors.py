@@ -129,10 +129,39 @@ def mistral_error(
     return JSONResponse(body, status, headers=headers)
 
 
+#: People Data Labs' error types by status (its "Errors & Status Codes" page).
+_PDL_ERRORS = {
+    400: ("invalid_request_error", "Request contained either missing or invalid parameters"),
+    401: ("authentication_error", "Request contained a missing or invalid key"),
+    402: ("payment_required", "You have hit your account maximum (all matches used)"),
+    403: ("authentication_error", "Request contained a missing or invalid key"),
+    404: ("not_found", "No records were found matching your request"),
+    405: ("invalid_request_error", "Request method is not allowed on the requested resource"),
+    429: ("rate_limit_error", "An error occurred due to requests hitting the API too quick"),
+}
+_PDL_SERVER_ERROR = (
+    "api_error",
+    "The server encountered an unexpected condition which prevented it from fulfilling the request",
+)
+
+
+def pdl_error(
+    status: int, message: str | None = None, *, retry_after: int | None = None
+) -> Response:
+    """People Data Labs: ``{"status", "error": {"type", "message"}}``; a 429 may say
+    ``Retry-After`` (seconds)."""
+    kind, default = _PDL_ERRORS.get(status, _PDL_SERVER_ERROR)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    body = {"status": status, "error": {"type": kind, "message": message or default}}
+    return JSONResponse(body, status, headers=headers)
+
+
 def vendor_error(
     vendor: str, status: int, retry_after: int = 1, *, legacy_mistral: bool = False
 ) -> Response:
     """The error an injected fault answers with, in ``vendor``'s shape."""
+    if vendor == "pdl":
+        return pdl_error(status, retry_after=retry_after if status in (429, 503) else None)
     if vendor == "espocrm":
         return espo_error(status)
     if vendor == "clickup":

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from followup_pipeline.sandbox.errors import ESPO_ERROR_STATUSES
 
-Vendor = Literal["espocrm", "clickup", "graph", "mistral", "webhooks"]
+Vendor = Literal["espocrm", "clickup", "graph", "mistral", "pdl", "webhooks"]
 FaultKind = Literal[
     "error",
     "outage",
@@ -58,6 +58,7 @@ ALLOWED_KINDS: dict[str, set[str]] = {
     "clickup": _HTTP_KINDS,
     "graph": _HTTP_KINDS,
     "mistral": _HTTP_KINDS | {"invalid_output"},
+    "pdl": _HTTP_KINDS,  # People Data Labs (company lookup)
     "webhooks": {"drop", "duplicate", "latency"},
 }
 

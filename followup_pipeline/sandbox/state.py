@@ -25,7 +25,7 @@ class RateWindow:
 
 @dataclass
 class SandboxState:
-    """The mutable world behind the four vendor doubles."""
+    """The mutable world behind the vendor doubles."""
 
     config: SandboxConfig
     rng: random.Random = field(init=False)

@@ -4,6 +4,9 @@ import json
 import re
 from typing import Any
 
+from followup_pipeline.sandbox.classify import SCHEMA_NAME as LEAD_SCHEMA
+from followup_pipeline.sandbox.classify import lead_output
+
 _HEADER = re.compile(
     r"^\s*(deal|from|to|cc|date|subject|von|an|datum|betreff|sent|gesendet|e-?mail \d+|#+.*"
     r"|-{3,}.*)\s*[:#-]",
@@ -52,9 +55,13 @@ def _schema_value(schema: Any, lines: list[str]) -> Any:
 
 
 def model_output(messages: list[dict[str, Any]], response_format: Any) -> str:
-    """The assistant's content: plain two lines, or JSON as ``response_format`` asks."""
-    first, second = summary_lines(messages)
+    """The assistant's content: plain two lines, or JSON as ``response_format`` asks; a
+    ``json_schema`` named ``lead_v2`` gets a lead's classification (``sandbox.classify``)."""
     kind = response_format.get("type") if isinstance(response_format, dict) else "text"
+    spec = response_format.get("json_schema") if isinstance(response_format, dict) else None
+    if kind == "json_schema" and isinstance(spec, dict) and spec.get("name") == LEAD_SCHEMA:
+        return lead_output(messages, spec.get("schema"))
+    first, second = summary_lines(messages)
     if kind == "json_object":
         return json.dumps({"line1": first, "line2": second}, ensure_ascii=False)
     if kind == "json_schema":

@@ -55,6 +55,7 @@ class ReviewItem:
     created_at: datetime
     resolved_at: datetime | None
     resolution: str | None
+    subject_type: str = SUBJECT_TYPE
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,14 @@ def store_review_item(
     source_text: str,
     tokens: tuple[int | None, int | None],
     now: datetime,
+    subject_type: str = SUBJECT_TYPE,
 ) -> int:
-    """Keep a model answer that failed the check; its id."""
+    """Keep a model answer that failed the check; its id (``subject_type``: a deal's summary,
+    or a lead event's classification)."""
     row = conn.execute(
         query("review_item_insert"),
         {
-            "subject_type": SUBJECT_TYPE,
+            "subject_type": subject_type,
             "subject_id": subject_id,
             "input_hash": input_hash,
             "model": model,

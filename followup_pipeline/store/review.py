@@ -18,6 +18,7 @@ from followup_pipeline.store.enrichments import (
     review_item,
     store_summary,
 )
+from followup_pipeline.store.lead_review import LEAD_SUBJECT, LeadReviewError, decide_lead
 
 ACTIONS = ("accept", "reject")
 
@@ -34,8 +35,12 @@ def decide(
     lines: tuple[str | None, str | None] | None,
     max_chars: int,
     now: datetime,
+    answer: str | None = None,
+    reason: str | None = None,
 ) -> str:
-    """Accept or reject item ``item_id`` (call inside a transaction); what was done, in words."""
+    """Accept or reject item ``item_id`` (call inside a transaction); what was done, in words.
+    A lead's item is settled by ``lead_review.decide_lead`` (``answer``: a corrected lead.v2
+    answer; ``reason``: why it is rejected)."""
     if action not in ACTIONS:
         raise ReviewError(f"action {action!r}: use one of {', '.join(ACTIONS)}")
     item = review_item(conn, item_id, lock=True)
@@ -43,6 +48,11 @@ def decide(
         raise ReviewError(f"no review item {item_id}")
     if item.resolved_at is not None:
         raise ReviewError(f"review item {item_id} was {item.resolution} already")
+    if item.subject_type == LEAD_SUBJECT:
+        try:
+            return decide_lead(conn, item, action=action, answer=answer, reason=reason, now=now)
+        except LeadReviewError as error:
+            raise ReviewError(str(error)) from None
     if action == "accept" and latest_input_hash(conn, item.subject_id) != item.input_hash:
         raise ReviewError(
             f"review item {item_id}: deal {item.subject_id} has a newer summary or review item; "

@@ -156,6 +156,14 @@ CREATE TABLE followup.cadences (
     CONSTRAINT cadences_offsets_valid CHECK (((cardinality(offsets) > 0) AND (array_position(offsets, NULL::integer) IS NULL) AND (offsets[1] >= 1)))
 );
 
+CREATE TABLE followup.company_lookups (
+    domain text NOT NULL,
+    found boolean NOT NULL,
+    company jsonb,
+    looked_up_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE followup.deal_marks (
     subject_type text DEFAULT 'Opportunity'::text NOT NULL,
     subject_id text NOT NULL,
@@ -241,6 +249,34 @@ CREATE TABLE followup.job_cursors (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE followup.lead_classifications (
+    id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    lead_id bigint NOT NULL,
+    segment text NOT NULL,
+    intent text NOT NULL,
+    priority integer NOT NULL,
+    summary text NOT NULL,
+    language text NOT NULL,
+    reasons text[] NOT NULL,
+    model text NOT NULL,
+    source text NOT NULL,
+    prompt_tokens integer,
+    completion_tokens integer,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT lead_classifications_priority_valid CHECK (((priority >= 1) AND (priority <= 4))),
+    CONSTRAINT lead_classifications_source_valid CHECK ((source = ANY (ARRAY['model'::text, 'review'::text])))
+);
+
+ALTER TABLE followup.lead_classifications ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.lead_classifications_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE followup.lead_events (
     id bigint NOT NULL,
     lead_id bigint NOT NULL,
@@ -276,7 +312,9 @@ CREATE TABLE followup.leads (
     first_source text NOT NULL,
     first_seen_at timestamp with time zone NOT NULL,
     last_seen_at timestamp with time zone NOT NULL,
-    crm_lead_id text
+    crm_lead_id text,
+    company_domain text,
+    company_facts jsonb
 );
 
 ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -443,6 +481,9 @@ ALTER TABLE ONLY followup.alerts
 ALTER TABLE ONLY followup.cadences
     ADD CONSTRAINT cadences_pkey PRIMARY KEY (name);
 
+ALTER TABLE ONLY followup.company_lookups
+    ADD CONSTRAINT company_lookups_pkey PRIMARY KEY (domain);
+
 ALTER TABLE ONLY followup.deal_marks
     ADD CONSTRAINT deal_marks_pkey PRIMARY KEY (subject_type, subject_id);
 
@@ -463,6 +504,12 @@ ALTER TABLE ONLY followup.holidays
 
 ALTER TABLE ONLY followup.job_cursors
     ADD CONSTRAINT job_cursors_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY followup.lead_classifications
+    ADD CONSTRAINT lead_classifications_event_unique UNIQUE (event_id);
+
+ALTER TABLE ONLY followup.lead_classifications
+    ADD CONSTRAINT lead_classifications_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY followup.lead_events
     ADD CONSTRAINT lead_events_event_unique UNIQUE (event_id);
@@ -516,6 +563,10 @@ CREATE UNIQUE INDEX events_delivery_id ON followup.events USING btree (source, d
 
 CREATE INDEX events_pending ON followup.events USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
+CREATE INDEX lead_classifications_created ON followup.lead_classifications USING btree (created_at);
+
+CREATE INDEX lead_classifications_lead ON followup.lead_classifications USING btree (lead_id);
+
 CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
@@ -542,6 +593,12 @@ ALTER TABLE ONLY followup.actions
 
 ALTER TABLE ONLY followup.deal_marks
     ADD CONSTRAINT deal_marks_last_event_id_fkey FOREIGN KEY (last_event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.lead_classifications
+    ADD CONSTRAINT lead_classifications_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);
+
+ALTER TABLE ONLY followup.lead_classifications
+    ADD CONSTRAINT lead_classifications_lead_id_fkey FOREIGN KEY (lead_id) REFERENCES followup.leads(id);
 
 ALTER TABLE ONLY followup.lead_events
     ADD CONSTRAINT lead_events_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);

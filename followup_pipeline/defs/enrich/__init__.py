@@ -25,12 +25,15 @@ MAX_RUNTIME_S = 50 * 60
 
 
 class ReviewConfig(dg.Config):
-    """Settle one review item: ``accept`` (optionally with corrected lines) or ``reject``."""
+    """Settle one review item: ``accept`` (optionally with corrected lines, or a lead's corrected
+    lead.v2 ``answer``) or ``reject`` (a lead's with a ``reason``)."""
 
     item_id: int
     action: Literal["accept", "reject"]
     line1: str | None = None
     line2: str | None = None
+    answer: str | None = None
+    reason: str | None = None
 
 
 @dg.op
@@ -80,6 +83,8 @@ def settle_review_item(
                 lines=lines,
                 max_chars=settings.enrich_line_max_chars,
                 now=clock.now(),
+                answer=config.answer,
+                reason=config.reason,
             )
     except ReviewError as error:
         raise dg.Failure(description=str(error)) from None

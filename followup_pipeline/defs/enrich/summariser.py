@@ -33,6 +33,7 @@ from followup_pipeline.integrations.mistral import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import enrichments as store
 from followup_pipeline.store.enrichments import NewSummary, OpenWatch
+from followup_pipeline.store.lead_enrichment import lead_model_spend_since
 
 CURSOR = "enrich"
 #: The listing of changes reaches back this far before the cursor (clocks disagree a little).
@@ -103,14 +104,17 @@ class Summariser:
         """Summarise the waiting deals, oldest change first, until the budget is spent."""
         with self.postgres.connection() as conn:
             waiting = store.queued(conn)
-        calls = 0
+            # One spend limit for the model per hour: the lead classifications of the last hour
+            # count against this run's budget too.
+            leads = lead_model_spend_since(conn, self.now - timedelta(hours=1))
+        calls = leads.calls
         for index, item in enumerate(waiting):
             with self.postgres.connection() as conn:
                 watch = store.watch_to_summarise(conn, item.subject_id)
             if watch is None:
                 self._done(item.subject_id, "closed_meanwhile")
                 continue
-            spent = self.tokens["prompt_tokens"] + self.tokens["completion_tokens"]
+            spent = leads.tokens + self.tokens["prompt_tokens"] + self.tokens["completion_tokens"]
             if calls >= self.settings.enrich_budget_calls or (
                 spent >= self.settings.enrich_budget_tokens
             ):

@@ -18,7 +18,11 @@ from followup_pipeline.engine.event_sensor import events_tick
 from followup_pipeline.engine.runs import RunCounts, outcome_output
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.engine.worker import EventWorker, HandlerFactory, worker_outcome
-from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.integrations.resources import (
+    CompanyLookupResource,
+    EspoCrmResource,
+    MistralResource,
+)
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import LEAD_SOURCES, Settings
 
@@ -35,10 +39,15 @@ def normalise_leads(
     context: dg.OpExecutionContext,
     settings: dg.ResourceParam[Settings],
     postgres: PostgresResource,
+    company_lookup: CompanyLookupResource,
+    mistral: MistralResource,
+    clock: ClockResource,
 ) -> dg.Output[RunCounts]:
-    """Claim due events of the lead sources and make each person's lead; counts as metadata."""
+    """Claim due events of the lead sources and take each through its steps (normalise,
+    enrich, classify); counts as metadata."""
+    resources = {"company_lookup": company_lookup, "mistral": mistral, "clock": clock}
     with postgres.connection() as conn:
-        handler = make_normaliser(conn, settings, {})
+        handler = make_normaliser(conn, settings, resources)
         counts = dict(EventWorker(conn, handler, settings, sources=LEAD_SOURCES).run())
     return outcome_output(context, worker_outcome(counts), counts)
 

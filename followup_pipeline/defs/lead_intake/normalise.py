@@ -11,10 +11,13 @@ checkout, and a CRM Lead without an e-mail address, are done and counted ``ignor
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
+from followup_pipeline.defs.lead_intake.steps import Classifier, CompanyLookup, Enricher
+from followup_pipeline.domain.companies import CompanyFacts
 from followup_pipeline.domain.leads import (
     LeadIn,
     LeadRejected,
@@ -23,9 +26,12 @@ from followup_pipeline.domain.leads import (
     from_site_form,
 )
 from followup_pipeline.engine.worker import ItemFailed, ResourcesByKey, completion_key
+from followup_pipeline.integrations.resources import CompanyLookupResource, MistralResource
+from followup_pipeline.resources import ClockResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events, leads
 from followup_pipeline.store.events import Event
+from followup_pipeline.store.lead_enrichment import lead_by_id
 
 STEP = "normalise"
 
@@ -36,6 +42,8 @@ class LeadNormaliser:
     def __init__(self, conn: psycopg.Connection[Any], settings: Settings) -> None:
         self.conn = conn
         self.counts: Counter[str] = Counter()
+        #: The steps after ``normalise``, when the capability has its vendors.
+        self.next_steps: NextSteps | None = None
         fields = settings.site_form_fields
         self.parsers: Mapping[str, Callable[[bytes], LeadIn | None]] = {
             "site-form": lambda body: from_site_form(body, fields),
@@ -44,18 +52,16 @@ class LeadNormaliser:
         }
 
     def handle(self, event: Event, done: set[str]) -> bool:
-        """Write the event's lead and mark it done in one transaction; True when it did."""
-        key = completion_key(event.id, 0, STEP)
+        """The event's steps not done yet: ``normalise`` (its lead), then, when the capability
+        has its vendors, ``enrich`` and ``classify``; True when it marked the event done (or
+        put it back for later) itself."""
         self.counts["received"] += 1
-        if key in done:
-            self.counts["already_done"] += 1
-            return False  # the worker marks it done
         body = bytes(event.body) if event.body is not None else b""
         parser = self.parsers.get(event.source)
         if parser is None:
             raise ItemFailed("source", f"no lead parser for {event.source!r}", permanent=True)
         try:
-            lead = parser(body)
+            lead = parser(body)  # the body says the same on every attempt: read it each time
         except LeadRejected as rejected:
             self.counts["rejected"] += 1
             raise ItemFailed(
@@ -64,6 +70,24 @@ class LeadNormaliser:
         if lead is None:
             self.counts["ignored"] += 1
             return False
+        key = completion_key(event.id, 0, STEP)
+        if key in done:
+            self.counts["already_done"] += 1
+            with self.conn.transaction():
+                results = {c.key: c.result for c in events.completions_of(self.conn, event.id)}
+            lead_id = int(str(results[key]["lead_id"]))
+        else:
+            lead_id = self.normalise(event, lead, last=self.next_steps is None)
+        if self.next_steps is None:
+            return key not in done
+        # The worker's dispatcher may have given this handler its shared counter since.
+        self.next_steps.enricher.counts = self.next_steps.classifier.counts = self.counts
+        return self.next_steps.run(event, lead_id, lead, done)
+
+    def normalise(self, event: Event, lead: LeadIn, *, last: bool) -> int:
+        """Write the lead and the step's key (and mark the event done if it is the last step),
+        in one transaction; the lead's id."""
+        key = completion_key(event.id, 0, STEP)
         row = leads.LeadRow(
             email=lead.email,
             source=event.source,
@@ -83,14 +107,60 @@ class LeadNormaliser:
             linked = leads.link_event(self.conn, event_id=event.id, lead=row)
             result = {"lead_id": linked.lead_id, "created": linked.created}
             events.complete(self.conn, key=key, event_id=event.id, result=result)
-            events.mark_done(self.conn, event.id)
+            if last:
+                events.mark_done(self.conn, event.id)
         self.counts["normalised"] += 1
         self.counts["new_leads" if linked.created else "duplicates"] += 1
-        return True
+        return linked.lead_id
+
+
+class NextSteps:
+    """``enrich`` then ``classify``, each skipped when its key is done."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        enricher: Enricher,
+        classifier: Classifier,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.conn = conn
+        self.enricher = enricher
+        self.classifier = classifier
+        self.clock = clock
+
+    def run(self, event: Event, lead_id: int, lead: LeadIn, done: set[str]) -> bool:
+        """The steps not done yet; True (the last one marks the event done or defers it)."""
+        now = self.clock()
+        enrich_key = completion_key(event.id, 0, "enrich")
+        if enrich_key in done:
+            with self.conn.transaction():
+                row = lead_by_id(self.conn, lead_id)
+            company = CompanyFacts.from_json(row.company_facts) if row is not None else None
+        else:
+            company = self.enricher.run(event, lead_id, lead, now=now)
+        if completion_key(event.id, 0, "classify") in done:
+            with self.conn.transaction():
+                events.mark_done(self.conn, event.id)
+            return True
+        return self.classifier.run(event, lead_id, lead, company, now=now)
 
 
 def make_normaliser(
     conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
 ) -> LeadNormaliser:
-    """The lead sources' handler (it needs no vendor: the body says everything)."""
-    return LeadNormaliser(conn, settings)
+    """The lead sources' handler: with the ``company_lookup`` and ``mistral`` resources, all
+    its steps; without them (a replay job that has none), ``normalise`` alone."""
+    handler = LeadNormaliser(conn, settings)
+    companies, mistral = resources.get("company_lookup"), resources.get("mistral")
+    clock = resources.get("clock")
+    if isinstance(companies, CompanyLookupResource) and isinstance(mistral, MistralResource):
+        counts = handler.counts
+        lookup = CompanyLookup(companies.get_client()) if settings.company_lookup_api_key else None
+        handler.next_steps = NextSteps(
+            conn,
+            Enricher(conn, lookup, counts),
+            Classifier(conn, mistral.get_client(), settings, counts),
+            clock.now if isinstance(clock, ClockResource) else lambda: datetime.now(UTC),
+        )
+    return handler

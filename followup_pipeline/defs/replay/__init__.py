@@ -13,8 +13,12 @@ import dagster as dg
 
 from followup_pipeline.engine.runs import RunCounts, outcome_output
 from followup_pipeline.engine.worker import EventHandlers, EventWorker, worker_outcome
-from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import PostgresResource
+from followup_pipeline.integrations.resources import (
+    CompanyLookupResource,
+    EspoCrmResource,
+    MistralResource,
+)
+from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.dead_letters import parse_name, replay_actions, requeue_events
 
@@ -33,6 +37,9 @@ def replay_dead_letters(
     event_handlers: dg.ResourceParam[EventHandlers],
     postgres: PostgresResource,
     espocrm: EspoCrmResource,
+    company_lookup: CompanyLookupResource,
+    mistral: MistralResource,
+    clock: ClockResource,
 ) -> dg.Output[RunCounts]:
     """Requeue the named events under their original ids and register them now."""
     try:
@@ -46,7 +53,13 @@ def replay_dead_letters(
             requeued, refused = requeue_events(conn, ids)
         for event_id, why in refused.items():
             context.log.warning("event:%s not replayed: %s", event_id, why)
-        handler = event_handlers.dispatcher(conn, settings, {"espocrm": espocrm})
+        vendors = {
+            "espocrm": espocrm,
+            "company_lookup": company_lookup,
+            "mistral": mistral,
+            "clock": clock,
+        }
+        handler = event_handlers.dispatcher(conn, settings, vendors)
         counts: RunCounts = dict(EventWorker(conn, handler, settings, sources=()).run(ids=requeued))
     with postgres.connection() as conn, conn.transaction():
         replayed, refused_actions = replay_actions(conn, keys)

@@ -35,20 +35,20 @@ RETURNING id;
 -- name: review_items_list
 -- Review items, open ones first, newest first.
 SELECT id, subject_id, deal_name, model, error, raw_output, input_hash, source_text,
-       created_at, resolved_at, resolution
+       created_at, resolved_at, resolution, subject_type
 FROM review_items
 WHERE %(all)s OR resolved_at IS NULL
 ORDER BY resolved_at IS NOT NULL, created_at DESC, id DESC;
 
 -- name: review_item_by_id
 SELECT id, subject_id, deal_name, model, error, raw_output, input_hash, source_text,
-       created_at, resolved_at, resolution
+       created_at, resolved_at, resolution, subject_type
 FROM review_items WHERE id = %(id)s;
 
 -- name: review_item_lock
 -- The item, locked until the deciding transaction ends (two operators cannot both settle it).
 SELECT id, subject_id, deal_name, model, error, raw_output, input_hash, source_text,
-       created_at, resolved_at, resolution
+       created_at, resolved_at, resolution, subject_type
 FROM review_items WHERE id = %(id)s FOR UPDATE;
 
 -- name: review_item_resolve

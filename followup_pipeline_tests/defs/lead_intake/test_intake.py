@@ -13,8 +13,13 @@ import pytest
 
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.engine.runs import OUTCOME_TAG
-from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import PostgresResource
+from followup_pipeline.integrations.resources import (
+    CompanyLookupResource,
+    EspoCrmResource,
+    MistralResource,
+)
+from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.events import store_delivery
 
@@ -42,25 +47,43 @@ def _store(db: psycopg.Connection[Any], source: str, body: bytes, delivery_id: s
     )
 
 
-def _resources(db_url: str) -> dict[str, Any]:
+def _resources(db_url: str, sandbox: str) -> dict[str, Any]:
+    """The real resources on the sandbox's vendors (the CRM is out of reach: nothing here
+    reads it)."""
+    config = SandboxConfig()
     return {
         "postgres": PostgresResource(url=db_url),
         "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
+        "company_lookup": CompanyLookupResource(
+            base_url=f"{sandbox}/pdl", api_key=config.pdl_api_key.get_secret_value()
+        ),
+        "mistral": MistralResource(
+            base_url=f"{sandbox}/mistral",
+            api_key=config.mistral_api_key.get_secret_value(),
+            model="mistral-small-latest",
+        ),
+        "clock": ClockResource(),
     }
 
 
-def _intake(defs: dg.Definitions, db_url: str, instance: dg.DagsterInstance) -> Any:
+def _intake(defs: dg.Definitions, db_url: str, sandbox: str, instance: dg.DagsterInstance) -> Any:
     job = defs.resolve_job_def("lead_intake")
-    return job.execute_in_process(instance=instance, resources=_resources(db_url))
+    return job.execute_in_process(instance=instance, resources=_resources(db_url, sandbox))
+
+
+def _settings(**values: Any) -> Any:
+    """The machine's settings with the sandbox's company lookup key (the lookup is on)."""
+    key = SandboxConfig().pdl_api_key.get_secret_value()
+    return load_settings(company_lookup_api_key=key, **values)
 
 
 @pytest.fixture
 def defs() -> dg.Definitions:
-    return build_definitions(load_settings(event_backoff_base_s=0))
+    return build_definitions(_settings(event_backoff_base_s=0))
 
 
 def test_lead_a_form_and_a_payment_of_one_person_are_one_lead(
-    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str, sandbox: str
 ) -> None:
     form = _store(db, "site-form", _form("Ada@Example.com "), "msg_1")
     # Each sender delivers twice: one event each.
@@ -68,7 +91,7 @@ def test_lead_a_form_and_a_payment_of_one_person_are_one_lead(
     paid = _store(db, "payment", _payment("ada@example.com"), "evt_1")
     assert _store(db, "payment", _payment("ada@example.com"), "evt_1").duplicate
     with dg.instance_for_test() as instance:
-        result = _intake(defs, db_url, instance)
+        result = _intake(defs, db_url, sandbox, instance)
         run = instance.get_run_by_id(result.run_id)
     assert run is not None
     assert run.tags[OUTCOME_TAG] == "ok"
@@ -88,28 +111,29 @@ def test_lead_a_form_and_a_payment_of_one_person_are_one_lead(
     ]  # fmt: skip
     assert (float(linked[1]["amount"]), linked[1]["currency"]) == (49.0, "EUR")
     keys = {r["key"] for r in db.execute("SELECT key FROM step_completions")}
-    assert keys == {f"{form.event_id}:0:normalise", f"{paid.event_id}:0:normalise"}
+    steps = ("normalise", "enrich", "classify")
+    assert keys == {f"{e.event_id}:0:{step}" for e in (form, paid) for step in steps}
 
 
 def test_lead_a_payment_of_another_type_is_stored_and_ignored(
-    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str, sandbox: str
 ) -> None:
     _store(db, "payment", _payment("x@example.com", "payment_intent.created"), "evt_2")
     with dg.instance_for_test() as instance:
-        counts = _intake(defs, db_url, instance).output_for_node("normalise_leads")
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
     assert counts["ignored"] == 1
     assert db.execute("SELECT count(*) AS n FROM leads").fetchone() == {"n": 0}
     assert db.execute("SELECT status FROM events").fetchone() == {"status": "done"}
 
 
 def test_lead_a_malformed_form_is_a_dead_letter_naming_the_field_and_a_replay_makes_it_once(
-    db: psycopg.Connection[Any], db_url: str
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
 ) -> None:
     # The form builder calls the address "e-mail": no lead, a dead letter at once.
     body = json.dumps({"type": "form.submitted", "data": {"e-mail": "grace@example.com"}})
     event = _store(db, "site-form", body.encode(), "msg_bad")
     with dg.instance_for_test() as instance:
-        result = _intake(build_definitions(load_settings()), db_url, instance)
+        result = _intake(build_definitions(_settings()), db_url, sandbox, instance)
         assert instance.get_run_by_id(result.run_id).tags[OUTCOME_TAG] == "partial"  # type: ignore[union-attr]
     row = db.execute("SELECT status, last_error, dead_step, body FROM events").fetchone()
     assert row is not None
@@ -117,12 +141,12 @@ def test_lead_a_malformed_form_is_a_dead_letter_naming_the_field_and_a_replay_ma
     assert "data.email: field required" in row["last_error"]
     assert bytes(row["body"]) == body.encode()  # the raw body kept for the operator
     # The fix: the form's field name is mapped. A replay by the original id makes the lead once.
-    fixed = build_definitions(load_settings(site_form_fields='{"email": "e-mail"}'))
+    fixed = build_definitions(_settings(site_form_fields='{"email": "e-mail"}'))
     names = {"ops": {"replay_dead_letters": {"config": {"names": [f"event:{event.event_id}"]}}}}
     with dg.instance_for_test() as instance:
         for _ in range(2):
             replay = fixed.resolve_job_def("replay").execute_in_process(
-                run_config=names, instance=instance, resources=_resources(db_url)
+                run_config=names, instance=instance, resources=_resources(db_url, sandbox)
             )
             assert replay.success
     assert db.execute("SELECT email FROM leads").fetchall() == [{"email": "grace@example.com"}]
@@ -178,7 +202,7 @@ def test_lead_typed_into_the_crm_is_taken_in_by_the_next_sweep_exactly_once(
         (our_id,),
     )
     resources = {
-        **_resources(db_url),
+        **_resources(db_url, sandbox),
         "espocrm": EspoCrmResource(base_url=f"{sandbox}/espocrm", api_key=key),
         "clock": ClockResource(),
     }
@@ -189,7 +213,7 @@ def test_lead_typed_into_the_crm_is_taken_in_by_the_next_sweep_exactly_once(
         assert (counts["stored"], counts["ours"]) == (1, 1)
         again = sweep.execute_in_process(instance=instance, resources=resources)
         assert again.output_for_node("sweep_crm_leads").get("stored", 0) == 0  # read, not kept
-        _intake(defs, db_url, instance)
+        _intake(defs, db_url, sandbox, instance)
     [lead] = db.execute("SELECT email, name, company, crm_lead_id FROM leads").fetchall()
     assert lead == {"email": "grace@navy.example", "name": "Grace Hopper",
                     "company": "US Navy", "crm_lead_id": crm_id}  # fmt: skip
@@ -230,3 +254,110 @@ def test_lead_sweep_keeps_a_crm_lead_that_breaks_its_schema_as_a_dead_letter(
     assert json.loads(bytes(rows[0]["body"]))["id"] == "L2"  # the raw record, for the operator
     cursor = db.execute("SELECT position FROM job_cursors WHERE name = 'crm_changes'").fetchone()
     assert cursor == {"position": datetime(2026, 3, 2, 8, 0, tzinfo=UTC)}
+
+
+def _fault(sandbox: str, **spec: Any) -> None:
+    import httpx
+
+    httpx.post(f"{sandbox}/_sandbox/faults", json=spec, timeout=5).raise_for_status()
+
+
+def test_lead_from_a_company_domain_is_enriched_and_classified_once_per_domain(
+    defs: dg.Definitions, db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    asks = _form("k.brandt@brandt-moebel.example", message="Was kostet das Angebot?")
+    _store(db, "site-form", asks, "m1")
+    _store(db, "site-form", _form("sales@brandt-moebel.example"), "m2")  # the same company
+    _store(db, "site-form", _form("grace@gmail.com"), "m3")  # free mail: no lookup
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert (counts["looked_up"], counts["cached"], counts["free_mail"]) == (1, 1, 1)
+    assert (counts["enriched"], counts["classified"]) == (2, 3)
+    brandt = db.execute(
+        "SELECT company_domain, company_facts FROM leads WHERE email = %s",
+        ("k.brandt@brandt-moebel.example",),
+    ).fetchone()
+    assert brandt is not None
+    assert brandt["company_domain"] == "brandt-moebel.example"
+    assert brandt["company_facts"]["name"]
+    free = db.execute("SELECT company_domain FROM leads WHERE email = 'grace@gmail.com'").fetchone()
+    assert free == {"company_domain": None}
+    rows = db.execute(
+        "SELECT c.intent, c.priority, c.language, c.source FROM lead_classifications c"
+        " JOIN lead_events e ON e.event_id = c.event_id ORDER BY c.event_id"
+    ).fetchall()
+    assert len(rows) == 3
+    assert {r["source"] for r in rows} == {"model"}
+    assert all(1 <= r["priority"] <= 4 for r in rows)
+    assert rows[0]["intent"] == "buy"
+    assert rows[0]["language"] == "de"
+    # The lookup was asked once for the company's two leads.
+    stats = db.execute("SELECT count(*) AS n FROM company_lookups").fetchone()
+    assert stats == {"n": 1}
+
+
+def test_lead_lookup_404_continues_429_waits_and_an_outage_is_a_dead_letter_a_replay_ends(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    defs = build_definitions(_settings(event_backoff_base_s=0, lead_max_retries=0))
+    _store(db, "site-form", _form("x@unknown-company.example"), "u1")  # PDL does not know it
+    _fault(sandbox, vendor="pdl", kind="rate_limit", count=1, retry_after=1)
+    _store(db, "site-form", _form("o@hughes-design.example"), "h1")
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert (counts["looked_up"], counts["enriched"], counts["classified"]) == (2, 1, 2)
+    # The lookup is down for longer than its retries: the event is a dead letter at `enrich`.
+    _fault(sandbox, vendor="pdl", kind="error", status=503, count=20)
+    lost = _store(db, "site-form", _form("n@nordwerk.example"), "n1")
+    with dg.instance_for_test() as instance:
+        _intake(defs, db_url, sandbox, instance)
+    dead = db.execute("SELECT status, dead_step FROM events WHERE id = %s", (lost.event_id,))
+    assert dead.fetchone() == {"status": "dead", "dead_step": "0:enrich"}
+    import httpx
+
+    httpx.delete(f"{sandbox}/_sandbox/faults", timeout=5).raise_for_status()
+    names = {"ops": {"replay_dead_letters": {"config": {"names": [f"event:{lost.event_id}"]}}}}
+    with dg.instance_for_test() as instance:
+        replay = defs.resolve_job_def("replay").execute_in_process(
+            run_config=names, instance=instance, resources=_resources(db_url, sandbox)
+        )
+    assert replay.success
+    done = db.execute(
+        "SELECT count(*) AS n FROM lead_classifications WHERE event_id = %s", (lost.event_id,)
+    ).fetchone()
+    assert done == {"n": 1}
+
+
+def test_lead_a_model_answer_that_breaks_lead_v2_waits_in_review_until_accepted(
+    defs: dg.Definitions,
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from followup_pipeline.cli import main
+
+    _fault(sandbox, vendor="mistral", kind="invalid_output", count=1,
+           content='{"segment": "enterprise", "priority": 9}')  # fmt: skip
+    event = _store(db, "site-form", _form("o@hughes-design.example"), "r1")
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert counts["sent_to_review"] == 1
+    [item] = db.execute("SELECT id, subject_type, subject_id, raw_output, error FROM review_items")
+    assert (item["subject_type"], item["subject_id"]) == ("LeadEvent", str(event.event_id))
+    assert item["raw_output"] == '{"segment": "enterprise", "priority": 9}'  # the raw text kept
+    assert "priority" in item["error"]
+    # Nothing went on: no classification until a person decides.
+    assert db.execute("SELECT count(*) AS n FROM lead_classifications").fetchone() == {"n": 0}
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    answer = json.dumps({"segment": "small_business", "intent": "question", "priority": 3,
+                         "summary": "Fragt nach dem Angebot.", "language": "de",
+                         "reasons": ["asks about the offer"]})  # fmt: skip
+    assert main(["review", "accept", str(item["id"])]) == 1  # the raw answer breaks lead.v2
+    said = capsys.readouterr()
+    assert "breaks lead.v2" in said.out + said.err
+    assert main(["review", "accept", str(item["id"]), "--answer", answer]) == 0
+    assert main(["review", "accept", str(item["id"]), "--answer", answer]) == 1  # settled
+    rows = db.execute("SELECT source, priority FROM lead_classifications").fetchall()
+    assert rows == [{"source": "review", "priority": 3}]  # once

@@ -11,8 +11,12 @@ import pytest
 
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.engine.runs import OUTCOME_TAG
-from followup_pipeline.integrations.resources import EspoCrmResource
-from followup_pipeline.resources import PostgresResource
+from followup_pipeline.integrations.resources import (
+    CompanyLookupResource,
+    EspoCrmResource,
+    MistralResource,
+)
+from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import load_settings
 
 from .conftest import EventFactory
@@ -78,8 +82,11 @@ def test_crm_events_keys_never_block_a_retry_and_wait_for_runs_in_flight(
 def _resources(db_url: str) -> dict[str, Any]:
     return {
         "postgres": PostgresResource(url=db_url),
-        # Nothing listens on port 9: every CRM read fails fast, as in an outage.
+        # Nothing listens on port 9: every vendor request fails fast, as in an outage.
         "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
+        "company_lookup": CompanyLookupResource(base_url="http://127.0.0.1:9/pdl", api_key="k"),
+        "mistral": MistralResource(base_url="http://127.0.0.1:9/mistral", api_key="k", model="m"),
+        "clock": ClockResource(),
     }
 
 

@@ -1,0 +1,233 @@
+"""The lead intake's steps after ``normalise`` (docs/architecture.md §9): ``enrich`` (who the
+company is, by the e-mail's domain, asked once per domain while its answer holds) and
+``classify`` (what the lead wants: a model answer checked against ``lead.v2`` before anything
+uses it; one that fails waits in the review list with its raw text).
+
+Each is one step of the event's item 0, recorded under ``{event_id}:0:{step}`` with its writes;
+a vendor that fails for now is an ``ItemFailed`` (a retry with backoff, then a dead letter that a
+replay finishes where it stopped).
+"""
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import psycopg
+
+from followup_pipeline.domain.classification import (
+    ClassificationRejected,
+    classification_text,
+    parse_classification,
+)
+from followup_pipeline.domain.companies import CompanyFacts, company_domain
+from followup_pipeline.domain.leads import LeadIn
+from followup_pipeline.engine.worker import ItemFailed, completion_key
+from followup_pipeline.integrations.company_lookup import CompanyLookupClient
+from followup_pipeline.integrations.errors import IntegrationError, PermanentError
+from followup_pipeline.integrations.mistral import ModelAnswer
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import enrichments, events
+from followup_pipeline.store import lead_enrichment as store
+from followup_pipeline.store.events import Event
+
+#: How long a company lookup holds (found or not): companies change slowly, lookups cost.
+COMPANY_KEEP = timedelta(days=30)
+#: The review list's subject type of a lead event's model answer.
+REVIEW_SUBJECT = "LeadEvent"
+
+
+class CompanySource(Protocol):
+    """What ``enrich`` needs of the company lookup: a company's facts by domain, None when the
+    vendor does not know it."""
+
+    def company_facts(self, domain: str) -> CompanyFacts | None:
+        """The facts we keep of the company behind ``domain``."""
+        ...
+
+
+class LeadModel(Protocol):
+    """What ``classify`` needs of the model."""
+
+    @property
+    def model(self) -> str:
+        """The model's name."""
+        ...
+
+    def classify_lead(self, text: str) -> ModelAnswer:
+        """A ``lead.v2`` answer for ``text``, unchecked."""
+        ...
+
+
+class CompanyLookup:
+    """The company lookup as ``enrich`` needs it: the facts we keep of a company."""
+
+    def __init__(self, client: CompanyLookupClient) -> None:
+        self.client = client
+
+    def company_facts(self, domain: str) -> CompanyFacts | None:
+        """The company behind ``domain`` (None: the vendor does not know it)."""
+        company = self.client.enrich(domain=domain)
+        if company is None:
+            return None
+        location = company.location
+        return CompanyFacts(
+            name=company.display_name or company.name,
+            industry=company.industry,
+            size=company.size,
+            employee_count=company.employee_count,
+            founded=company.founded,
+            country=location.country if location is not None else None,
+            locality=location.locality if location is not None else None,
+            website=company.website,
+            linkedin_url=company.linkedin_url,
+        )
+
+
+class Enricher:
+    """The ``enrich`` step: the lead's company facts, from the cache or one lookup (none when
+    the lookup is off: no key configured)."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        companies: CompanySource | None,
+        counts: Counter[str],
+    ) -> None:
+        self.conn = conn
+        self.companies = companies
+        self.counts = counts
+
+    def run(
+        self, event: Event, lead_id: int, lead: LeadIn, *, now: datetime
+    ) -> CompanyFacts | None:
+        """Look the company up (or not), record what it said with the step's key."""
+        key = completion_key(event.id, 0, "enrich")
+        domain = company_domain(lead.email)
+        facts: CompanyFacts | None = None
+        result: dict[str, Any] = {"domain": domain}
+        if domain is None:
+            self.counts["free_mail"] += 1
+            result["skipped"] = "free_mail"
+        elif self.companies is None:
+            self.counts["lookup_off"] += 1
+            result["skipped"] = "lookup_off"
+        else:
+            with self.conn.transaction():
+                cached = store.cached_company(self.conn, domain, now=now)
+            if cached is not None:
+                self.counts["cached"] += 1
+                facts = CompanyFacts.from_json(cached.company)
+                result["cached"] = True
+            else:
+                try:
+                    facts = self.companies.company_facts(domain)
+                except PermanentError as error:
+                    raise ItemFailed("0:enrich", f"company lookup refused: {error}") from None
+                except IntegrationError as error:
+                    raise ItemFailed("0:enrich", f"company lookup: {error}") from None
+                with self.conn.transaction():
+                    store.remember_company(self.conn, domain, facts, now=now, keep=COMPANY_KEEP)
+                self.counts["looked_up"] += 1
+            result["found"] = facts is not None
+            if facts is not None:
+                self.counts["enriched"] += 1
+        with self.conn.transaction():
+            store.set_lead_company(self.conn, lead_id=lead_id, domain=domain, facts=facts)
+            events.complete(self.conn, key=key, event_id=event.id, result=result)
+        return facts
+
+
+class Classifier:
+    """The ``classify`` step: one model answer, checked; a failing one goes to review."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        model: LeadModel,
+        settings: Settings,
+        counts: Counter[str],
+    ) -> None:
+        self.conn = conn
+        self.model = model
+        self.settings = settings
+        self.counts = counts
+
+    def budget_left(self, now: datetime) -> bool:
+        """Whether the model's hourly spend (summaries and classifications together) allows a
+        call now."""
+        with self.conn.transaction():
+            spent = store.model_spend_since(self.conn, now - timedelta(hours=1))
+        return (
+            spent.calls < self.settings.enrich_budget_calls
+            and spent.tokens < self.settings.enrich_budget_tokens
+        )
+
+    def run(
+        self,
+        event: Event,
+        lead_id: int,
+        lead: LeadIn,
+        company: CompanyFacts | None,
+        *,
+        now: datetime,
+    ) -> bool:
+        """Classify and mark the event done (True), or defer it to the next hour when the
+        budget is spent (True: it is handled)."""
+        if not self.budget_left(now):
+            with self.conn.transaction():
+                store.defer_event(self.conn, event.id, until=now + timedelta(hours=1))
+            self.counts["deferred_by_budget"] += 1
+            return True
+        text = classification_text(lead, company.as_json() if company is not None else None)
+        try:
+            answer = self.model.classify_lead(text)
+        except PermanentError as error:
+            raise ItemFailed("0:classify", f"the model refused: {error}") from None
+        except IntegrationError as error:
+            raise ItemFailed("0:classify", f"the model: {error}") from None
+        key = completion_key(event.id, 0, "classify")
+        usage = answer.usage
+        try:
+            checked = parse_classification(answer.text, facts=text)
+        except ClassificationRejected as rejected:
+            with self.conn.transaction():
+                item = enrichments.store_review_item(
+                    self.conn,
+                    subject_id=str(event.id),
+                    deal_name=lead.company or lead.email,
+                    input_hash=f"lead:{event.id}",
+                    model=answer.model,
+                    raw_output=answer.text,
+                    reason=rejected.reason,
+                    source_text=text,
+                    tokens=(usage.prompt_tokens, usage.completion_tokens),
+                    now=now,
+                    subject_type=REVIEW_SUBJECT,
+                )
+                events.complete(self.conn, key=key, event_id=event.id, result={"review_item": item})
+                events.mark_done(self.conn, event.id)
+            self.counts["sent_to_review"] += 1
+            return True
+        with self.conn.transaction():
+            store.store_classification(
+                self.conn,
+                store.Classified(
+                    event_id=event.id,
+                    lead_id=lead_id,
+                    segment=checked.segment,
+                    intent=checked.intent,
+                    priority=checked.priority,
+                    summary=checked.summary,
+                    language=checked.language,
+                    reasons=list(checked.reasons),
+                    model=answer.model,
+                    source="model",
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                ),
+                now=now,
+            )
+            events.complete(self.conn, key=key, event_id=event.id, result={"classified": True})
+            events.mark_done(self.conn, event.id)
+        self.counts["classified"] += 1
+        return True

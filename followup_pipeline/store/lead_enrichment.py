@@ -1,0 +1,144 @@
+"""What lead intake's second part keeps (docs/architecture.md §9): company lookups cached per
+domain with an expiry, what the lookup said of a lead's company, each lead event's checked
+classification, and what the model cost in the last hour across all its uses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from followup_pipeline.domain.companies import CompanyFacts
+from followup_pipeline.store.db import fetch_one
+from followup_pipeline.store.queries import query
+
+
+@dataclass(frozen=True)
+class CachedCompany:
+    """A domain's lookup while it holds: found (with what was found), or a remembered 404."""
+
+    domain: str
+    found: bool
+    company: dict[str, Any] | None
+    looked_up_at: datetime
+    expires_at: datetime
+
+
+def cached_company(
+    conn: psycopg.Connection[Any], domain: str, *, now: datetime
+) -> CachedCompany | None:
+    """The lookup of ``domain`` if one holds at ``now``."""
+    return fetch_one(conn, CachedCompany, query("company_cached"), {"domain": domain, "now": now})
+
+
+def remember_company(
+    conn: psycopg.Connection[Any],
+    domain: str,
+    company: CompanyFacts | None,
+    *,
+    now: datetime,
+    keep: timedelta,
+) -> None:
+    """Keep a lookup (``company`` None: the vendor does not know the domain) for ``keep``."""
+    conn.execute(
+        query("company_remember"),
+        {
+            "domain": domain,
+            "found": company is not None,
+            "company": Jsonb(company.as_json()) if company is not None else None,
+            "now": now,
+            "expires_at": now + keep,
+        },
+    )
+
+
+def set_lead_company(
+    conn: psycopg.Connection[Any],
+    *,
+    lead_id: int,
+    domain: str | None,
+    facts: CompanyFacts | None,
+) -> None:
+    """What the lookup said of a lead's company (its name fills the lead's company if empty)."""
+    name = facts.name if facts is not None else None
+    conn.execute(
+        query("lead_set_company"),
+        {
+            "lead_id": lead_id,
+            "domain": domain,
+            "facts": Jsonb(facts.as_json()) if facts is not None else None,
+            "name": name,
+        },
+    )
+
+
+@dataclass(frozen=True)
+class LeadCompany:
+    """What the lookup said of a lead's company."""
+
+    id: int
+    company_domain: str | None
+    company_facts: dict[str, Any] | None
+
+
+def lead_by_id(conn: psycopg.Connection[Any], lead_id: int) -> LeadCompany | None:
+    """A lead's company facts."""
+    return fetch_one(conn, LeadCompany, query("lead_by_id"), {"lead_id": lead_id})
+
+
+@dataclass(frozen=True)
+class Classified:
+    """A checked classification of a lead event, as it is stored."""
+
+    event_id: int
+    lead_id: int
+    segment: str
+    intent: str
+    priority: int
+    summary: str
+    language: str
+    reasons: Sequence[str]
+    model: str
+    source: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def store_classification(
+    conn: psycopg.Connection[Any], classified: Classified, *, now: datetime
+) -> bool:
+    """Store a lead event's classification once; False if it had one already."""
+    params = {**classified.__dict__, "reasons": list(classified.reasons), "created_at": now}
+    return conn.execute(query("classification_insert"), params).fetchone() is not None
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Model calls and tokens spent in a window."""
+
+    calls: int
+    tokens: int
+
+
+def model_spend_since(conn: psycopg.Connection[Any], since: datetime) -> Spend:
+    """What the model cost since ``since``, across summaries, review items and classifications."""
+    row = conn.execute(query("model_spend_since"), {"since": since}).fetchone()
+    assert row is not None
+    return Spend(int(row["calls"]), int(row["tokens"]))
+
+
+def lead_model_spend_since(conn: psycopg.Connection[Any], since: datetime) -> Spend:
+    """What the lead classifications cost since ``since`` (the model's answers, checked or sent
+    to review), for the deal summaries' share of the one hourly limit."""
+    row = conn.execute(query("lead_model_spend_since"), {"since": since}).fetchone()
+    assert row is not None
+    return Spend(int(row["calls"]), int(row["tokens"]))
+
+
+def defer_event(conn: psycopg.Connection[Any], event_id: int, *, until: datetime) -> None:
+    """Put a claimed event back until ``until`` without charging its attempt."""
+    conn.execute(query("event_defer"), {"event_id": event_id, "until": until})

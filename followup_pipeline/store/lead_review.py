@@ -1,0 +1,78 @@
+"""Settling a lead's review item (docs/architecture.md §9): a model answer about a lead event
+that failed its check waits in the review list with its raw text. Accepting it stores the answer
+(or an operator's corrected one) as the event's classification, once, if it passes ``lead.v2``;
+rejecting it ends the lead's classification with the operator's reason. Either is recorded
+under the event's step ``review``, so a second decision finds it settled."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from followup_pipeline.domain.classification import ClassificationRejected, parse_classification
+from followup_pipeline.store import events
+from followup_pipeline.store.enrichments import ReviewItem, resolve_review_item
+from followup_pipeline.store.lead_enrichment import Classified, store_classification
+
+#: The review list's subject type of a lead event's model answer.
+LEAD_SUBJECT = "LeadEvent"
+
+
+class LeadReviewError(ValueError):
+    """A lead's item that cannot be settled as asked."""
+
+
+def decide_lead(
+    conn: psycopg.Connection[Any],
+    item: ReviewItem,
+    *,
+    action: str,
+    answer: str | None,
+    reason: str | None,
+    now: datetime,
+) -> str:
+    """Accept or reject a lead event's review item (inside the caller's transaction)."""
+    event_id = int(item.subject_id)
+    key = f"{event_id}:0:review"
+    if action == "reject":
+        why = reason or "rejected by an operator"
+        events.complete(conn, key=key, event_id=event_id, result={"rejected": why})
+        resolve_review_item(conn, item.id, resolution="rejected", now=now)
+        return f"review item {item.id} rejected: lead event {event_id} ends here ({why})"
+    text = answer if answer is not None else item.raw_output
+    try:
+        # An operator's own answer is their word: only the schema is checked, not its facts.
+        checked = parse_classification(
+            text, facts=item.source_text or "", check_facts=answer is None
+        )
+    except ClassificationRejected as rejected:
+        raise LeadReviewError(
+            f"review item {item.id}: {rejected.reason} (accept with a corrected answer: "
+            "--answer '{…lead.v2…}', or reject it)"
+        ) from None
+    row = conn.execute(
+        "SELECT lead_id FROM lead_events WHERE event_id = %(event_id)s", {"event_id": event_id}
+    ).fetchone()
+    if row is None:
+        raise LeadReviewError(f"lead event {event_id} has no lead")
+    stored = store_classification(
+        conn,
+        Classified(
+            event_id=event_id,
+            lead_id=int(row["lead_id"]),
+            segment=checked.segment,
+            intent=checked.intent,
+            priority=checked.priority,
+            summary=checked.summary,
+            language=checked.language,
+            reasons=list(checked.reasons),
+            model=item.model,
+            source="review",
+        ),
+        now=now,
+    )
+    events.complete(conn, key=key, event_id=event_id, result={"accepted": stored})
+    resolve_review_item(conn, item.id, resolution="accepted", now=now)
+    return f"review item {item.id} accepted: lead event {event_id} is classified"

@@ -1,0 +1,64 @@
+-- name: company_cached
+-- A company domain's lookup while it has not expired.
+SELECT domain, found, company, looked_up_at, expires_at FROM company_lookups
+WHERE domain = %(domain)s AND expires_at > %(now)s;
+
+-- name: company_remember
+-- Keep a lookup (found or a 404) until it expires.
+INSERT INTO company_lookups (domain, found, company, looked_up_at, expires_at)
+VALUES (%(domain)s, %(found)s, %(company)s, %(now)s, %(expires_at)s)
+ON CONFLICT (domain) DO UPDATE
+SET found = EXCLUDED.found, company = EXCLUDED.company, looked_up_at = EXCLUDED.looked_up_at,
+    expires_at = EXCLUDED.expires_at;
+
+-- name: lead_set_company
+-- What the lookup said of a lead's company.
+UPDATE leads SET company_domain = %(domain)s, company_facts = %(facts)s,
+                 company = coalesce(company, %(name)s)
+WHERE id = %(lead_id)s;
+
+-- name: lead_by_id
+SELECT * FROM leads WHERE id = %(lead_id)s;
+
+-- name: classification_insert
+-- A lead event's checked classification, once.
+INSERT INTO lead_classifications (event_id, lead_id, segment, intent, priority, summary, language,
+                                  reasons, model, source, prompt_tokens, completion_tokens,
+                                  created_at)
+VALUES (%(event_id)s, %(lead_id)s, %(segment)s, %(intent)s, %(priority)s, %(summary)s,
+        %(language)s, %(reasons)s, %(model)s, %(source)s, %(prompt_tokens)s,
+        %(completion_tokens)s, %(created_at)s)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING id;
+
+-- name: model_spend_since
+-- What the model cost since a moment, across its uses (deal summaries, their review items, lead
+-- classifications): one spend limit for the model per hour.
+SELECT count(*)::int AS calls, coalesce(sum(tokens), 0)::bigint AS tokens FROM (
+    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) AS tokens
+    FROM enrichments WHERE created_at > %(since)s AND source = 'model'
+    UNION ALL
+    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)
+    FROM review_items WHERE created_at > %(since)s
+    UNION ALL
+    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)
+    FROM lead_classifications WHERE created_at > %(since)s AND source = 'model'
+) spent;
+
+-- name: event_defer
+-- Put a claimed event back until a moment without charging the attempt it was claimed with (the
+-- model's budget was spent: nothing failed).
+UPDATE events
+SET attempts = greatest(attempts - 1, 0), next_attempt_at = %(until)s, claimed_until = NULL,
+    claimed_by = NULL
+WHERE id = %(event_id)s;
+
+-- name: lead_model_spend_since
+-- What the lead classifications cost since a moment: checked answers and those sent to review.
+SELECT count(*)::int AS calls, coalesce(sum(tokens), 0)::bigint AS tokens FROM (
+    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) AS tokens
+    FROM lead_classifications WHERE created_at > %(since)s AND source = 'model'
+    UNION ALL
+    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)
+    FROM review_items WHERE created_at > %(since)s AND subject_type = 'LeadEvent'
+) spent;
