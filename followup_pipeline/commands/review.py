@@ -8,8 +8,16 @@ from typing import Any
 from followup_pipeline.clock import build_clock
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
-from followup_pipeline.store.enrichments import review_item, review_items
+from followup_pipeline.store.enrichments import ReviewItem, review_item, review_items
+from followup_pipeline.store.lead_review import LEAD_SUBJECT
 from followup_pipeline.store.review import ReviewError, decide
+
+
+def _subject(item: ReviewItem) -> str:
+    """What the item is about: a deal's summary or a lead event's classification."""
+    if item.subject_type == LEAD_SUBJECT:
+        return f"lead event {item.subject_id}"
+    return f"deal {item.subject_id}"
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
@@ -17,7 +25,7 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         items = review_items(conn, include_resolved=args.all)
     for item in items:
         state = item.resolution or "open"
-        print(f"{item.id:>5}  {item.created_at:%Y-%m-%d %H:%M}  {state:<8}  deal {item.subject_id}")
+        print(f"{item.id:>5}  {item.created_at:%Y-%m-%d %H:%M}  {state:<8}  {_subject(item)}")
         print(f"       {item.error}")
     print(f"{len(items)} review item(s)")
     return 0
@@ -29,7 +37,7 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     if item is None:
         print(f"followup: no review item {args.item_id}")
         return 1
-    print(f"review item {item.id}: deal {item.subject_id} ({item.deal_name})")
+    print(f"review item {item.id}: {_subject(item)} ({item.deal_name})")
     print(f"  state:  {item.resolution or 'open'}")
     print(f"  model:  {item.model}, {item.created_at:%Y-%m-%d %H:%M:%S %Z}")
     print(f"  reason: {item.error}")

@@ -117,7 +117,8 @@ def classification_text(lead: LeadIn, company: Mapping[str, object] | None = Non
     """
     lines = [
         f"Company (as the lead gave it): {_fact(lead.company) or 'not given'}",
-        f"Page: {_fact(lead.page) or 'not given'}",
+        # A page's query and fragment may carry what a form put there (?name=…): left out.
+        f"Page: {_fact((lead.page or '').split('?')[0].split('#')[0]) or 'not given'}",
     ]
     facts = [(key, _fact((company or {}).get(key))) for key in COMPANY_FACTS]
     known = [f"- {key}: {value}" for key, value in facts if value]

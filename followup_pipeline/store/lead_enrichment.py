@@ -63,15 +63,13 @@ def set_lead_company(
     domain: str | None,
     facts: CompanyFacts | None,
 ) -> None:
-    """What the lookup said of a lead's company (its name fills the lead's company if empty)."""
-    name = facts.name if facts is not None else None
+    """What the lookup said of a lead's company (kept apart from what the person named)."""
     conn.execute(
         query("lead_set_company"),
         {
             "lead_id": lead_id,
             "domain": domain,
             "facts": Jsonb(facts.as_json()) if facts is not None else None,
-            "name": name,
         },
     )
 
@@ -87,7 +85,7 @@ class LeadCompany:
 
 def lead_by_id(conn: psycopg.Connection[Any], lead_id: int) -> LeadCompany | None:
     """A lead's company facts."""
-    return fetch_one(conn, LeadCompany, query("lead_by_id"), {"lead_id": lead_id})
+    return fetch_one(conn, LeadCompany, query("lead_company"), {"lead_id": lead_id})
 
 
 @dataclass(frozen=True)
@@ -139,6 +137,19 @@ def lead_model_spend_since(conn: psycopg.Connection[Any], since: datetime) -> Sp
     return Spend(int(row["calls"]), int(row["tokens"]))
 
 
-def defer_event(conn: psycopg.Connection[Any], event_id: int, *, until: datetime) -> None:
-    """Put a claimed event back until ``until`` without charging its attempt."""
-    conn.execute(query("event_defer"), {"event_id": event_id, "until": until})
+def lead_of_event(conn: psycopg.Connection[Any], event_id: int) -> int | None:
+    """The lead a source event was linked to."""
+    row = conn.execute(query("lead_of_event"), {"event_id": event_id}).fetchone()
+    return int(row["lead_id"]) if row else None
+
+
+def lead_classified(conn: psycopg.Connection[Any], lead_id: int) -> bool:
+    """Whether any event of the lead was classified already."""
+    row = conn.execute(query("lead_classified"), {"lead_id": lead_id}).fetchone()
+    return bool(row and row["classified"])
+
+
+def defer_event(conn: psycopg.Connection[Any], event_id: int, *, wait: timedelta) -> None:
+    """Put a claimed event back for ``wait`` (the database's clock, as the worker's due check)
+    without charging its attempt."""
+    conn.execute(query("event_defer"), {"event_id": event_id, "wait": wait})

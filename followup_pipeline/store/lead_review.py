@@ -14,7 +14,11 @@ import psycopg
 from followup_pipeline.domain.classification import ClassificationRejected, parse_classification
 from followup_pipeline.store import events
 from followup_pipeline.store.enrichments import ReviewItem, resolve_review_item
-from followup_pipeline.store.lead_enrichment import Classified, store_classification
+from followup_pipeline.store.lead_enrichment import (
+    Classified,
+    lead_of_event,
+    store_classification,
+)
 
 #: The review list's subject type of a lead event's model answer.
 LEAD_SUBJECT = "LeadEvent"
@@ -43,25 +47,22 @@ def decide_lead(
         return f"review item {item.id} rejected: lead event {event_id} ends here ({why})"
     text = answer if answer is not None else item.raw_output
     try:
-        # An operator's own answer is their word: only the schema is checked, not its facts.
-        checked = parse_classification(
-            text, facts=item.source_text or "", check_facts=answer is None
-        )
+        # Accepting is the operator's word for the facts (the model's answer, or their own, as
+        # for a deal's summary): only the schema is checked.
+        checked = parse_classification(text, facts=item.source_text or "", check_facts=False)
     except ClassificationRejected as rejected:
         raise LeadReviewError(
             f"review item {item.id}: {rejected.reason} (accept with a corrected answer: "
             "--answer '{…lead.v2…}', or reject it)"
         ) from None
-    row = conn.execute(
-        "SELECT lead_id FROM lead_events WHERE event_id = %(event_id)s", {"event_id": event_id}
-    ).fetchone()
-    if row is None:
+    lead_id = lead_of_event(conn, event_id)
+    if lead_id is None:
         raise LeadReviewError(f"lead event {event_id} has no lead")
     stored = store_classification(
         conn,
         Classified(
             event_id=event_id,
-            lead_id=int(row["lead_id"]),
+            lead_id=lead_id,
             segment=checked.segment,
             intent=checked.intent,
             priority=checked.priority,

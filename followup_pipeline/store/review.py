@@ -48,7 +48,14 @@ def decide(
         raise ReviewError(f"no review item {item_id}")
     if item.resolved_at is not None:
         raise ReviewError(f"review item {item_id} was {item.resolution} already")
-    if item.subject_type == LEAD_SUBJECT:
+    lead = item.subject_type == LEAD_SUBJECT
+    if lead and lines is not None:
+        raise ReviewError(f"review item {item_id} is a lead's: correct it with --answer, not lines")
+    if not lead and (answer is not None or reason is not None):
+        raise ReviewError(
+            f"review item {item_id} is a deal's summary: correct it with --line1/--line2"
+        )
+    if lead:
         try:
             return decide_lead(conn, item, action=action, answer=answer, reason=reason, now=now)
         except LeadReviewError as error:

@@ -108,6 +108,9 @@ class Summariser:
             # count against this run's budget too.
             leads = lead_model_spend_since(conn, self.now - timedelta(hours=1))
         calls = leads.calls
+        # A fifth of the hour's calls is kept for leads: a backlog of deals never holds a lead
+        # back for hour after hour (a lead met by a spent budget waits an hour).
+        limit = self.settings.enrich_budget_calls - self.settings.enrich_budget_calls // 5
         for index, item in enumerate(waiting):
             with self.postgres.connection() as conn:
                 watch = store.watch_to_summarise(conn, item.subject_id)
@@ -115,9 +118,7 @@ class Summariser:
                 self._done(item.subject_id, "closed_meanwhile")
                 continue
             spent = leads.tokens + self.tokens["prompt_tokens"] + self.tokens["completion_tokens"]
-            if calls >= self.settings.enrich_budget_calls or (
-                spent >= self.settings.enrich_budget_tokens
-            ):
+            if calls >= limit or (spent >= self.settings.enrich_budget_tokens):
                 self.tally.count("deferred_by_budget", len(waiting) - index)
                 return
             self.tally.count("looked_at")

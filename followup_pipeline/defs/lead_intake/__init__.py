@@ -2,10 +2,11 @@
 the nightly CRM sweep become one lead per person.
 
 - ``lead_events``, a sensor over the event log (``engine/event_sensor.py``), launches
-  ``lead_intake`` when events of the lead sources are due; its one step so far, ``normalise``
-  (``normalise.py``), runs on the engine's event worker: completion keys ``{event_id}:0:{step}``,
-  ``FOLLOWUP_LEAD_MAX_RETRIES`` retries after the first attempt with backoff and jitter, then a
-  dead letter that ``followup dead-letters`` lists and replays by the original id.
+  ``lead_intake`` when events of the lead sources are due; its steps ``normalise``
+  (``normalise.py``), ``enrich`` and ``classify`` (``steps.py``) run on the engine's event
+  worker: completion keys ``{event_id}:0:{step}``, ``FOLLOWUP_LEAD_MAX_RETRIES`` retries after
+  the first attempt with backoff and jitter, then a dead letter that ``followup dead-letters``
+  lists and replays by the original id.
 - ``crm_changes``, every night at ``FOLLOWUP_CRM_CHANGES_AT`` in the team's time zone, stores
   the CRM's Leads changed since its cursor as events (``sweep.py``).
 """

@@ -2,8 +2,9 @@
 person's lead (docs/architecture.md §9).
 
 The worker (``engine/worker.py``) claims, charges attempts, backs off with jitter and dead-letters;
-this handler parses the event's body into a ``LeadIn`` and writes it, with the step's completion
-key ``{event_id}:0:normalise`` and the event marked done, in one transaction: a retry or a replay
+this handler parses the event's body into a ``LeadIn`` and writes it with the step's completion
+key ``{event_id}:0:normalise`` in one transaction (then the next steps, ``steps.py``, each with
+its own key; the last marks the event done): a retry or a replay
 under the original id finds the key and writes nothing twice. A body that makes no lead (a field
 missing or wrong) is a dead letter at once, naming the field; a payment event that is no paid
 checkout, and a CRM Lead without an e-mail address, are done and counted ``ignored``.

@@ -29,11 +29,12 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store import enrichments, events
 from followup_pipeline.store import lead_enrichment as store
 from followup_pipeline.store.events import Event
+from followup_pipeline.store.lead_review import LEAD_SUBJECT
 
 #: How long a company lookup holds (found or not): companies change slowly, lookups cost.
 COMPANY_KEEP = timedelta(days=30)
 #: The review list's subject type of a lead event's model answer.
-REVIEW_SUBJECT = "LeadEvent"
+REVIEW_SUBJECT = LEAD_SUBJECT
 
 
 class CompanySource(Protocol):
@@ -122,12 +123,16 @@ class Enricher:
                 try:
                     facts = self.companies.company_facts(domain)
                 except PermanentError as error:
-                    raise ItemFailed("0:enrich", f"company lookup refused: {error}") from None
+                    # Refused (a wrong key, no credits left): retrying cannot help, and the lead
+                    # is worth more without company data than waiting for a new key.
+                    self.counts["lookup_refused"] += 1
+                    result["refused"] = str(error)[:200]
                 except IntegrationError as error:
                     raise ItemFailed("0:enrich", f"company lookup: {error}") from None
-                with self.conn.transaction():
-                    store.remember_company(self.conn, domain, facts, now=now, keep=COMPANY_KEEP)
-                self.counts["looked_up"] += 1
+                else:
+                    with self.conn.transaction():
+                        store.remember_company(self.conn, domain, facts, now=now, keep=COMPANY_KEEP)
+                    self.counts["looked_up"] += 1
             result["found"] = facts is not None
             if facts is not None:
                 self.counts["enriched"] += 1
@@ -173,41 +178,43 @@ class Classifier:
     ) -> bool:
         """Classify and mark the event done (True), or defer it to the next hour when the
         budget is spent (True: it is handled)."""
+        key = completion_key(event.id, 0, "classify")
+        if event.source == "crm-changes":
+            # A CRM edit of a lead already classified says nothing new of what they want: a
+            # bulk edit in the CRM must not spend the model's hour.
+            with self.conn.transaction():
+                known = store.lead_classified(self.conn, lead_id)
+            if known:
+                with self.conn.transaction():
+                    events.complete(
+                        self.conn, key=key, event_id=event.id, result={"skipped": "classified"}
+                    )
+                    events.mark_done(self.conn, event.id)
+                self.counts["already_classified"] += 1
+                return True
         if not self.budget_left(now):
             with self.conn.transaction():
-                store.defer_event(self.conn, event.id, until=now + timedelta(hours=1))
+                store.defer_event(self.conn, event.id, wait=timedelta(hours=1))
             self.counts["deferred_by_budget"] += 1
             return True
         text = classification_text(lead, company.as_json() if company is not None else None)
         try:
             answer = self.model.classify_lead(text)
         except PermanentError as error:
+            if error.status in (400, 422):  # this input refused: a person looks at it
+                return self.to_review(event, lead, text, raw="", reason=str(error), now=now)
             raise ItemFailed("0:classify", f"the model refused: {error}") from None
         except IntegrationError as error:
             raise ItemFailed("0:classify", f"the model: {error}") from None
-        key = completion_key(event.id, 0, "classify")
         usage = answer.usage
         try:
             checked = parse_classification(answer.text, facts=text)
         except ClassificationRejected as rejected:
-            with self.conn.transaction():
-                item = enrichments.store_review_item(
-                    self.conn,
-                    subject_id=str(event.id),
-                    deal_name=lead.company or lead.email,
-                    input_hash=f"lead:{event.id}",
-                    model=answer.model,
-                    raw_output=answer.text,
-                    reason=rejected.reason,
-                    source_text=text,
-                    tokens=(usage.prompt_tokens, usage.completion_tokens),
-                    now=now,
-                    subject_type=REVIEW_SUBJECT,
-                )
-                events.complete(self.conn, key=key, event_id=event.id, result={"review_item": item})
-                events.mark_done(self.conn, event.id)
-            self.counts["sent_to_review"] += 1
-            return True
+            tokens = (usage.prompt_tokens, usage.completion_tokens)
+            return self.to_review(
+                event, lead, text, raw=answer.text, reason=rejected.reason, now=now,
+                model=answer.model, tokens=tokens,
+            )  # fmt: skip
         with self.conn.transaction():
             store.store_classification(
                 self.conn,
@@ -230,4 +237,38 @@ class Classifier:
             events.complete(self.conn, key=key, event_id=event.id, result={"classified": True})
             events.mark_done(self.conn, event.id)
         self.counts["classified"] += 1
+        return True
+
+    def to_review(
+        self,
+        event: Event,
+        lead: LeadIn,
+        text: str,
+        *,
+        raw: str,
+        reason: str,
+        now: datetime,
+        model: str | None = None,
+        tokens: tuple[int | None, int | None] = (None, None),
+    ) -> bool:
+        """Keep the answer (or the refusal) for a person, with the step's key: the lead waits in
+        the review list; the event is done."""
+        key = completion_key(event.id, 0, "classify")
+        with self.conn.transaction():
+            item = enrichments.store_review_item(
+                self.conn,
+                subject_id=str(event.id),
+                deal_name=lead.company or f"lead event {event.id}",
+                input_hash=f"lead:{event.id}",
+                model=model or self.model.model,
+                raw_output=raw,
+                reason=reason,
+                source_text=text,
+                tokens=tokens,
+                now=now,
+                subject_type=REVIEW_SUBJECT,
+            )
+            events.complete(self.conn, key=key, event_id=event.id, result={"review_item": item})
+            events.mark_done(self.conn, event.id)
+        self.counts["sent_to_review"] += 1
         return True

@@ -12,13 +12,18 @@ SET found = EXCLUDED.found, company = EXCLUDED.company, looked_up_at = EXCLUDED.
     expires_at = EXCLUDED.expires_at;
 
 -- name: lead_set_company
--- What the lookup said of a lead's company.
-UPDATE leads SET company_domain = %(domain)s, company_facts = %(facts)s,
-                 company = coalesce(company, %(name)s)
+-- What the lookup said of a lead's company (kept apart from the company the person named).
+UPDATE leads SET company_domain = %(domain)s, company_facts = %(facts)s
 WHERE id = %(lead_id)s;
 
--- name: lead_by_id
-SELECT * FROM leads WHERE id = %(lead_id)s;
+-- name: lead_company
+SELECT id, company_domain, company_facts FROM leads WHERE id = %(lead_id)s;
+
+-- name: lead_of_event
+SELECT lead_id FROM lead_events WHERE event_id = %(event_id)s;
+
+-- name: lead_classified
+SELECT EXISTS (SELECT 1 FROM lead_classifications WHERE lead_id = %(lead_id)s) AS classified;
 
 -- name: classification_insert
 -- A lead event's checked classification, once.
@@ -49,7 +54,8 @@ SELECT count(*)::int AS calls, coalesce(sum(tokens), 0)::bigint AS tokens FROM (
 -- Put a claimed event back until a moment without charging the attempt it was claimed with (the
 -- model's budget was spent: nothing failed).
 UPDATE events
-SET attempts = greatest(attempts - 1, 0), next_attempt_at = %(until)s, claimed_until = NULL,
+SET attempts = greatest(attempts - 1, 0),
+    next_attempt_at = clock_timestamp() + %(wait)s::interval, claimed_until = NULL,
     claimed_by = NULL
 WHERE id = %(event_id)s;
 

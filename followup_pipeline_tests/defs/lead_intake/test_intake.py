@@ -361,3 +361,58 @@ def test_lead_a_model_answer_that_breaks_lead_v2_waits_in_review_until_accepted(
     assert main(["review", "accept", str(item["id"]), "--answer", answer]) == 1  # settled
     rows = db.execute("SELECT source, priority FROM lead_classifications").fetchall()
     assert rows == [{"source": "review", "priority": 3}]  # once
+
+
+def test_lead_a_spent_model_budget_defers_the_lead_an_hour_without_an_attempt(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    defs = build_definitions(_settings(enrich_budget_calls=1))
+    _store(db, "site-form", _form("o@hughes-design.example"), "b1")
+    later = _store(db, "site-form", _form("k@brandt-moebel.example"), "b2")
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert (counts["classified"], counts["deferred_by_budget"]) == (1, 1)
+    row = db.execute(
+        "SELECT status, attempts, next_attempt_at - now() AS wait FROM events WHERE id = %s",
+        (later.event_id,),
+    ).fetchone()
+    assert row is not None
+    assert (row["status"], row["attempts"]) == ("pending", 0)
+    assert 3500 < row["wait"].total_seconds() <= 3600  # the database's hour, as the claim's
+
+
+def test_lead_review_flags_must_fit_the_item_and_a_crm_edit_is_not_classified_again(
+    defs: dg.Definitions,
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from followup_pipeline.cli import main
+
+    _fault(sandbox, vendor="mistral", kind="invalid_output", count=1, content="not json")
+    _store(db, "site-form", _form("o@hughes-design.example"), "f1")
+    crm = {"id": "L9", "emailAddress": "o@hughes-design.example", "modifiedAt": "x"}
+    with dg.instance_for_test() as instance:
+        _intake(defs, db_url, sandbox, instance)
+        store_delivery(
+            db, source="crm-changes", event_type="Lead.changed", body=json.dumps(crm).encode(),
+            headers={}, delivery_id="L9@1",
+        )  # fmt: skip
+        first = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert first.get("classified") == 1  # the CRM's event: the lead had none yet
+    again = {**crm, "description": "edited"}
+    store_delivery(
+        db, source="crm-changes", event_type="Lead.changed", body=json.dumps(again).encode(),
+        headers={}, delivery_id="L9@2",
+    )  # fmt: skip
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert counts["already_classified"] == 1
+    assert "classified" not in counts
+    [item] = db.execute("SELECT id FROM review_items").fetchall()
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    assert main(["review", "accept", str(item["id"]), "--line1", "a", "--line2", "b"]) == 1
+    assert main(["review", "reject", str(item["id"]), "--reason", "a test form"]) == 0
+    step = db.execute("SELECT result FROM step_completions WHERE key LIKE '%%:0:review'")
+    assert step.fetchone() == {"result": {"rejected": "a test form"}}

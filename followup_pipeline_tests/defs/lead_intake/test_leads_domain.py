@@ -147,3 +147,14 @@ def test_store_the_newest_form_decides_consent_whatever_order_they_are_handled_i
     lead = db.execute("SELECT consent, first_source, first_seen_at FROM leads").fetchone()
     assert lead == {"consent": False, "first_source": "payment",
                     "first_seen_at": t1 - timedelta(days=1)}  # fmt: skip
+
+
+def test_classification_text_leaves_out_a_pages_query() -> None:
+    from followup_pipeline.domain.classification import classification_text
+    from followup_pipeline.domain.leads import LeadIn
+
+    lead = LeadIn(email="a@b.de", page="/pricing?name=anna&mail=a%40b.de#top", source="site-form",
+                  kind="form")  # fmt: skip
+    text = classification_text(lead)
+    assert "Page: /pricing" in text
+    assert "anna" not in text
