@@ -129,14 +129,6 @@ def model_spend_since(conn: psycopg.Connection[Any], since: datetime) -> Spend:
     return Spend(int(row["calls"]), int(row["tokens"]))
 
 
-def lead_model_spend_since(conn: psycopg.Connection[Any], since: datetime) -> Spend:
-    """What the lead classifications cost since ``since`` (the model's answers, checked or sent
-    to review), for the deal summaries' share of the one hourly limit."""
-    row = conn.execute(query("lead_model_spend_since"), {"since": since}).fetchone()
-    assert row is not None
-    return Spend(int(row["calls"]), int(row["tokens"]))
-
-
 def lead_of_event(conn: psycopg.Connection[Any], event_id: int) -> int | None:
     """The lead a source event was linked to."""
     row = conn.execute(query("lead_of_event"), {"event_id": event_id}).fetchone()

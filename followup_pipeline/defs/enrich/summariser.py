@@ -33,7 +33,7 @@ from followup_pipeline.integrations.mistral import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import enrichments as store
 from followup_pipeline.store.enrichments import NewSummary, OpenWatch
-from followup_pipeline.store.lead_enrichment import lead_model_spend_since
+from followup_pipeline.store.lead_enrichment import model_spend_since
 
 CURSOR = "enrich"
 #: The listing of changes reaches back this far before the cursor (clocks disagree a little).
@@ -104,9 +104,10 @@ class Summariser:
         """Summarise the waiting deals, oldest change first, until the budget is spent."""
         with self.postgres.connection() as conn:
             waiting = store.queued(conn)
-            # One spend limit for the model per hour: the lead classifications of the last hour
-            # count against this run's budget too.
-            leads = lead_model_spend_since(conn, self.now - timedelta(hours=1))
+            # One spend limit for the model per hour: what the model cost in the last hour, deal
+            # summaries (of earlier runs) and lead classifications alike, counts against this
+            # run's budget.
+            leads = model_spend_since(conn, self.now - timedelta(hours=1))
         calls = leads.calls
         # A fifth of the hour's calls is kept for leads: a backlog of deals never holds a lead
         # back for hour after hour (a lead met by a spent budget waits an hour).

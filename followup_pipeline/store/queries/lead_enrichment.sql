@@ -58,13 +58,3 @@ SET attempts = greatest(attempts - 1, 0),
     next_attempt_at = clock_timestamp() + %(wait)s::interval, claimed_until = NULL,
     claimed_by = NULL
 WHERE id = %(event_id)s;
-
--- name: lead_model_spend_since
--- What the lead classifications cost since a moment: checked answers and those sent to review.
-SELECT count(*)::int AS calls, coalesce(sum(tokens), 0)::bigint AS tokens FROM (
-    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) AS tokens
-    FROM lead_classifications WHERE created_at > %(since)s AND source = 'model'
-    UNION ALL
-    SELECT coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)
-    FROM review_items WHERE created_at > %(since)s AND subject_type = 'LeadEvent'
-) spent;

@@ -416,3 +416,18 @@ def test_lead_review_flags_must_fit_the_item_and_a_crm_edit_is_not_classified_ag
     assert main(["review", "reject", str(item["id"]), "--reason", "a test form"]) == 0
     step = db.execute("SELECT result FROM step_completions WHERE key LIKE '%%:0:review'")
     assert step.fetchone() == {"result": {"rejected": "a test form"}}
+
+
+def test_lead_the_deal_summaries_of_the_last_hour_count_against_the_same_budget(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    db.execute(
+        "INSERT INTO enrichments (subject_id, input_hash, line1, line2, model, prompt_tokens,"
+        " completion_tokens, created_at) VALUES ('d1', 'h', 'a', 'b', 'm', 10, 5, now())"
+    )
+    defs = build_definitions(_settings(enrich_budget_calls=1))
+    _store(db, "site-form", _form("o@hughes-design.example"), "s1")
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert counts["deferred_by_budget"] == 1
+    assert "classified" not in counts
