@@ -7,9 +7,7 @@ Secrets are ``SecretStr`` here; Dagster resources receive them as plain strings 
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from datetime import time, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,9 +17,9 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 
 from followup_pipeline.domain.leads import FORM_FIELDS
 from followup_pipeline.integrations.http import Timeouts
-from followup_pipeline.settings_core import CoreSettings
+from followup_pipeline.settings_core import ADDRESS, CoreSettings
 from followup_pipeline.settings_vendors import EspoWebhook as EspoWebhook  # for the ingress
-from followup_pipeline.settings_vendors import VendorSettings
+from followup_pipeline.settings_vendors import VendorSettings, parse_json
 
 ENV_PREFIX = "FOLLOWUP_"
 #: The lead intake's event sources (docs/architecture.md §9): the site form, the payment
@@ -136,9 +134,7 @@ class Settings(VendorSettings, CoreSettings):
     @field_validator("site_form_fields", mode="before")
     @classmethod
     def _form_fields_json(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return json.loads(value) if value.strip() else {}
-        return value
+        return parse_json(value, {})
 
     @field_validator("site_form_fields")
     @classmethod
@@ -164,7 +160,7 @@ class Settings(VendorSettings, CoreSettings):
         if value is None or not value.strip():
             return None
         value = value.strip()
-        if not re.fullmatch(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+", value):
+        if not ADDRESS.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not an e-mail address (one address, e.g. ops@acme.example)"
             )

@@ -27,6 +27,10 @@ def split_list(value: Any) -> Any:
     return value
 
 
+#: One e-mail address, as the settings take it (no list separators, a dotted domain).
+ADDRESS = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+")
+
+
 class CoreSettings(BaseSettings):
     """Where the machine keeps its data, its calendar and cadence, and the deals it follows."""
 
@@ -93,7 +97,7 @@ class CoreSettings(BaseSettings):
                     f"{user!r} is not a CRM user id (letters, digits, '_' and '-', at most 64): "
                     "the keys of FOLLOWUP_SALESPERSON_ADDRESSES are EspoCRM user ids"
                 )
-            if not re.fullmatch(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+", address.strip()):
+            if not ADDRESS.fullmatch(address.strip()):
                 raise ValueError(
                     f"{address!r} (CRM user {user!r}) is not an e-mail address; expected a JSON "
                     'map of CRM user id to one address, e.g. {"5f1a0c2b": "sabine@acme.example"}'

@@ -30,7 +30,7 @@ from followup_pipeline.domain.report_data import (
     personal,
 )
 from followup_pipeline.domain.report_words import DATE_FORMAT, WEEKDAYS, WORDS, Language
-from followup_pipeline.domain.tasks import CONTACT_WORDS, RECORDED_KINDS, day_text
+from followup_pipeline.domain.tasks import CONTACT_WORDS, RECORDED_KINDS, ago_text, day_text
 from followup_pipeline.domain.text import clean_text
 
 __all__ = [
@@ -121,29 +121,20 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _ago(day: date, today: date, language: Language) -> str:
-    words, days = WORDS[language], (today - day).days
-    if days <= 0:
-        return words["today"]
-    if days == 1:
-        return words["yesterday"]
-    return words["days_ago"].format(n=days)
-
-
 def _contact(line: StepLine, today: date, zone: str, language: Language) -> str:
     """``E-Mail am 27. Februar (vor 3 Tagen)``, or since when there was none."""
     words = WORDS[language]
     if line.contact_at is None:
         on = line.started_on
         return words["no_contact"].format(
-            day=day_text(on, language, today), ago=_ago(on, today, language)
+            day=day_text(on, language, today), ago=ago_text(on, language, today)
         )
     on = line.contact_at.astimezone(ZoneInfo(zone)).date()
     kind = RECORDED_KINDS.get(line.contact_kind or "", "activity")
     return words["contact"].format(
         contact=CONTACT_WORDS[language].get(kind, kind),
         day=day_text(on, language, today),
-        ago=_ago(on, today, language),
+        ago=ago_text(on, language, today),
     )
 
 
