@@ -10,11 +10,17 @@ from __future__ import annotations
 import os
 from datetime import time, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AnyHttpUrl, Field, ValidationError, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from followup_pipeline.domain.crm_lead import (
+    CLASSIFICATION_ITEMS,
+    CRM_ATTRIBUTE,
+    DEFAULT_LEAD_CRM_FIELDS,
+    LEAD_OWN_ATTRIBUTES,
+)
 from followup_pipeline.domain.leads import FORM_FIELDS
 from followup_pipeline.integrations.http import Timeouts
 from followup_pipeline.settings_core import ADDRESS, CoreSettings
@@ -73,6 +79,9 @@ class Settings(VendorSettings, CoreSettings):
     alert_pending_after_min: float = Field(default=15.0, gt=0)
     #: Business hours without a successful ``evaluate`` before an alert.
     alert_evaluate_silence_h: float = Field(default=2.0, gt=0)
+    #: Dead letters that each get their own alert within one alert window; the rest of the
+    #: window's go out together in one digest that counts them (a CRM outage is not 300 mails).
+    alert_dead_letters_per_window: int = Field(default=10, ge=1, le=1000)
     #: How often the ``alert_checks`` sensor looks for dead letters, lag and silence.
     alerts_sensor_interval_s: int = Field(default=30, ge=1, le=3600)
     #: The Dagster UI as operators reach it (the run links in alerts); unset: the address the
@@ -117,6 +126,14 @@ class Settings(VendorSettings, CoreSettings):
     #: (e.g. ``{"email": "e-mail"}``); ours are name, email, company, phone, message, consent,
     #: page.
     site_form_fields: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    #: ``live`` writes each lead to the CRM; ``shadow`` runs every step and records what it would
+    #: have written, writing nothing (``FOLLOWUP_DRY_RUN`` implies it); ``followup leads compare``.
+    lead_intake_mode: Literal["live", "shadow"] = "live"
+    #: Where a lead's classification lands in the CRM Lead: JSON map of ours (segment, intent,
+    #: priority, summary, language) to the Lead's attribute names; a key left out is not written.
+    lead_crm_fields: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=lambda: dict(DEFAULT_LEAD_CRM_FIELDS)
+    )
     #: When the nightly ``crm_changes`` sweep runs (the team's local time, every day).
     crm_changes_at: time = time(2, 0)
     #: Failed attempts (since its last replay) after which an action waits as a dead letter.
@@ -130,6 +147,34 @@ class Settings(VendorSettings, CoreSettings):
     #: Dagster's sensor loop runs every 5 s at best, so 1 means "at every loop": a webhook
     #: reaches its watch in seconds (docs/benchmarks.md, webhook to watch).
     events_sensor_interval_s: int = Field(default=1, ge=1, le=30)
+
+    @field_validator("lead_crm_fields", mode="before")
+    @classmethod
+    def _crm_fields_json(cls, value: Any) -> Any:
+        return parse_json(value, dict(DEFAULT_LEAD_CRM_FIELDS))
+
+    @field_validator("lead_crm_fields")
+    @classmethod
+    def _crm_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(CLASSIFICATION_ITEMS))
+        if unknown:
+            raise ValueError(
+                f"unknown item(s) {', '.join(unknown)}; the keys are ours: "
+                f"{', '.join(CLASSIFICATION_ITEMS)}"
+            )
+        bad = sorted(name for name in value.values() if not CRM_ATTRIBUTE.fullmatch(name))
+        if bad:
+            raise ValueError(f"not an attribute name of a CRM Lead: {', '.join(map(repr, bad))}")
+        clash = sorted(set(value.values()) & set(LEAD_OWN_ATTRIBUTES))
+        if clash:
+            raise ValueError(
+                f"{', '.join(clash)} hold(s) the person's own data; choose other attributes"
+            )
+        return value
+
+    def lead_shadow(self) -> bool:
+        """Whether lead intake writes nothing to the CRM (shadow mode, or the global dry run)."""
+        return self.lead_intake_mode == "shadow" or self.dry_run
 
     @field_validator("site_form_fields", mode="before")
     @classmethod

@@ -18,6 +18,8 @@ def channel(row: Listed) -> str:
     """How the alert of a row went: by mail, as a ClickUp task, held back, or not yet."""
     if row.action_key is None:
         if row.counted_in is None:
+            if row.kind == "dead_letter":  # past the window's limit
+                return "held back (the next dead-letter digest will name it)"
             return "held back (the next alert of it will count it)"
         if row.counted_in.startswith("alert:"):
             return f"held back, counted by {row.counted_in}"

@@ -1,15 +1,35 @@
 """``followup leads list [--limit N]``: the leads the intake has taken in, one per person, with
-how many source events brought each and from where."""
+how many source events brought each and from where.
+
+``followup leads compare --since DATE``: per lead, what the pipeline wrote to the CRM or, in
+shadow mode, would have written, beside what the CRM's Lead holds now (read by e-mail address):
+the side-by-side check before the switch from the old automation."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import date, datetime, time
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from followup_pipeline.domain.crm_lead import differences
 from followup_pipeline.domain.localtime import for_people
+from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.lead_crm import CrmWrite, crm_writes_since
 from followup_pipeline.store.leads import list_leads
+
+#: What each outcome of a CRM write means in the comparison.
+DONE = {
+    "accepted": "written",
+    "confirmed": "written",
+    "suppressed": "shadow: not written",
+    "failed": "failed",
+    "unknown": "answer lost",
+    "attempted": "in flight",
+}
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
@@ -26,6 +46,67 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _show(value: Any) -> str:
+    return "—" if value is None or value == "" else repr(value)
+
+
+def _latest_per_lead(writes: list[CrmWrite]) -> list[CrmWrite]:
+    """The newest write of each lead (``writes`` are newest first)."""
+    seen: dict[int, CrmWrite] = {}
+    for write in writes:
+        seen.setdefault(write.lead_id, write)
+    return list(seen.values())
+
+
+def _compare(args: argparse.Namespace, settings: Settings) -> int:
+    since = datetime.combine(args.since, time(0), ZoneInfo(settings.timezone))
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        writes = _latest_per_lead(crm_writes_since(conn, since))
+    key, secret = settings.espocrm_api_key, settings.espocrm_hmac_secret
+    crm = EspoLeadWriter(
+        str(settings.espocrm_url),
+        key.get_secret_value() if key else "",
+        secret.get_secret_value() if secret else None,
+        timeouts=settings.vendor_timeouts(),
+        custom_fields=tuple(settings.lead_crm_fields.values()),
+    )
+    same = differ = unread = 0
+    try:
+        for write in writes:
+            would = write.payload.get("attributes")
+            op = write.payload.get("op", "?")
+            state = DONE.get(write.outcome, write.outcome)
+            print(
+                f"{write.email}: {op} ({state}, {for_people(write.created_at, settings.timezone)})"
+            )
+            try:
+                found = crm.find_by_email(write.email)
+            except IntegrationError as error:
+                unread += 1
+                print(f"    the CRM cannot be read now: {error}")
+                continue
+            now = found[0] if found else None
+            if now is None:
+                print("    the CRM has no Lead of this address")
+            diffs = differences(would if isinstance(would, dict) else {}, now)
+            if not diffs:
+                same += 1
+                print("    the CRM holds what the pipeline " + (
+                    "wrote" if write.outcome in ("accepted", "confirmed") else "would write"
+                ))  # fmt: skip
+                continue
+            differ += 1
+            for attribute, ours, theirs in diffs:
+                print(f"    {attribute}: pipeline {_show(ours)}, CRM {_show(theirs)}")
+    finally:
+        crm.close()
+    print(
+        f"{len(writes)} lead(s) since {args.since}: {same} as the pipeline has it, "
+        f"{differ} different, {unread} unread"
+    )
+    return 1 if unread else 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -34,7 +115,7 @@ def _positive(text: str) -> int:
 
 
 def register(commands: Any) -> None:
-    """Add ``leads list``."""
+    """Add ``leads list`` and ``leads compare``."""
     leads = commands.add_parser("leads", help="the leads taken in (one per person)")
     sub = leads.add_subparsers(dest="leads_command", required=True)
     listing = sub.add_parser("list", help="the leads, newest first, with their source events")
@@ -42,3 +123,14 @@ def register(commands: Any) -> None:
         "--limit", type=_positive, default=200, help="at most this many (default 200)"
     )
     listing.set_defaults(handler=_list)
+    compare = sub.add_parser(
+        "compare",
+        help="what the pipeline wrote or would write (shadow) beside the CRM's Lead now",
+    )
+    compare.add_argument(
+        "--since",
+        type=date.fromisoformat,
+        required=True,
+        help="the first day (YYYY-MM-DD, the team's time zone)",
+    )
+    compare.set_defaults(handler=_compare)

@@ -52,11 +52,16 @@ _PREFIX: dict[AlertKind, str] = {
     "pending_events": "pending",
     "stale_evaluate": "evaluate",
 }
-#: Dead letters named in one alert mail at most; more go in further mails of the same tick.
+#: Dead letters a digest names at most (with their step and error); it counts the rest.
 MAX_NAMES_PER_MAIL = 50
+#: How the key of a dead-letter digest begins (a single dead letter's: ``alert:dead:event:``
+#: or ``alert:dead:action:``).
+DIGEST_PREFIX = "alert:dead:digest:"
 
 
-def _stamp(at: datetime) -> str:
+def key_stamp(at: datetime) -> str:
+    """A moment as the keys of alerts end in it (UTC, to the second): fixed width, so two
+    stamps compare as text as the moments do."""
     return f"{at.astimezone(UTC):%Y%m%dT%H%M%S}"
 
 
@@ -64,14 +69,26 @@ def alert_key(kind: AlertKind, fingerprint_text: str, opened_at: datetime) -> st
     """The ledger key of an alert that opens a window of its fingerprint at ``opened_at``: the
     fingerprint's hash and the window's start, so a re-evaluation or a rerun finds it sent."""
     digest = hashlib.sha256(fingerprint_text.encode()).hexdigest()[:16]
-    return f"alert:{_PREFIX[kind]}:{digest}:{_stamp(opened_at)}"
+    return f"alert:{_PREFIX[kind]}:{digest}:{key_stamp(opened_at)}"
 
 
 def dead_letter_key(names: Sequence[str], at: datetime) -> str:
-    """The ledger key of one mail about ``names`` (dead letters found together at ``at``): the
-    first name, how many more, and when (a dead letter that dies again after a replay is news)."""
+    """The ledger key of the alert of one dead letter (``[name]``) that went out at ``at``: its
+    name and when (a dead letter that dies again after a replay is news). Alerts from before
+    the digests named several (``alert:dead:event:7+9@…``: the first, how many more)."""
     more = f"+{len(names) - 1}" if len(names) > 1 else ""
-    return f"alert:dead:{names[0]}{more}@{_stamp(at)}"
+    return f"alert:dead:{names[0]}{more}@{key_stamp(at)}"
+
+
+def dead_letter_digest_key(names: Sequence[str], at: datetime) -> str:
+    """The ledger key of the digest of the held dead letters ``names`` that went out at ``at``:
+    the first name, how many more, and when, so a second look at the same tick finds it."""
+    return DIGEST_PREFIX + dead_letter_key(names, at).removeprefix("alert:dead:")
+
+
+def is_dead_letter_digest(key: str) -> bool:
+    """Whether ``key`` is the key of a dead-letter digest."""
+    return key.startswith(DIGEST_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -126,16 +143,21 @@ def render_alert(
     held_since: datetime | None,
     ui_url: str,
     zone: str,
+    digest: bool = False,
 ) -> AlertMail:
-    """The mail about ``items`` (one alert: one failure, one silence, or the dead letters found
-    in one sensor tick), with how many repeats were held back since its fingerprint's last one.
+    """The mail about ``items`` (one alert: one failure, one silence, one dead letter), with how
+    many repeats were held back since its fingerprint's last one; with ``digest``, the mail
+    about the dead letters held back beyond the limit of a window (``render_digest``).
 
     What it quotes (error messages, names) is outside text: escaped in the HTML, and literal in
     the Markdown (``markdown_text``: no markup, no link)."""
+    if digest:
+        return render_digest(items, zone=zone)
     first = items[0]
     local = ZoneInfo(zone)
     names = [i.subject for i in items]
     if first.kind == "dead_letter":
+        # Several: an alert from before the digests (dead letters found in one tick).
         subject = (
             f"{names[0]}: dead letter"
             if len(items) == 1
@@ -162,6 +184,61 @@ def render_alert(
     body += [(False, ""), (False, "What to do:")]
     body += [(False, f"- {line}") for line in _what_to_do(first, names, ui_url.rstrip("/"))]
     body += [(False, "- Every alert and what was held back: followup alerts list")]
+    return _mail(subject, body)
+
+
+def render_digest(items: Sequence[AlertItem], *, zone: str) -> AlertMail:
+    """The digest of ``items``, dead letters held back because the window's alerts of their own
+    were used up: how many, the first ``MAX_NAMES_PER_MAIL`` by name with their step and error
+    (one line each), how many more, and where the whole list is."""
+    local = ZoneInfo(zone)
+    count = len(items)
+    names = [i.subject for i in items]
+    shown = items[:MAX_NAMES_PER_MAIL]
+    more = count - len(shown)
+    plural = "dead letter" if count == 1 else "dead letters"
+    subject = f"{count} {plural} held back: {names[0]}"
+    if count > 1:
+        subject += f" and {count - 1} more"
+    subject = " ".join(subject.split())
+    first = f"{min(i.occurred_at for i in items).astimezone(local):%Y-%m-%d %H:%M %Z}"
+    last = f"{max(i.occurred_at for i in items).astimezone(local):%Y-%m-%d %H:%M %Z}"
+    died = f"at {first}" if first == last else f"between {first} and {last}"
+    body: list[tuple[bool, str]] = [
+        (True, f"Followup alert: {subject}"),
+        (False, ""),
+        (
+            False,
+            f"{count} {plural} (died {died}) came after the dead-letter alerts of their own "
+            "that one alert window allows (FOLLOWUP_ALERT_DEAD_LETTERS_PER_WINDOW); they were "
+            "held back and are counted together here.",
+        ),
+        (False, ""),
+    ]
+    for item in shown:
+        when = item.occurred_at.astimezone(local)
+        line = " ".join((item.message.strip().splitlines() or [""])[0].split())
+        body.append((True, f"{item.subject} at {when:%Y-%m-%d %H:%M %Z}: {cut_at_word(line, 200)}"))
+    if more:
+        body.append((False, f"and {more} more: followup dead-letters list has them all."))
+    replay = " ".join(i.subject for i in shown)
+    body += [
+        (False, ""),
+        (False, "What to do:"),
+        (False, "- Every dead letter, with its step and last error: followup dead-letters list"),
+        (False, f"- See what failed: followup dead-letters show {names[0]}"),
+        (
+            False,
+            f"- After fixing the cause, replay: followup dead-letters replay {replay}"
+            + (f" (and the {more} more of the list)" if more else ""),
+        ),
+        (False, "- Every alert and what was held back: followup alerts list"),
+    ]
+    return _mail(subject, body)
+
+
+def _mail(subject: str, body: Sequence[tuple[bool, str]]) -> AlertMail:
+    """The mail of ``subject`` and ``body`` lines (quoted: outside text, made literal)."""
     html = "".join(f"{escape(text)}<br>\n" if text else "<br>\n" for _, text in body)
     markdown = "\n".join(_markdown(text) if quoted else text for quoted, text in body)
     return AlertMail(
@@ -182,4 +259,4 @@ def self_alert_key(detail: str, at: datetime, window: timedelta) -> str:
     digest = hashlib.sha256(normalised(detail).encode()).hexdigest()[:16]
     seconds = int(window.total_seconds())
     start = datetime.fromtimestamp(int(at.timestamp()) // seconds * seconds, tz=UTC)
-    return f"alert:self:{digest}:{_stamp(start)}"
+    return f"alert:self:{digest}:{key_stamp(start)}"

@@ -141,10 +141,121 @@ class StageLine:
     oldest_age_days: int
 
 
+#: Where a lead event stopped, by the step its dead-letter record names (``0:enrich``): the
+#: steps of ``docs/architecture.md`` §9, and the CRM write after them.
+LEAD_STEPS = {
+    "normalise": "normalise",
+    "enrich": "enrich",
+    "classify": "classify",
+    "crm": "crm",
+    "crm_upsert": "crm",
+}
+
+
+def lead_step(step: str | None) -> str:
+    """The lead intake's step a dead event stopped at (``0:classify`` → ``classify``); any
+    other (the worker's own ``source``, ``event``, ``worker_died``, none) is ``other``."""
+    return LEAD_STEPS.get((step or "").rpartition(":")[2], "other")
+
+
+def crm_state(outcome: str, reason: str | None) -> str:
+    """What a ``crm_lead`` action of the ledger means for the overview: ``written`` (the CRM
+    took it), ``shadow`` (shadow mode: recorded, not written), ``not_yet`` (on its way, retried
+    or failed so far), ``left_out`` (suppressed for another reason)."""
+    if outcome in ("accepted", "confirmed"):
+        return "written"
+    if outcome == "suppressed":
+        return "shadow" if reason == "shadow" else "left_out"
+    return "not_yet"
+
+
+@dataclass(frozen=True)
+class LeadCount:
+    """Lead events of the week from one source with one priority (None: not classified)."""
+
+    source: str
+    priority: int | None
+    n: int
+
+
+@dataclass(frozen=True)
+class LeadWeek:
+    """The lead intake in the overview's week: the lead events received (by source and
+    priority), the people first seen, the ``crm_lead`` actions created (by outcome and reason);
+    and what waits when the overview is made, of what arose before the week's end: the lead
+    events whose classification waits for a review, and those that stopped for the operations
+    team (dead letters, by the step they stopped at). ``ever``: a lead was taken in before the
+    week's end."""
+
+    received: Sequence[LeadCount]
+    new_people: int
+    crm: Mapping[tuple[str, str | None], int]
+    in_review: int
+    stuck: Mapping[str | None, int]
+    ever: bool
+
+    @property
+    def total(self) -> int:
+        return sum(c.n for c in self.received)
+
+    @property
+    def by_source(self) -> dict[str, int]:
+        """The events by source, in the order they came (the sources' order)."""
+        found: dict[str, int] = {}
+        for c in self.received:
+            found[c.source] = found.get(c.source, 0) + c.n
+        return found
+
+    @property
+    def by_priority(self) -> dict[int | None, int]:
+        """The events by priority, 1 to 4, then those not classified (None)."""
+        found: dict[int | None, int] = {}
+        for c in self.received:
+            found[c.priority] = found.get(c.priority, 0) + c.n
+        return dict(sorted(found.items(), key=lambda item: (item[0] is None, item[0] or 0)))
+
+    @property
+    def crm_states(self) -> dict[str, int]:
+        """The week's CRM writes by state (``crm_state``), each state present."""
+        found = dict.fromkeys(("written", "shadow", "not_yet", "left_out"), 0)
+        for (outcome, reason), n in self.crm.items():
+            found[crm_state(outcome, reason)] += n
+        return found
+
+    @property
+    def stuck_by_step(self) -> dict[str, int]:
+        """The events waiting for the operations team by step (``lead_step``), in the steps'
+        order, ``other`` last."""
+        found: dict[str, int] = {}
+        for step, n in self.stuck.items():
+            name = lead_step(step)
+            found[name] = found.get(name, 0) + n
+        order = [*dict.fromkeys(LEAD_STEPS.values()), "other"]
+        return {name: found[name] for name in order if name in found}
+
+    @property
+    def stuck_total(self) -> int:
+        return sum(self.stuck.values())
+
+    @property
+    def quiet(self) -> bool:
+        """No lead, no person, no CRM write this week, and nothing waits."""
+        figures = (self.total, self.new_people, sum(self.crm.values()), self.in_review)
+        return not any(figures) and not self.stuck_total
+
+
+def lead_section(week: LeadWeek) -> LeadWeek | None:
+    """The overview's lead section: None (left out) while lead intake has never taken in a lead
+    and nothing of it waits, as for a team that has only deals; a quiet week of a team that
+    takes in leads says so in one line."""
+    return week if week.ever or not week.quiet else None
+
+
 @dataclass(frozen=True)
 class WeeklyData:
     """Everything the Friday overview of the week ``start``..``end`` shows; ``tasks_per_day``
-    holds the week's business days (and any other day a task was created on)."""
+    holds the week's business days (and any other day a task was created on), ``leads`` the
+    lead intake's section."""
 
     start: date
     end: date
@@ -159,6 +270,8 @@ class WeeklyData:
     tasks_per_day: dict[date, int]
     late: bool = False
     preview: bool = False
+    #: The lead intake's section (``lead_section``); None: none.
+    leads: LeadWeek | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ import jinja2
 from followup_pipeline.domain.report_data import (
     ClosedLine,
     Health,
+    LeadCount,
+    LeadWeek,
     MorningData,
     Rendered,
     StageLine,
@@ -27,6 +29,7 @@ from followup_pipeline.domain.report_data import (
     WeeklyData,
     after,
     has_work,
+    lead_section,
     personal,
 )
 from followup_pipeline.domain.report_words import DATE_FORMAT, WEEKDAYS, WORDS, Language
@@ -37,6 +40,8 @@ __all__ = [
     "ClosedLine",
     "Health",
     "Language",
+    "LeadCount",
+    "LeadWeek",
     "MorningData",
     "Rendered",
     "StageLine",
@@ -44,6 +49,8 @@ __all__ = [
     "SummaryLine",
     "WeeklyData",
     "has_work",
+    "lead_rows",
+    "lead_section",
     "personal",
     "render_morning",
     "render_weekly",
@@ -232,9 +239,42 @@ class _Links:
 BAR_CELLS = 20
 
 
+def lead_rows(leads: LeadWeek, language: Language) -> list[tuple[str, int]]:
+    """The lead section's lines of the overview, as (what, count): the leads received, by
+    source and by priority; the new people; the CRM writes by state; what waits for the
+    operations team (a review, and the leads stuck, by step). A headline figure shows even at
+    0, a breakdown line only when it counts something."""
+    words = WORDS[language]
+    received = words["leads_in"]
+    rows = [(received, leads.total)]
+    rows += [
+        (f"{received}: {words.get(f'lead_source_{source}', source)}", n)
+        for source, n in leads.by_source.items()
+    ]
+    rows += [
+        (
+            f"{received}: "
+            + (words["lead_priority"].format(priority=p) if p else words["lead_unclassified"]),
+            n,
+        )
+        for p, n in leads.by_priority.items()
+    ]
+    rows.append((words["new_people"], leads.new_people))
+    states = leads.crm_states
+    rows.append((words["crm_written"], states.pop("written")))
+    rows += [(words[f"crm_{state}"], n) for state, n in states.items() if n]
+    rows.append((words["lead_review"], leads.in_review))
+    rows.append((words["lead_stuck"], leads.stuck_total))
+    rows += [
+        (f"{words['lead_stuck_at']}: {words[f'lead_step_{step}']}", n)
+        for step, n in leads.stuck_by_step.items()
+    ]
+    return rows
+
+
 def render_weekly(data: WeeklyData, language: Language) -> Rendered:
-    """The Friday overview in ``language``: counts, deals followed up by stage, and a bar chart
-    of the tasks per business day drawn with table cells."""
+    """The Friday overview in ``language``: counts, deals followed up by stage, the lead intake
+    (when there is one), and a bar chart of the tasks per business day drawn with table cells."""
     words = WORDS[language]
     fmt = DATE_FORMAT[language]
     start, end = data.start.strftime(fmt), data.end.strftime(fmt)
@@ -251,6 +291,8 @@ def render_weekly(data: WeeklyData, language: Language) -> Rendered:
         "end": end,
         "data": data,
         "bars": bars,
+        "leads": data.leads,
+        "lead_rows": lead_rows(data.leads, language) if data.leads else [],
         "word": lambda key: words.get(key, key),
         "number": lambda value: f"{value:.1f}".replace(".", "," if language == "de" else "."),
         "failures": _sentence(

@@ -9,7 +9,7 @@ here: the action ledger decides, and a timeout after sending is reported as ``am
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -180,8 +180,10 @@ class VendorHttp:
         content: str | None = None,
         headers: Mapping[str, str] | None = None,
         idempotent: bool | None = None,
+        answers: Collection[int] = (),
     ) -> httpx.Response:
-        """Send one request; return a 2xx response or raise an ``IntegrationError``."""
+        """Send one request; return a 2xx response (or one of ``answers``, statuses the caller
+        reads itself, e.g. EspoCRM's 409 with the duplicates) or raise an ``IntegrationError``."""
         retry = method.upper() in IDEMPOTENT_METHODS if idempotent is None else idempotent
         attempts = MAX_ATTEMPTS if retry else 1
         for attempt in range(attempts):
@@ -202,7 +204,7 @@ class VendorHttp:
                     raise lost from exc
                 self._wait(backoff_delay(attempt), lost)
                 continue
-            if response.is_success:
+            if response.is_success or response.status_code in answers:
                 return response
             error = self.error_for(response)
             if not retry and isinstance(error, TransientError):

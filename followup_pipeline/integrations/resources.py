@@ -16,6 +16,7 @@ from pydantic import PrivateAttr
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.company_lookup import CompanyLookupClient
 from followup_pipeline.integrations.espocrm import EspoCrmClient
+from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
 from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, Timeouts
 from followup_pipeline.integrations.mistral import MistralClient
 from followup_pipeline.integrations.outlook import OutlookClient
@@ -57,9 +58,10 @@ class ClientOwner(Generic[C]):
 
 
 class EspoCrmResource(ClientOwner[EspoCrmClient], dg.ConfigurableResource["EspoCrmResource"]):
-    """Reads deals and their activity from EspoCRM (read only)."""
+    """Reads deals and their activity from EspoCRM (read only); ``lead_writer`` writes Leads."""
 
     _client: EspoCrmClient | None = PrivateAttr(default=None)
+    _writer: EspoLeadWriter | None = PrivateAttr(default=None)
     base_url: str
     api_key: str
     hmac_secret: str | None = None
@@ -69,6 +71,25 @@ class EspoCrmResource(ClientOwner[EspoCrmClient], dg.ConfigurableResource["EspoC
     def _build(self) -> EspoCrmClient:
         timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
         return EspoCrmClient(self.base_url, self.api_key, self.hmac_secret, timeouts=timeouts)
+
+    def lead_writer(self, custom_fields: tuple[str, ...] = ()) -> EspoLeadWriter:
+        """The one writer to the CRM, of Leads only, for this run (closed with the resource);
+        ``custom_fields`` are the attributes a search reads besides the standard ones."""
+        if self._writer is None:
+            self._writer = EspoLeadWriter(
+                self.base_url,
+                self.api_key,
+                self.hmac_secret,
+                timeouts=Timeouts(self.timeout_s, self.connect_timeout_s),
+                custom_fields=custom_fields,
+            )
+        return self._writer
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        super().teardown_after_execution(context)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 class ClickUpResource(ClientOwner[ClickUpClient], dg.ConfigurableResource["ClickUpResource"]):

@@ -185,7 +185,8 @@ def control_app(state: SandboxState) -> Starlette:
     async def stats(request: Request) -> Response:
         requests = {vendor: dict(counter) for vendor, counter in state.stats.items()}
         total = sum(sum(counter.values()) for counter in state.stats.values())
-        return JSONResponse({"requests": requests, "total": total})
+        writes = {vendor: dict(counter) for vendor, counter in state.writes.items()}
+        return JSONResponse({"requests": requests, "total": total, "writes": writes})
 
     async def webhooks(request: Request) -> Response:
         hub = state.webhooks

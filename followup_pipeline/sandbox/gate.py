@@ -43,6 +43,7 @@ class VendorGate:
             return
         body = await _read_body(receive)
         replay = _replayer(body)
+        self.state.count_write(self.vendor, scope["method"], scope.get("path", ""))
         extra: list[tuple[bytes, bytes]] = []
 
         async def counted(message: Message) -> None:

@@ -36,6 +36,11 @@ LEAD_ATTRIBUTES = [
     "assignedUserId",
     "createdAt",
     "modifiedAt",
+    # The installation's custom fields (Entity Manager; EspoCRM prefixes them with ``c``): where
+    # the product's default ``FOLLOWUP_LEAD_CRM_FIELDS`` puts a lead's classification.
+    "cFollowupPriority",
+    "cFollowupSegment",
+    "cFollowupIntent",
 ]
 LEAD_STATUSES = ["New", "Assigned", "In Process", "Converted", "Recycled", "Dead"]
 #: Attributes a client may write (the rest are EspoCRM's own).

@@ -1,6 +1,7 @@
 """Everything the sandbox remembers: the CRM's records, ClickUp's tasks, the outbox, counters."""
 
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,6 +14,10 @@ from followup_pipeline.sandbox.senders import Senders
 from followup_pipeline.sandbox.webhooks import WebhookDispatcher
 
 Record = dict[str, Any]
+
+
+#: The entity an EspoCRM path names (``/api/v1/Lead/…`` → ``Lead``).
+ESPO_ENTITY = re.compile(r"/api/v1/([A-Za-z]+)")
 
 
 @dataclass
@@ -49,6 +54,9 @@ class SandboxState:
     tokens: dict[str, float] = field(default_factory=dict)
     rate_windows: dict[str, RateWindow] = field(default_factory=dict)
     stats: dict[str, Counter[str]] = field(default_factory=dict)
+    #: Requests that may change something (not GET or HEAD), by vendor, method and EspoCRM
+    #: entity: ``{"espocrm": {"POST Lead": 2}}`` (what reached the vendor, whatever it answered).
+    writes: dict[str, Counter[str]] = field(default_factory=dict)
     #: The state file's lock (``persist.claim``), held while the sandbox runs.
     lock_fd: int | None = None
 
@@ -74,6 +82,7 @@ class SandboxState:
         self.model_requests.clear()
         self.rate_windows.clear()
         self.stats.clear()
+        self.writes.clear()
         self.faults.clear()
         self.webhooks.reset()
         self.senders.reset()
@@ -85,6 +94,15 @@ class SandboxState:
     def count(self, vendor: str, status: int) -> None:
         """Count one answered request of ``vendor`` with ``status``."""
         self.stats.setdefault(vendor, Counter())[str(status)] += 1
+
+    def count_write(self, vendor: str, method: str, path: str) -> None:
+        """Count one request of ``vendor`` that may change something (any method but GET and
+        HEAD), by method and, for EspoCRM, the entity its path names."""
+        if method in ("GET", "HEAD"):
+            return
+        entity = ESPO_ENTITY.search(path)
+        key = f"{method} {entity[1]}" if entity else method
+        self.writes.setdefault(vendor, Counter())[key] += 1
 
     def take_rate(self, key: str, limit: int, window_s: float) -> tuple[bool, int, int]:
         """Spend one request of ``key``'s window: (allowed, remaining, reset in Unix seconds)."""

@@ -3,7 +3,9 @@
 A row is recorded once per ``source`` (a sensor that looks twice records nothing new). A run
 failure, a pending event or a silent ``evaluate`` goes out unless an alert of its fingerprint went
 out within the window; then it is held, and the next alert of that fingerprint counts it.
-Dead letters always go out, each under its own name, those found together in one mail.
+A dead letter goes out in an alert of its own while fewer than a limit of them went out within
+the window; past it, it is held, and the held ones go out together in one digest, at most one a
+window (``record_dead_letters``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Any
 import psycopg
 
 from followup_pipeline.domain.alerts import (
-    MAX_NAMES_PER_MAIL,
     AlertItem,
     AlertKind,
     alert_key,
+    dead_letter_digest_key,
     dead_letter_key,
+    key_stamp,
 )
 from followup_pipeline.store.db import fetch_all, fetch_one, storable
 from followup_pipeline.store.queries import query
@@ -149,14 +152,29 @@ def record(
         return Recorded(new_id, key, held)
 
 
+#: The lock every decision about dead-letter alerts takes (their limit is shared by all).
+DEAD_LETTERS_LOCK = "dead_letters"
+
+
 def record_dead_letters(
-    conn: psycopg.Connection[Any], signals: Sequence[Signal], *, at: datetime, known: bool = False
+    conn: psycopg.Connection[Any],
+    signals: Sequence[Signal],
+    *,
+    at: datetime,
+    limit: int,
+    window: timedelta,
+    known: bool = False,
 ) -> list[str]:
-    """Record dead letters; those new to the table go out together, up to
-    ``MAX_NAMES_PER_MAIL`` names a mail. The keys of the new alerts. ``known``: they were there
-    before the checks first ran (an upgrade), and are recorded without an alert."""
+    """Record dead letters and decide, under one lock, which go out: each new one gets an alert
+    of its own (``dead_letter_key``) while fewer than ``limit`` went out within ``window``
+    before ``at``; the rest are held. Then, when dead letters are held (from this call or an
+    earlier one) and no digest went out within ``window``, all of them go out in one digest
+    (``dead_letter_digest_key``). The keys of the new alerts. ``known``: the new ones were
+    there before the checks first ran (an upgrade), and are recorded without an alert."""
     keys: list[str] = []
+    since = key_stamp(at - window)
     with conn.transaction():
+        conn.execute(query("alert_lock_fingerprint"), {"fingerprint": DEAD_LETTERS_LOCK})
         new: list[tuple[int, str]] = []
         for signal in signals:
             row = conn.execute(query("alert_insert"), signal.params()).fetchone()
@@ -164,13 +182,22 @@ def record_dead_letters(
                 new.append((int(row["id"]), signal.subject))
         if known:
             conn.execute(query("alert_mark_known"), {"ids": [i for i, _ in new]})
-            return []
-        for start in range(0, len(new), MAX_NAMES_PER_MAIL):
-            chunk = new[start : start + MAX_NAMES_PER_MAIL]
-            key = dead_letter_key([name for _, name in chunk], at)
-            conn.execute(
-                query("alert_assign"), {"key": key, "ids": [i for i, _ in chunk], "held": 0}
-            )
+            new = []
+        went = conn.execute(query("dead_letter_alerts_since"), {"since": since}).fetchone()
+        single = int(went["single"]) if went else 0
+        digests = int(went["digests"]) if went else 0
+        for new_id, name in new[: max(0, limit - single)]:
+            key = dead_letter_key([name], at)
+            conn.execute(query("alert_assign"), {"key": key, "ids": [new_id], "held": 0})
+            if key not in keys:  # one name that died twice since the last tick: one alert
+                keys.append(key)
+        if digests:
+            return keys
+        held = conn.execute(query("dead_letters_held")).fetchall()
+        if held:
+            key = dead_letter_digest_key([str(r["subject"]) for r in held], at)
+            ids = [int(r["id"]) for r in held]
+            conn.execute(query("alert_assign"), {"key": key, "ids": ids, "held": 0})
             keys.append(key)
     return keys
 

@@ -2,7 +2,8 @@
 that failed its check waits in the review list with its raw text. Accepting it stores the answer
 (or an operator's corrected one) as the event's classification, once, if it passes ``lead.v2``;
 rejecting it ends the lead's classification with the operator's reason. Either is recorded
-under the event's step ``review``, so a second decision finds it settled."""
+under the event's step ``review``, so a second decision finds it settled, and puts the event back
+to pending: its next step, the CRM write, runs (with the classification, or without one)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import psycopg
 from followup_pipeline.domain.classification import ClassificationRejected, parse_classification
 from followup_pipeline.store import events
 from followup_pipeline.store.enrichments import ReviewItem, resolve_review_item
+from followup_pipeline.store.lead_crm import reopen_event
 from followup_pipeline.store.lead_enrichment import (
     Classified,
     lead_of_event,
@@ -44,7 +46,11 @@ def decide_lead(
         why = reason or "rejected by an operator"
         events.complete(conn, key=key, event_id=event_id, result={"rejected": why})
         resolve_review_item(conn, item.id, resolution="rejected", now=now)
-        return f"review item {item.id} rejected: lead event {event_id} ends here ({why})"
+        reopen_event(conn, event_id)
+        return (
+            f"review item {item.id} rejected ({why}): lead event {event_id} goes on to the CRM "
+            "without a classification"
+        )
     text = answer if answer is not None else item.raw_output
     try:
         # Accepting is the operator's word for the facts (the model's answer, or their own, as
@@ -76,4 +82,5 @@ def decide_lead(
     )
     events.complete(conn, key=key, event_id=event_id, result={"accepted": stored})
     resolve_review_item(conn, item.id, resolution="accepted", now=now)
-    return f"review item {item.id} accepted: lead event {event_id} is classified"
+    reopen_event(conn, event_id)
+    return f"review item {item.id} accepted: lead event {event_id} is classified, on to the CRM"

@@ -98,7 +98,8 @@ def list_leads(conn: psycopg.Connection[Any], *, limit: int = 200) -> list[LeadL
     return fetch_all(conn, LeadListing, query("leads_list"), {"limit": limit})
 
 
-def written_by_us(conn: psycopg.Connection[Any], crm_lead_id: str) -> bool:
-    """Whether this product wrote the CRM Lead ``crm_lead_id`` (its ledger says so)."""
-    row = conn.execute(query("lead_written_by_us"), {"crm_lead_id": crm_lead_id}).fetchone()
+def written_by_us(conn: psycopg.Connection[Any], crm_lead_id: str, modified_at: datetime) -> bool:
+    """Whether the version ``modified_at`` of the CRM Lead ``crm_lead_id`` is our own write."""
+    params = {"crm_lead_id": crm_lead_id, "modified_at": modified_at}
+    row = conn.execute(query("lead_written_by_us"), params).fetchone()
     return bool(row and row["ours"])

@@ -18,9 +18,9 @@ from psycopg.types.json import Jsonb
 from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 
-Kind = Literal["task", "close_task", "task_update", "report", "alert"]
+Kind = Literal["task", "close_task", "task_update", "report", "alert", "crm_lead"]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
-SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run", "nothing_due"]
+SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run", "nothing_due", "shadow"]
 #: Outcomes of an action that may have reached the provider: ask it before anything else.
 MAYBE_DONE = ("attempted", "unknown", "accepted")
 

@@ -3,13 +3,21 @@ report was last sent. Rows come back as the domain's own report lines."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, LiteralString
 
 import psycopg
 
-from followup_pipeline.domain.reports import ClosedLine, StageLine, StepLine, SummaryLine
+from followup_pipeline.domain.reports import (
+    ClosedLine,
+    LeadCount,
+    LeadWeek,
+    StageLine,
+    StepLine,
+    SummaryLine,
+)
 from followup_pipeline.store.db import fetch_all
 from followup_pipeline.store.queries import query
 
@@ -130,3 +138,24 @@ def dead_letters_between(
     params = {"start": start, "until": until, "max_attempts": max_attempts}
     row = conn.execute(query("weekly_dead_letters"), params).fetchone()
     return int(row["dead"]) if row else 0
+
+
+def lead_week(
+    conn: psycopg.Connection[Any], *, start: datetime, until: datetime, sources: Sequence[str]
+) -> LeadWeek:
+    """The lead intake of [``start``, ``until``) from the lead ``sources``: events by source
+    and priority, people first seen, CRM writes by outcome and reason; and what waits now of
+    what arose before ``until``: lead events in review, dead lead events by step."""
+    params = {"start": start, "until": until, "sources": list(sources)}
+    row = conn.execute(query("weekly_leads_figures"), params).fetchone()
+    assert row is not None
+    crm = conn.execute(query("weekly_lead_crm"), params)
+    stuck = conn.execute(query("weekly_lead_stuck"), params)
+    return LeadWeek(
+        received=fetch_all(conn, LeadCount, query("weekly_leads_in"), params),
+        new_people=int(row["new_people"]),
+        crm={(r["outcome"], r["reason"]): int(r["n"]) for r in crm},
+        in_review=int(row["in_review"]),
+        stuck={r["step"]: int(r["n"]) for r in stuck},
+        ever=bool(row["ever"]),
+    )

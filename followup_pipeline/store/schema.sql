@@ -108,9 +108,9 @@ CREATE TABLE followup.actions (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     replayed_attempts integer DEFAULT 0 NOT NULL,
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
-    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text]))),
+    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
-    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text]))),
+    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
     CONSTRAINT actions_suppressed_has_reason CHECK (((outcome = 'suppressed'::text) = (reason IS NOT NULL)))
 );
@@ -314,7 +314,8 @@ CREATE TABLE followup.leads (
     last_seen_at timestamp with time zone NOT NULL,
     crm_lead_id text,
     company_domain text,
-    company_facts jsonb
+    company_facts jsonb,
+    crm_written_at timestamp with time zone
 );
 
 ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -546,6 +547,8 @@ ALTER TABLE ONLY followup.watch_steps
 
 ALTER TABLE ONLY followup.watches
     ADD CONSTRAINT watches_pkey PRIMARY KEY (id);
+
+CREATE INDEX actions_crm_lead_created ON followup.actions USING btree (created_at) WHERE (kind = 'crm_lead'::text);
 
 CREATE INDEX actions_open ON followup.actions USING btree (outcome) WHERE (outcome = ANY (ARRAY['attempted'::text, 'unknown'::text, 'failed'::text]));
 

@@ -8,10 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from followup_pipeline.domain.alerts import (
+    MAX_NAMES_PER_MAIL,
     AlertItem,
     alert_key,
+    dead_letter_digest_key,
     dead_letter_key,
     fingerprint,
+    is_dead_letter_digest,
+    key_stamp,
     normalised,
     render_alert,
 )
@@ -61,12 +65,22 @@ def test_alerts_key_names_the_fingerprint_and_the_window() -> None:
     assert alert_key("pending_events", "f", at).startswith("alert:pending:")
 
 
-def test_alerts_dead_letter_key_names_the_first_and_counts_the_rest() -> None:
+def test_alerts_dead_letter_keys_name_the_letter_or_the_digest_and_the_moment() -> None:
     at = datetime(2026, 11, 30, 17, 28, tzinfo=UTC)
-    assert dead_letter_key(["event:7"], at) == "alert:dead:event:7@20261130T172800"
+    single = dead_letter_key(["event:7"], at)
+    assert single == "alert:dead:event:7@20261130T172800"
+    # Before the digests, the dead letters of one tick shared a key: the first, how many more.
     assert dead_letter_key(["event:7", "action:task:1:2"], at) == (
         "alert:dead:event:7+1@20261130T172800"
     )
+    digest = dead_letter_digest_key(["event:8", "event:9", "action:task:1:2"], at)
+    assert digest == "alert:dead:digest:event:8+2@20261130T172800"
+    assert digest == dead_letter_digest_key(["event:8", "event:9", "action:task:1:2"], at)
+    assert is_dead_letter_digest(digest)
+    assert not is_dead_letter_digest(single)
+    # Every dead-letter key ends in its moment, whose stamps compare as text as moments do.
+    assert digest.endswith("@" + key_stamp(at))
+    assert key_stamp(at - timedelta(seconds=1)) < key_stamp(at) < key_stamp(at + timedelta(days=40))
 
 
 def test_alerts_mail_escapes_what_it_quotes_and_says_what_to_do() -> None:
@@ -99,6 +113,63 @@ def test_alerts_mail_escapes_what_it_quotes_and_says_what_to_do() -> None:
     assert held.subject.endswith("(4 repeats held back)")
     assert "http://ui.example/runs/r-1" in held.markdown
     assert "4 repeats of this failure since 2026-03-02 10:00 CET" in held.markdown
+
+
+def test_alerts_one_dead_letter_has_a_mail_naming_it_its_step_and_error() -> None:
+    item = AlertItem(
+        kind="dead_letter",
+        subject="event:7",
+        message="espocrm Opportunity.update at step register, 5 attempts: espocrm: HTTP 503",
+        occurred_at=datetime(2026, 3, 2, 9, 0, tzinfo=UTC),
+    )
+    mail = render_alert([item], held=0, held_since=None, ui_url="http://ui", zone="Europe/Berlin")
+    assert mail.subject == "[followup] event:7: dead letter"
+    assert "event:7 at 2026-03-02 10:00 CET:" in mail.markdown
+    assert "at step register, 5 attempts: espocrm: HTTP 503" in mail.markdown
+    assert "followup dead-letters replay event:7\n" in mail.markdown
+
+
+def test_alerts_digest_counts_the_held_names_the_first_and_points_to_the_list() -> None:
+    start = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    items = [
+        AlertItem(
+            kind="dead_letter",
+            subject=f"event:{n}",
+            message=f"espocrm Opportunity.update at step register, 5 attempts: 503 <{n}>\nmore",
+            occurred_at=start + timedelta(minutes=n),
+        )
+        for n in range(MAX_NAMES_PER_MAIL + 7)
+    ]
+    total = len(items)
+    mail = render_alert(
+        items, held=0, held_since=None, ui_url="http://ui", zone="Europe/Berlin", digest=True
+    )
+    assert (
+        mail.subject == f"[followup] {total} dead letters held back: event:0 and {total - 1} more"
+    )
+    assert f"{total} dead letters (died between 2026-03-02 10:00 CET and " in mail.markdown
+    named = [n for n in range(total) if f"event:{n} at " in mail.markdown]
+    assert named == list(range(MAX_NAMES_PER_MAIL))
+    assert "event:0 at 2026-03-02 10:00 CET: espocrm Opportunity.update at step register" in (
+        mail.markdown
+    )
+    # One line each: a message's further lines are left to `followup dead-letters show`.
+    assert not any(line.strip() == "more" for line in mail.markdown.splitlines())
+    assert "and 7 more: followup dead-letters list has them all." in mail.markdown
+    assert "- Every dead letter, with its step and last error: followup dead-letters list" in (
+        mail.markdown
+    )
+    replay = " ".join(f"event:{n}" for n in range(MAX_NAMES_PER_MAIL))
+    assert f"followup dead-letters replay {replay} (and the 7 more of the list)" in mail.markdown
+    assert "&lt;3&gt;" in mail.html
+    assert "<3>" not in mail.html
+    # A digest of one is a digest too (held past the limit, counted as such).
+    one = render_alert(
+        items[:1], held=0, held_since=None, ui_url="http://ui", zone="UTC", digest=True
+    )
+    assert one.subject == "[followup] 1 dead letter held back: event:0"
+    assert "1 dead letter (died at 2026-03-02 09:00 UTC)" in one.markdown
+    assert " more" not in one.markdown
 
 
 def test_alerts_title_is_cut_at_a_word_with_an_ellipsis() -> None:

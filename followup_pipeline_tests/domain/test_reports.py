@@ -23,6 +23,8 @@ from followup_pipeline.domain.reports import (
     ClosedLine,
     Health,
     Language,
+    LeadCount,
+    LeadWeek,
     MorningData,
     StageLine,
     StepLine,
@@ -30,6 +32,8 @@ from followup_pipeline.domain.reports import (
     WeeklyData,
     account_shown,
     has_work,
+    lead_rows,
+    lead_section,
     personal,
     render_morning,
     render_weekly,
@@ -279,3 +283,40 @@ def test_reports_each_list_shows_what_changed_since_its_own_last_send() -> None:
     assert "Meyer GmbH" in render_morning(data, "en").text  # the team's list: never sent yet
     # Nobody to greet by name: no name, not an address.
     assert "Good morning.\n" in render_morning(personal(MORNING, "u-grace", ""), "en").text
+
+
+def test_reports_lead_section_in_german_shown_only_once_leads_came() -> None:
+    leads = LeadWeek(
+        received=[LeadCount("site-form", 1, 2), LeadCount("crm-changes", None, 1)],
+        new_people=2,
+        crm={("confirmed", None): 1, ("unknown", None): 1, ("suppressed", "shadow"): 1},
+        in_review=0,
+        stuck={"0:classify": 1, "worker_died": 1},
+        ever=True,
+    )
+    assert lead_rows(leads, "de") == [
+        ("Eingegangene Leads", 3),
+        ("Eingegangene Leads: Website-Formular", 2),
+        ("Eingegangene Leads: im CRM erfasst", 1),
+        ("Eingegangene Leads: Priorität 1", 2),
+        ("Eingegangene Leads: nicht eingestuft", 1),
+        ("Neue Personen", 2),
+        ("Ins CRM geschrieben", 1),
+        ("Nicht ins CRM geschrieben (Schattenbetrieb)", 1),
+        ("Noch nicht ins CRM geschrieben", 1),
+        ("Einstufung wartet auf Prüfung durch das Betriebsteam", 0),
+        ("Hängen fest, warten auf das Betriebsteam", 2),
+        ("Hängen fest bei: Einstufung", 1),
+        ("Hängen fest bei: sonstiges", 1),
+    ]
+    rendered = render_weekly(replace(WEEK, leads=leads), "de")
+    assert re.search(r'>Neue Personen</td><td align="right"[^>]*>2<', rendered.html)
+    assert "Eingegangene Leads: Priorität 1: 2" in rendered.text
+    # A team that never took in a lead has no section; once one came, a quiet week says so.
+    nothing = LeadWeek(received=[], new_people=0, crm={}, in_review=0, stuck={}, ever=False)
+    assert lead_section(nothing) is None
+    assert lead_section(replace(nothing, stuck={"0:normalise": 1})) is not None
+    quiet = lead_section(replace(nothing, ever=True))
+    assert quiet is not None
+    text = render_weekly(replace(WEEK, leads=quiet), "de").text
+    assert "Leads\nKeine Leads in dieser Woche, und keiner wartet auf das Betriebsteam.\n" in text

@@ -64,10 +64,14 @@ async def test_control_stats_count_requests_per_vendor_and_status(sandbox: Sandb
     await sandbox.client.get("/espocrm/api/v1/Opportunity", headers=ESPO)
     await sandbox.client.get("/espocrm/api/v1/Opportunity")
     await sandbox.client.post("/mistral/v1/chat/completions")
+    await sandbox.client.put("/espocrm/api/v1/Opportunity/x", json={}, headers=ESPO)
+    await sandbox.client.post("/espocrm/api/v1/Lead", json={"lastName": "L"}, headers=ESPO)
     stats = (await sandbox.client.get("/_sandbox/stats")).json()
     assert stats == {
-        "requests": {"espocrm": {"200": 1, "401": 1}, "mistral": {"401": 1}},
-        "total": 3,
+        "requests": {"espocrm": {"200": 2, "401": 1, "404": 1}, "mistral": {"401": 1}},
+        "total": 5,
+        # What may change something, by method and entity, whatever the answer.
+        "writes": {"espocrm": {"PUT Opportunity": 1, "POST Lead": 1}, "mistral": {"POST": 1}},
     }
 
 

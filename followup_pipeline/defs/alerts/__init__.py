@@ -4,12 +4,19 @@
   (job, error type, message with numbers and ids normalised): the first of a fingerprint opens
   an alert, repeats within ``FOLLOWUP_ALERT_WINDOW_H`` are held and counted by the next one.
 - The ``alert_checks`` sensor records what that sensor missed (a failed run it could not record,
-  say with Postgres down: Dagster moves its cursor on regardless), new dead letters (one alert
-  row each, named by its ``event:``/``action:`` name; those of one tick share one mail), a lag of
+  say with Postgres down: Dagster moves its cursor on regardless), new dead letters, a lag of
   pending events past ``FOLLOWUP_ALERT_PENDING_AFTER_MIN`` (one alert per episode), and business
   hours without a successful ``evaluate`` for ``FOLLOWUP_ALERT_EVALUATE_SILENCE_H`` (one per
   silence); and it launches an ``alert`` run for each alert that reached nobody yet, again after
   15 min, 30 min, 1 h, 2 h, then every 4 h while it stays unsent.
+- Dead letters: each new one is one alert row, named by its ``event:``/``action:`` name. It goes
+  out in an alert of its own (its own key and mail, with its step and last error) while fewer
+  than ``FOLLOWUP_ALERT_DEAD_LETTERS_PER_WINDOW`` went out within ``FOLLOWUP_ALERT_WINDOW_H``;
+  past that it is held. The held ones go out together in one digest (one key, one mail that
+  counts and names them), at most one digest a window: a tick that finds dead letters held and
+  no digest within the window puts them all in a new one. So a window sends at most the limit
+  plus one dead-letter mails, and every dead letter ends in a mail. Those there before the
+  checks first ran are recorded without an alert.
 - The ``alert`` job mails the owner and backup through Graph, once per ledger key; when mail
   fails it creates a task in the operations list in ClickUp. A failed ``alert`` run is reported
   to ClickUp only, by the sensor itself, one task per kind of failure and window, and never

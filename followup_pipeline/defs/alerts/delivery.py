@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
-from followup_pipeline.domain.alerts import AlertMail, render_alert
+from followup_pipeline.domain.alerts import AlertMail, is_dead_letter_digest, render_alert
 from followup_pipeline.engine.ledger import ActionLedger, DryRun
 from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
 from followup_pipeline.engine.scope import Database, RunScope
@@ -135,6 +135,7 @@ class AlertDelivery:
             held_since=since,
             ui_url=ui_url(self.settings),
             zone=self.settings.timezone,
+            digest=is_dead_letter_digest(key),
         )
         return mail, [row.id for row in rows]
 

@@ -146,10 +146,18 @@ def check_tick(
             if f"run:{run.run_id}" not in known:
                 failure = failure_signal(context.instance, run, "run failed", now)
                 store.record(conn, failure, window=settings.alert_window())
-        # On the first tick, the dead letters already there are not news: on the record,
-        # without an alert (`followup dead-letters list` has them).
+        # Each new dead letter has an alert of its own up to the window's limit; the rest are
+        # held for one digest a window. On the first tick, the dead letters already there are
+        # not news: on the record, without an alert (`followup dead-letters list` has them).
         letters = dead_letter_signals(conn, settings)
-        store.record_dead_letters(conn, letters, at=now, known=first_tick)
+        store.record_dead_letters(
+            conn,
+            letters,
+            at=now,
+            limit=settings.alert_dead_letters_per_window,
+            window=settings.alert_window(),
+            known=first_tick,
+        )
         lag = pending_signal(
             store.oldest_pending_event(conn),
             now=now,

@@ -3,8 +3,10 @@ the nightly CRM sweep become one lead per person.
 
 - ``lead_events``, a sensor over the event log (``engine/event_sensor.py``), launches
   ``lead_intake`` when events of the lead sources are due; its steps ``normalise``
-  (``normalise.py``), ``enrich`` and ``classify`` (``steps.py``) run on the engine's event
-  worker: completion keys ``{event_id}:0:{step}``, ``FOLLOWUP_LEAD_MAX_RETRIES`` retries after
+  (``normalise.py``), ``enrich`` and ``classify`` (``steps.py``) and ``crm_upsert``
+  (``upsert.py``, the one write to the CRM, or in shadow mode the record of it) run on the
+  engine's event worker: completion keys ``{event_id}:0:{step}``, ``FOLLOWUP_LEAD_MAX_RETRIES``
+  retries after
   the first attempt with backoff and jitter, then a dead letter that ``followup dead-letters``
   lists and replays by the original id.
 - ``crm_changes``, every night at ``FOLLOWUP_CRM_CHANGES_AT`` in the team's time zone, stores
@@ -42,11 +44,17 @@ def normalise_leads(
     postgres: PostgresResource,
     company_lookup: CompanyLookupResource,
     mistral: MistralResource,
+    espocrm: EspoCrmResource,
     clock: ClockResource,
 ) -> dg.Output[RunCounts]:
     """Claim due events of the lead sources and take each through its steps (normalise,
-    enrich, classify); counts as metadata."""
-    resources = {"company_lookup": company_lookup, "mistral": mistral, "clock": clock}
+    enrich, classify, crm_upsert); counts as metadata."""
+    resources = {
+        "company_lookup": company_lookup,
+        "mistral": mistral,
+        "espocrm": espocrm,
+        "clock": clock,
+    }
     with postgres.connection() as conn:
         handler = make_normaliser(conn, settings, resources)
         counts = dict(EventWorker(conn, handler, settings, sources=LEAD_SOURCES).run())

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from followup_pipeline.defs.lead_intake.steps import Classifier, CompanyLookup, Enricher
+from followup_pipeline.defs.lead_intake.upsert import CrmUpserter
 from followup_pipeline.domain.companies import CompanyFacts
 from followup_pipeline.domain.leads import (
     LeadIn,
@@ -27,7 +28,11 @@ from followup_pipeline.domain.leads import (
     from_site_form,
 )
 from followup_pipeline.engine.worker import ItemFailed, ResourcesByKey, completion_key
-from followup_pipeline.integrations.resources import CompanyLookupResource, MistralResource
+from followup_pipeline.integrations.resources import (
+    CompanyLookupResource,
+    EspoCrmResource,
+    MistralResource,
+)
 from followup_pipeline.resources import ClockResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events, leads
@@ -116,7 +121,7 @@ class LeadNormaliser:
 
 
 class NextSteps:
-    """``enrich`` then ``classify``, each skipped when its key is done."""
+    """``enrich``, ``classify`` and ``crm_upsert``, each skipped when its key is done."""
 
     def __init__(
         self,
@@ -124,11 +129,14 @@ class NextSteps:
         enricher: Enricher,
         classifier: Classifier,
         clock: Callable[[], datetime],
+        upserter: CrmUpserter | None = None,
     ) -> None:
         self.conn = conn
         self.enricher = enricher
         self.classifier = classifier
         self.clock = clock
+        #: The CRM write; without the CRM (a replay job that has none) the event ends classified.
+        self.upserter = upserter
 
     def run(self, event: Event, lead_id: int, lead: LeadIn, done: set[str]) -> bool:
         """The steps not done yet; True (the last one marks the event done or defers it)."""
@@ -140,28 +148,47 @@ class NextSteps:
             company = CompanyFacts.from_json(row.company_facts) if row is not None else None
         else:
             company = self.enricher.run(event, lead_id, lead, now=now)
-        if completion_key(event.id, 0, "classify") in done:
+        classify_key = completion_key(event.id, 0, "classify")
+        if classify_key in done:
+            with self.conn.transaction():
+                results = {c.key: c.result for c in events.completions_of(self.conn, event.id)}
+            waits = "review_item" in results[classify_key]
+            decided = completion_key(event.id, 0, "review") in done
+            if waits and not decided:  # a person decides first; the decision reopens it
+                with self.conn.transaction():
+                    events.mark_done(self.conn, event.id)
+                return True
+        elif self.classifier.run(event, lead_id, lead, company, now=now) != "classified":
+            return True
+        if self.upserter is None:
             with self.conn.transaction():
                 events.mark_done(self.conn, event.id)
             return True
-        return self.classifier.run(event, lead_id, lead, company, now=now)
+        self.upserter.counts = self.classifier.counts
+        return self.upserter.run(event, lead_id, now=now)
 
 
 def make_normaliser(
     conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
 ) -> LeadNormaliser:
     """The lead sources' handler: with the ``company_lookup`` and ``mistral`` resources, all
-    its steps; without them (a replay job that has none), ``normalise`` alone."""
+    its steps (``crm_upsert`` too with ``espocrm``); without them, ``normalise`` alone."""
     handler = LeadNormaliser(conn, settings)
     companies, mistral = resources.get("company_lookup"), resources.get("mistral")
-    clock = resources.get("clock")
+    clock, crm = resources.get("clock"), resources.get("espocrm")
     if isinstance(companies, CompanyLookupResource) and isinstance(mistral, MistralResource):
         counts = handler.counts
         lookup = CompanyLookup(companies.get_client()) if settings.company_lookup_api_key else None
+        writer = (
+            crm.lead_writer(tuple(settings.lead_crm_fields.values()))
+            if isinstance(crm, EspoCrmResource)
+            else None
+        )
         handler.next_steps = NextSteps(
             conn,
             Enricher(conn, lookup, counts),
             Classifier(conn, mistral.get_client(), settings, counts),
             clock.now if isinstance(clock, ClockResource) else lambda: datetime.now(UTC),
+            CrmUpserter(conn, writer, settings, counts) if writer is not None else None,
         )
     return handler

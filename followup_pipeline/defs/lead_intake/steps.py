@@ -10,7 +10,7 @@ replay finishes where it stopped).
 
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import psycopg
 
@@ -35,6 +35,8 @@ from followup_pipeline.store.lead_review import LEAD_SUBJECT
 COMPANY_KEEP = timedelta(days=30)
 #: The review list's subject type of a lead event's model answer.
 REVIEW_SUBJECT = LEAD_SUBJECT
+#: How ``classify`` ended: the lead goes on to the CRM, waits for a person, or for the budget.
+Classified = Literal["classified", "review", "deferred"]
 
 
 class CompanySource(Protocol):
@@ -175,9 +177,10 @@ class Classifier:
         company: CompanyFacts | None,
         *,
         now: datetime,
-    ) -> bool:
-        """Classify and mark the event done (True), or defer it to the next hour when the
-        budget is spent (True: it is handled)."""
+    ) -> Classified:
+        """Classify (``classified``: the next step goes on), send the answer to review (the
+        event is done until a person decides), or defer the event to the next hour when the
+        budget is spent."""
         key = completion_key(event.id, 0, "classify")
         if event.source == "crm-changes":
             # A CRM edit of a lead already classified says nothing new of what they want: a
@@ -189,14 +192,13 @@ class Classifier:
                     events.complete(
                         self.conn, key=key, event_id=event.id, result={"skipped": "classified"}
                     )
-                    events.mark_done(self.conn, event.id)
                 self.counts["already_classified"] += 1
-                return True
+                return "classified"
         if not self.budget_left(now):
             with self.conn.transaction():
                 store.defer_event(self.conn, event.id, wait=timedelta(hours=1))
             self.counts["deferred_by_budget"] += 1
-            return True
+            return "deferred"
         text = classification_text(lead, company.as_json() if company is not None else None)
         try:
             answer = self.model.classify_lead(text)
@@ -235,9 +237,8 @@ class Classifier:
                 now=now,
             )
             events.complete(self.conn, key=key, event_id=event.id, result={"classified": True})
-            events.mark_done(self.conn, event.id)
         self.counts["classified"] += 1
-        return True
+        return "classified"
 
     def to_review(
         self,
@@ -250,7 +251,7 @@ class Classifier:
         now: datetime,
         model: str | None = None,
         tokens: tuple[int | None, int | None] = (None, None),
-    ) -> bool:
+    ) -> Classified:
         """Keep the answer (or the refusal) for a person, with the step's key: the lead waits in
         the review list; the event is done."""
         key = completion_key(event.id, 0, "classify")
@@ -271,4 +272,4 @@ class Classifier:
             events.complete(self.conn, key=key, event_id=event.id, result={"review_item": item})
             events.mark_done(self.conn, event.id)
         self.counts["sent_to_review"] += 1
-        return True
+        return "review"

@@ -4,11 +4,11 @@ a lead typed into the CRM by hand goes through the same pipeline as a form's.
 
 Each version of a Lead is one delivery, its id ``{lead id}@{modifiedAt}``: a listing that reads a
 record twice (the cursor's overlap, a rerun) stores it once, and a lead edited later is a new
-event of the same person (one lead still). Leads this product wrote itself are recognised by
-their ledger record (the CRM write's ``lead:{event_id}:crm_upsert`` action holds the Lead's id),
-not by a guess, and left out. A record that breaks its schema is stored as a dead letter with its
-raw record (replayable once the cause is fixed). The cursor moves to the newest ``modifiedAt``
-read, only after the listing was read (a CRM error leaves it where it was).
+event of the same person (one lead still). A version this product wrote itself is recognised by
+the CRM's ``modifiedAt`` that our write got back (``leads.crm_written_at``), not by a guess, and
+left out; a later edit by a person is read. A record that breaks its schema is stored as a dead
+letter with its raw record (replayable once the cause is fixed). The cursor moves to the newest
+``modifiedAt`` read, only after the listing was read (a CRM error leaves it where it was).
 """
 
 import json
@@ -84,7 +84,7 @@ def sweep(run: RunScope, db: Database, crm: LeadSource) -> Swept:
     for lead in listing.records:
         newest = lead.modified_at if newest is None else max(newest, lead.modified_at)
         with db.connection() as conn:
-            if leads.written_by_us(conn, lead.id):
+            if leads.written_by_us(conn, lead.id, lead.modified_at):
                 tally.count("ours")
                 continue
             body = json.dumps(lead.model_dump(by_alias=True, mode="json")).encode()

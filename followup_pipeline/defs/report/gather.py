@@ -9,8 +9,8 @@ import dagster as dg
 import psycopg
 
 from followup_pipeline.domain.localtime import local_date, start_of_day_utc
-from followup_pipeline.domain.reports import Health, MorningData, WeeklyData
-from followup_pipeline.settings import Settings
+from followup_pipeline.domain.reports import Health, MorningData, WeeklyData, lead_section
+from followup_pipeline.settings import LEAD_SOURCES, Settings
 from followup_pipeline.store import reports as store
 from followup_pipeline.store.enrichments import open_review_items
 from followup_pipeline.store.events import gauges
@@ -92,7 +92,8 @@ def weekly_data(
 ) -> WeeklyData:
     """The week that ends on ``friday`` at the report's time: from the previous Friday's report
     time to this one's (``now`` at most), so consecutive overviews leave no gap. Its chart has
-    the week's business days (and a day off only if a task was created on it)."""
+    the week's business days (and a day off only if a task was created on it). Its lead section
+    is left out while lead intake has never taken in a lead (``lead_section``)."""
     zone = ZoneInfo(settings.timezone)
     first = friday - timedelta(days=6)
     at = settings.weekly_report_at
@@ -127,4 +128,5 @@ def weekly_data(
         tasks_per_day={**days, **week.tasks_per_day},
         late=not preview and friday < local_date(now, settings.timezone),
         preview=preview,
+        leads=lead_section(store.lead_week(conn, start=start, until=until, sources=LEAD_SOURCES)),
     )

@@ -121,6 +121,8 @@ WEEKLY = Report[WeeklyData](
         "fired": data.fired,
         "opened": data.opened,
         "failed_runs": data.failed_runs,
+        "leads_in": data.leads.total if data.leads else 0,
+        "new_people": data.leads.new_people if data.leads else 0,
     },
 )
 

@@ -32,6 +32,26 @@ SELECT count(*) AS held, min(occurred_at) AS held_since FROM counted;
 -- never sent, never counted.
 UPDATE alerts SET counted_in = 'known before alerting' WHERE id = ANY(%(ids)s::bigint[]);
 
+-- name: dead_letter_alerts_since
+-- The dead-letter alerts that went out at or after a moment (the stamp of its UTC time, as the
+-- keys end in it: `…@20260302T090000`; the fixed width compares as the moments do): how many
+-- of their own (one dead letter each; from before the digests, the few found in one tick),
+-- and how many digests of held ones.
+SELECT count(DISTINCT action_key) FILTER (WHERE action_key NOT LIKE 'alert:dead:digest:%%')
+           AS single,
+       count(DISTINCT action_key) FILTER (WHERE action_key LIKE 'alert:dead:digest:%%')
+           AS digests
+FROM alerts
+WHERE kind = 'dead_letter' AND action_key IS NOT NULL
+  AND substring(action_key FROM '@([0-9]{8}T[0-9]{6})$') >= %(since)s;
+
+-- name: dead_letters_held
+-- Dead letters held back for the next digest (recorded past the window's limit, no alert yet),
+-- in the order they were recorded.
+SELECT id, subject FROM alerts
+WHERE kind = 'dead_letter' AND action_key IS NULL AND counted_in IS NULL
+ORDER BY id;
+
 -- name: alert_assign
 -- The alert rows of ids go out under key; the first counts the held repeats.
 UPDATE alerts SET action_key = %(key)s,

@@ -45,10 +45,9 @@ ORDER BY l.last_seen_at DESC, l.id DESC
 LIMIT %(limit)s;
 
 -- name: lead_written_by_us
--- Whether this product wrote the CRM Lead (part 3's ledger action `lead:{event_id}:crm_upsert`
--- records its id as the provider's reference): the sweep leaves those out.
+-- Whether this version of a CRM Lead is our own write (the crm_upsert step records when the CRM
+-- saved it): the sweep leaves it out, and reads a later edit by a person.
 SELECT EXISTS (
-    SELECT 1 FROM actions
-    WHERE idempotency_key LIKE 'lead:%%:crm_upsert' AND provider_ref = %(crm_lead_id)s
-      AND outcome IN ('attempted', 'accepted', 'confirmed', 'unknown')
+    SELECT 1 FROM leads
+    WHERE crm_lead_id = %(crm_lead_id)s AND crm_written_at = %(modified_at)s
 ) AS ours;

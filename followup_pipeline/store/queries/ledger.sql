@@ -51,9 +51,11 @@ RETURNING id;
 SELECT * FROM actions WHERE watch_id = %(watch_id)s AND kind = 'task' ORDER BY step_no;
 
 -- name: actions_failed
--- Dead actions: failed with no attempt left since the last replay, oldest change first.
+-- Dead actions: failed with no attempt left since the last replay, oldest change first. A CRM
+-- Lead write is left out: its event is the dead letter, retried and replayed with its steps.
 SELECT * FROM actions
 WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
+  AND kind <> 'crm_lead'
 ORDER BY updated_at, id;
 
 -- name: action_replay

@@ -132,3 +132,42 @@ SELECT (SELECT count(*) FROM events
          WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
            AND updated_at >= %(start)s AND updated_at < %(until)s)
        AS dead;
+
+-- name: weekly_leads_in
+-- The week's lead events, by source and priority (NULL: not classified by the week's end), in
+-- [start, until); sources in the order given.
+SELECT e.source, c.priority, count(*)::int AS n
+FROM lead_events e
+LEFT JOIN lead_classifications c ON c.event_id = e.event_id AND c.created_at < %(until)s
+WHERE e.received_at >= %(start)s AND e.received_at < %(until)s
+  AND e.source = ANY(%(sources)s::text[])
+GROUP BY e.source, c.priority
+ORDER BY array_position(%(sources)s::text[], e.source), c.priority NULLS LAST;
+
+-- name: weekly_leads_figures
+-- The people first seen in [start, until); the lead events whose classification waits for a
+-- review now, of those that went to review before the week's end; whether any lead was taken
+-- in before the week's end.
+SELECT
+    (SELECT count(*) FROM leads
+      WHERE first_seen_at >= %(start)s AND first_seen_at < %(until)s)::int AS new_people,
+    (SELECT count(*) FROM review_items
+      WHERE subject_type = 'LeadEvent' AND resolved_at IS NULL
+        AND created_at < %(until)s)::int AS in_review,
+    EXISTS (SELECT 1 FROM lead_events WHERE received_at < %(until)s) AS ever;
+
+-- name: weekly_lead_crm
+-- The CRM writes of leads (the ledger's `crm_lead` actions) created in [start, until), by
+-- outcome and reason.
+SELECT outcome, reason, count(*)::int AS n FROM actions
+WHERE kind = 'crm_lead' AND created_at >= %(start)s AND created_at < %(until)s
+GROUP BY outcome, reason;
+
+-- name: weekly_lead_stuck
+-- Lead events that are dead letters now, of those that died before the week's end, by the step
+-- they stopped at. (A replay puts an event back to pending and leaves no mark of itself: what
+-- was replayed is not told apart from what never died.)
+SELECT dead_step AS step, count(*)::int AS n FROM events
+WHERE status = 'dead' AND source = ANY(%(sources)s::text[])
+  AND coalesce(processed_at, received_at) < %(until)s
+GROUP BY dead_step;

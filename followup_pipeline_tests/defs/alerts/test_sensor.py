@@ -227,30 +227,69 @@ def _dead_events(db: psycopg.Connection[Any], count: int) -> list[int]:
     return ids
 
 
-def test_alerts_ten_dead_letters_one_mail_naming_each(
+def test_alerts_three_dead_letters_are_three_mails_each_naming_its_own(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
-    ids = _dead_events(db, 10)
+    ids = _dead_events(db, 3)
     requests = _check(machine, MONDAY_10)
-    assert len(requests) == 1
-    assert _send(machine, requests[0], MONDAY_10).success
+    assert sorted(r.tags[ALERT_TAG] for r in requests) == sorted(
+        f"alert:dead:event:{i}@20260302T090000" for i in ids
+    )
+    for request in requests:
+        assert _send(machine, request, MONDAY_10).success
     assert _check(machine, MONDAY_10 + timedelta(minutes=1)) == []  # recorded once, sent once
-    mails = _alert_mails(machine)
-    assert len(mails) == 1
-    assert mails[0]["subject"].startswith(f"[followup] event:{ids[0]} and 9 more: dead letters")
-    for event_id in ids:
-        assert f"event:{event_id} at " in mails[0]["html"]
-    assert "followup dead-letters replay " + " ".join(f"event:{i}" for i in ids) in mails[0]["html"]
+    mails = sorted(_alert_mails(machine), key=lambda m: str(m["subject"]))
+    assert [m["subject"] for m in mails] == [f"[followup] event:{i}: dead letter" for i in ids]
+    for event_id, mail in zip(ids, mails, strict=True):
+        assert f"event:{event_id} at " in mail["html"]
+        assert "at step register, 5 attempts: espocrm: HTTP 503 Service Unavailable" in mail["html"]
+        assert f"followup dead-letters replay event:{event_id}<br>" in mail["html"]
     rows = db.execute("SELECT subject, action_key FROM alerts ORDER BY id").fetchall()
     assert [r["subject"] for r in rows] == [f"event:{i}" for i in ids]
-    assert len({r["action_key"] for r in rows}) == 1
+    assert len({r["action_key"] for r in rows}) == 3
 
-    # One more dead letter later: its own alert, naming it alone.
-    (late,) = _dead_events(db, 1)
-    more = _check(machine, MONDAY_10 + timedelta(minutes=2))
-    assert len(more) == 1
-    assert _send(machine, more[0], MONDAY_10 + timedelta(minutes=2)).success
-    assert _alert_mails(machine)[-1]["subject"] == f"[followup] event:{late}: dead letter"
+
+def test_alerts_an_outage_of_25_dead_letters_is_ten_mails_and_one_digest_a_window(
+    machine: Machine, db: psycopg.Connection[Any]
+) -> None:
+    assert machine.loaded_settings().alert_dead_letters_per_window == 10  # the default
+    ids = _dead_events(db, 25)
+    requests = _check(machine, MONDAY_10)
+    assert len(requests) == 11
+    for request in requests:
+        assert _send(machine, request, MONDAY_10).success
+    assert _check(machine, MONDAY_10 + timedelta(minutes=1)) == []
+    subjects = sorted(m["subject"] for m in _alert_mails(machine))
+    digest = f"[followup] 15 dead letters held back: event:{ids[10]} and 14 more"
+    assert subjects == sorted([f"[followup] event:{i}: dead letter" for i in ids[:10]] + [digest])
+    (mail,) = [m for m in _alert_mails(machine) if m["subject"] == digest]
+    for event_id in ids[10:]:
+        assert f"event:{event_id} at " in mail["html"]
+    assert "15 dead letters (died at " in mail["html"]
+    assert "followup dead-letters list" in mail["html"]
+    assert "at step register, 5 attempts: espocrm: HTTP 503" in mail["html"]
+
+    # More dead letters in the same window: held (the ten and the digest went out), and said so.
+    later = _dead_events(db, 5)
+    assert _check(machine, MONDAY_10 + timedelta(hours=1)) == []
+    assert _check(machine, MONDAY_10 + timedelta(hours=5, minutes=59)) == []
+    held = [r for r in store.listed(db, days=None) if r.action_key is None]
+    assert sorted(r.subject for r in held) == sorted(f"event:{i}" for i in later)
+    assert {channel(r) for r in held} == {"held back (the next dead-letter digest will name it)"}
+
+    # Once the window since the digest passed: one digest of the five, and nothing is lost.
+    after = MONDAY_10 + timedelta(hours=6, minutes=1)
+    (request,) = _check(machine, after)
+    assert request.tags[ALERT_TAG] == f"alert:dead:digest:event:{later[0]}+4@20260302T150100"
+    assert _send(machine, request, after).success
+    assert _alert_mails(machine)[-1]["subject"] == (
+        f"[followup] 5 dead letters held back: event:{later[0]} and 4 more"
+    )
+    assert len(_alert_mails(machine)) == 12
+    assert db.execute("SELECT count(*) AS n FROM alerts WHERE action_key IS NULL").fetchone() == {
+        "n": 0
+    }
+    assert _check(machine, after + timedelta(minutes=1)) == []
 
 
 def test_alerts_graph_outage_goes_to_the_operations_list(

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import dagster as dg
+import httpx
 import psycopg
 import pytest
 
@@ -48,12 +49,13 @@ def _store(db: psycopg.Connection[Any], source: str, body: bytes, delivery_id: s
 
 
 def _resources(db_url: str, sandbox: str) -> dict[str, Any]:
-    """The real resources on the sandbox's vendors (the CRM is out of reach: nothing here
-    reads it)."""
+    """The real resources on the sandbox's vendors."""
     config = SandboxConfig()
     return {
         "postgres": PostgresResource(url=db_url),
-        "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
+        "espocrm": EspoCrmResource(
+            base_url=f"{sandbox}/espocrm", api_key=config.espocrm_api_key.get_secret_value()
+        ),
         "company_lookup": CompanyLookupResource(
             base_url=f"{sandbox}/pdl", api_key=config.pdl_api_key.get_secret_value()
         ),
@@ -111,7 +113,7 @@ def test_lead_a_form_and_a_payment_of_one_person_are_one_lead(
     ]  # fmt: skip
     assert (float(linked[1]["amount"]), linked[1]["currency"]) == (49.0, "EUR")
     keys = {r["key"] for r in db.execute("SELECT key FROM step_completions")}
-    steps = ("normalise", "enrich", "classify")
+    steps = ("normalise", "enrich", "classify", "crm_upsert")
     assert keys == {f"{e.event_id}:0:{step}" for e in (form, paid) for step in steps}
 
 
@@ -191,32 +193,29 @@ def test_lead_typed_into_the_crm_is_taken_in_by_the_next_sweep_exactly_once(
     key = SandboxConfig().espocrm_api_key.get_secret_value()
     typed = {"firstName": "Grace", "lastName": "Hopper", "emailAddress": "Grace@Navy.example",
              "accountName": "US Navy", "status": "New", "source": "Call"}  # fmt: skip
-    ours = {"firstName": "Written", "lastName": "ByUs", "emailAddress": "ours@example.com"}
-    with httpx.Client(base_url=f"{sandbox}/espocrm/api/v1", headers={"X-Api-Key": key}) as crm:
-        crm_id = crm.post("/Lead", json=typed).raise_for_status().json()["id"]
-        our_id = crm.post("/Lead", json=ours).raise_for_status().json()["id"]
-    # The second one this product wrote (part 3's ledger action holds its id).
-    db.execute(
-        "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, provider_ref,"
-        " attempts) VALUES ('lead:1:crm_upsert', 'report', now(), 'UTC', 'accepted', %s, 1)",
-        (our_id,),
-    )
-    resources = {
-        **_resources(db_url, sandbox),
-        "espocrm": EspoCrmResource(base_url=f"{sandbox}/espocrm", api_key=key),
-        "clock": ClockResource(),
-    }
+    # A lead this product writes itself: the sweep must leave that version out.
+    _store(db, "site-form", _form("ours@example.com", name="Written By Us"), "msg_ours")
     sweep = defs.resolve_job_def("crm_changes")
     with dg.instance_for_test() as instance:
+        _intake(defs, db_url, sandbox, instance)
+        with httpx.Client(base_url=f"{sandbox}/espocrm/api/v1", headers={"X-Api-Key": key}) as crm:
+            crm_id = crm.post("/Lead", json=typed).raise_for_status().json()["id"]
+        resources = {**_resources(db_url, sandbox), "clock": ClockResource()}
         first = sweep.execute_in_process(instance=instance, resources=resources)
         counts = first.output_for_node("sweep_crm_leads")
         assert (counts["stored"], counts["ours"]) == (1, 1)
         again = sweep.execute_in_process(instance=instance, resources=resources)
         assert again.output_for_node("sweep_crm_leads").get("stored", 0) == 0  # read, not kept
-        _intake(defs, db_url, sandbox, instance)
-    [lead] = db.execute("SELECT email, name, company, crm_lead_id FROM leads").fetchall()
-    assert lead == {"email": "grace@navy.example", "name": "Grace Hopper",
-                    "company": "US Navy", "crm_lead_id": crm_id}  # fmt: skip
+        taken = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+        assert taken["crm_update"] == 1  # the typed Lead gets its classification
+        # That write is ours too: the next sweep reads it and keeps nothing.
+        third = sweep.execute_in_process(instance=instance, resources=resources)
+        assert third.output_for_node("sweep_crm_leads").get("stored", 0) == 0
+    grace = db.execute(
+        "SELECT email, name, company, crm_lead_id FROM leads WHERE email LIKE 'grace%'"
+    ).fetchone()
+    assert grace == {"email": "grace@navy.example", "name": "Grace Hopper",
+                     "company": "US Navy", "crm_lead_id": crm_id}  # fmt: skip
     assert db.execute(
         "SELECT count(*) AS n FROM events WHERE source = 'crm-changes'"
     ).fetchone() == {"n": 1}
@@ -361,6 +360,14 @@ def test_lead_a_model_answer_that_breaks_lead_v2_waits_in_review_until_accepted(
     assert main(["review", "accept", str(item["id"]), "--answer", answer]) == 1  # settled
     rows = db.execute("SELECT source, priority FROM lead_classifications").fetchall()
     assert rows == [{"source": "review", "priority": 3}]  # once
+    # Accepted, the event goes on: its CRM Lead is written with the accepted classification.
+    with dg.instance_for_test() as instance:
+        counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
+    assert (counts["events_done"], counts["crm_written"]) == (1, 1)
+    with httpx.Client(base_url=f"{sandbox}/espocrm/api/v1") as crm:
+        key = SandboxConfig().espocrm_api_key.get_secret_value()
+        [lead] = crm.get("/Lead", headers={"X-Api-Key": key}).raise_for_status().json()["list"]
+    assert (lead["emailAddress"], lead["cFollowupPriority"]) == ("o@hughes-design.example", 3)
 
 
 def test_lead_a_spent_model_budget_defers_the_lead_an_hour_without_an_attempt(

@@ -1,0 +1,138 @@
+"""What the lead intake writes to the CRM's ``Lead`` (docs/architecture.md §9, crm_upsert): the
+person's own attributes, taken from what they told us, and the classification, in the attributes
+``FOLLOWUP_LEAD_CRM_FIELDS`` names. Pure code: a lead and its classification in, the attributes to
+create with or to change out.
+
+What a person in the CRM typed wins: the person's attributes (name, address, phone, company, the
+source) and ``description`` are only filled where the CRM's Lead has none; the other mapped
+attributes (the classification's own, custom fields) hold ours.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: What a classification holds, by the names ``FOLLOWUP_LEAD_CRM_FIELDS`` maps.
+CLASSIFICATION_ITEMS = ("segment", "intent", "priority", "summary", "language")
+#: By default: the summary in the Lead's description, the rest in three custom fields an admin
+#: adds in EspoCRM's Entity Manager (EspoCRM prefixes custom fields with ``c``).
+DEFAULT_LEAD_CRM_FIELDS: Mapping[str, str] = {
+    "summary": "description",
+    "priority": "cFollowupPriority",
+    "segment": "cFollowupSegment",
+    "intent": "cFollowupIntent",
+}
+#: An attribute name as EspoCRM spells one.
+CRM_ATTRIBUTE = re.compile(r"[a-zA-Z][a-zA-Z0-9]{0,99}")
+#: The attributes of the person, written from what they told us (never a classification's).
+LEAD_OWN_ATTRIBUTES = (
+    "firstName",
+    "lastName",
+    "emailAddress",
+    "phoneNumber",
+    "accountName",
+    "source",
+)
+#: Attributes filled only where the CRM has none (a salesperson's text wins).
+FILL_ONLY = (*LEAD_OWN_ATTRIBUTES, "description")
+#: EspoCRM's ``Lead.source`` option for each of our sources (a CRM lead keeps its own).
+CRM_SOURCE = {"site-form": "Web Site", "payment": "Other"}
+
+
+@dataclass(frozen=True)
+class LeadFacts:
+    """What we know of a person, as the lead store keeps it."""
+
+    email: str
+    name: str | None = None
+    company: str | None = None
+    phone: str | None = None
+    first_source: str | None = None
+
+
+@dataclass(frozen=True)
+class ClassificationFacts:
+    """A lead's classification, as stored."""
+
+    segment: str
+    intent: str
+    priority: int
+    summary: str
+    language: str
+
+    def item(self, name: str) -> str | int:
+        """One item by its name in ``CLASSIFICATION_ITEMS``."""
+        value: str | int = getattr(self, name)
+        return value
+
+
+def split_name(name: str | None) -> tuple[str | None, str | None]:
+    """First and last name of a full name: the last word is the last name (one word: a last
+    name only, which EspoCRM accepts)."""
+    words = (name or "").split()
+    if not words:
+        return None, None
+    if len(words) == 1:
+        return None, words[0]
+    return " ".join(words[:-1]), words[-1]
+
+
+def wanted_attributes(
+    lead: LeadFacts,
+    classification: ClassificationFacts | None,
+    fields: Mapping[str, str],
+) -> dict[str, Any]:
+    """Every attribute the CRM's Lead should hold for this person (None values left out)."""
+    first, last = split_name(lead.name)
+    wanted: dict[str, Any] = {
+        "firstName": first,
+        "lastName": last,
+        "emailAddress": lead.email,
+        "phoneNumber": lead.phone,
+        "accountName": lead.company,
+        "source": CRM_SOURCE.get(lead.first_source or ""),
+    }
+    if classification is not None:
+        for item, attribute in fields.items():
+            wanted[attribute] = classification.item(item)
+    return {key: value for key, value in wanted.items() if value is not None}
+
+
+def _empty(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _same(ours: object, theirs: object) -> bool:
+    if isinstance(ours, str) and isinstance(theirs, str):
+        return ours.strip().casefold() == theirs.strip().casefold()
+    return ours == theirs or str(ours) == str(theirs)
+
+
+def changes(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """What an update of the CRM's Lead ``current`` must send so that it holds ``wanted``: the
+    person's attributes and the description only where the CRM's are empty; the rest where they
+    differ. Empty: nothing to write."""
+    found: dict[str, Any] = {}
+    for attribute, value in wanted.items():
+        theirs = current.get(attribute)
+        if attribute in FILL_ONLY:
+            if _empty(theirs):
+                found[attribute] = value
+        elif not _same(value, theirs):
+            found[attribute] = value
+    return found
+
+
+def differences(
+    would: Mapping[str, Any], crm: Mapping[str, Any] | None
+) -> list[tuple[str, Any, Any]]:
+    """Where the CRM's Lead now (None: it has none) is not what the pipeline would have written:
+    (attribute, ours, the CRM's), in the order of ``would``."""
+    return [
+        (attribute, value, None if crm is None else crm.get(attribute))
+        for attribute, value in would.items()
+        if crm is None or not _same(value, crm.get(attribute))
+    ]

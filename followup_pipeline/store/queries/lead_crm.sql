@@ -1,0 +1,37 @@
+-- name: lead_for_crm
+-- What the CRM write needs of a lead: the person, where they first came from, the CRM's Lead.
+SELECT id, email, name, company, phone, first_source, crm_lead_id, crm_written_at
+FROM leads WHERE id = %(lead_id)s;
+
+-- name: lead_latest_classification
+-- The newest classification of a lead (of any of its events): what the CRM's Lead shows.
+SELECT segment, intent, priority, summary, language FROM lead_classifications
+WHERE lead_id = %(lead_id)s
+ORDER BY created_at DESC, id DESC
+LIMIT 1;
+
+-- name: lead_set_crm
+-- The CRM's Lead of a lead, and when the CRM saved our write of it (its `modifiedAt`).
+UPDATE leads SET crm_lead_id = %(crm_lead_id)s,
+                 crm_written_at = coalesce(%(written_at)s, crm_written_at)
+WHERE id = %(lead_id)s;
+
+-- name: lead_event_reopen
+-- A done lead event back to pending, due now, with fresh attempts: its steps that finished are
+-- skipped, the next one runs (a review decision lets the event go on to the CRM).
+UPDATE events
+SET status = 'pending', attempts = 0, next_attempt_at = clock_timestamp(), claimed_until = NULL,
+    claimed_by = NULL, processed_at = NULL
+WHERE id = %(event_id)s AND status = 'done'
+RETURNING id;
+
+-- name: lead_crm_actions_since
+-- The CRM writes of lead events since a moment (live and shadow), with their leads, newest first.
+SELECT a.idempotency_key, a.outcome, a.reason, a.provider_ref, a.payload, a.created_at,
+       l.id AS lead_id, l.email
+FROM actions a
+JOIN lead_events e ON a.idempotency_key = 'lead:' || e.event_id || ':crm_upsert'
+JOIN leads l ON l.id = e.lead_id
+WHERE a.kind = 'crm_lead' AND a.created_at >= %(since)s
+ORDER BY a.created_at DESC, a.id DESC
+LIMIT %(limit)s;
