@@ -21,6 +21,8 @@ from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.lead_crm import CrmWrite, crm_writes_since
 from followup_pipeline.store.leads import list_leads
 
+#: CRM writes read at most by one comparison (newest first).
+COMPARE_LIMIT = 5000
 #: What each outcome of a CRM write means in the comparison.
 DONE = {
     "accepted": "written",
@@ -61,7 +63,8 @@ def _latest_per_lead(writes: list[CrmWrite]) -> list[CrmWrite]:
 def _compare(args: argparse.Namespace, settings: Settings) -> int:
     since = datetime.combine(args.since, time(0), ZoneInfo(settings.timezone))
     with connect(resolve_database_url(settings), autocommit=True) as conn:
-        writes = _latest_per_lead(crm_writes_since(conn, since))
+        listed = crm_writes_since(conn, since, limit=COMPARE_LIMIT)
+    writes = _latest_per_lead(listed)
     key, secret = settings.espocrm_api_key, settings.espocrm_hmac_secret
     crm = EspoLeadWriter(
         str(settings.espocrm_url),
@@ -73,22 +76,29 @@ def _compare(args: argparse.Namespace, settings: Settings) -> int:
     same = differ = unread = 0
     try:
         for write in writes:
-            would = write.payload.get("attributes")
+            # Everything the Lead should hold (an update sends only what differs).
+            would = write.payload.get("wanted", write.payload.get("attributes"))
             op = write.payload.get("op", "?")
             state = DONE.get(write.outcome, write.outcome)
             print(
                 f"{write.email}: {op} ({state}, {for_people(write.created_at, settings.timezone)})"
             )
             try:
-                found = crm.find_by_email(write.email)
-            except IntegrationError as error:
+                # The Lead written (or found), else the oldest of the address.
+                ref = write.provider_ref or write.payload.get("crm_lead_id")
+                now = crm.read(str(ref)) if ref else None
+                if now is None:
+                    found = crm.find_by_email(write.email)
+                    now = found[0] if found else None
+            except (IntegrationError, ValueError) as error:
                 unread += 1
                 print(f"    the CRM cannot be read now: {error}")
                 continue
-            now = found[0] if found else None
             if now is None:
+                differ += 1
                 print("    the CRM has no Lead of this address")
-            diffs = differences(would if isinstance(would, dict) else {}, now)
+                continue
+            diffs = differences(would if isinstance(would, dict) else {}, now.attributes)
             if not diffs:
                 same += 1
                 print("    the CRM holds what the pipeline " + (
@@ -104,6 +114,8 @@ def _compare(args: argparse.Namespace, settings: Settings) -> int:
         f"{len(writes)} lead(s) since {args.since}: {same} as the pipeline has it, "
         f"{differ} different, {unread} unread"
     )
+    if len(listed) >= COMPARE_LIMIT:
+        print(f"only the newest {COMPARE_LIMIT} writes were read: compare a later --since too")
     return 1 if unread else 0
 
 

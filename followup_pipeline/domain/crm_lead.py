@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 #: What a classification holds, by the names ``FOLLOWUP_LEAD_CRM_FIELDS`` maps.
 CLASSIFICATION_ITEMS = ("segment", "intent", "priority", "summary", "language")
@@ -40,6 +40,19 @@ LEAD_OWN_ATTRIBUTES = (
 FILL_ONLY = (*LEAD_OWN_ATTRIBUTES, "description")
 #: EspoCRM's ``Lead.source`` option for each of our sources (a CRM lead keeps its own).
 CRM_SOURCE = {"site-form": "Web Site", "payment": "Other"}
+
+
+#: A CRM Lead's attributes by name (an installation has custom ones: the set is open).
+Attributes = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class CrmLead:
+    """A CRM Lead as the CRM answered it: its id, when it last saved it, every attribute."""
+
+    id: str
+    modified_at: datetime | None
+    attributes: Attributes
 
 
 @dataclass(frozen=True)
@@ -84,10 +97,10 @@ def wanted_attributes(
     lead: LeadFacts,
     classification: ClassificationFacts | None,
     fields: Mapping[str, str],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Every attribute the CRM's Lead should hold for this person (None values left out)."""
     first, last = split_name(lead.name)
-    wanted: dict[str, Any] = {
+    wanted: dict[str, object] = {
         "firstName": first,
         "lastName": last,
         "emailAddress": lead.email,
@@ -111,24 +124,38 @@ def _same(ours: object, theirs: object) -> bool:
     return ours == theirs or str(ours) == str(theirs)
 
 
-def changes(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+def changes(
+    wanted: Attributes,
+    current: Attributes,
+    ours: Attributes | None = None,
+) -> dict[str, object]:
     """What an update of the CRM's Lead ``current`` must send so that it holds ``wanted``: the
-    person's attributes and the description only where the CRM's are empty; the rest where they
-    differ. Empty: nothing to write."""
-    found: dict[str, Any] = {}
+    person's attributes and the description only where the CRM's are empty; the classification's
+    where they differ and are empty or still what we wrote (``ours``, what the CRM held as ours
+    after our last write): a value a person changed since is theirs. Empty: nothing to write."""
+    found: dict[str, object] = {}
     for attribute, value in wanted.items():
         theirs = current.get(attribute)
-        if attribute in FILL_ONLY:
-            if _empty(theirs):
-                found[attribute] = value
-        elif not _same(value, theirs):
+        if _empty(theirs):
+            found[attribute] = value
+        elif attribute in FILL_ONLY or _same(value, theirs):
+            continue
+        elif ours is not None and attribute in ours and _same(ours[attribute], theirs):
             found[attribute] = value
     return found
 
 
-def differences(
-    would: Mapping[str, Any], crm: Mapping[str, Any] | None
-) -> list[tuple[str, Any, Any]]:
+def held_as_ours(wanted: Attributes, record: Attributes) -> dict[str, object]:
+    """The classification's attributes the CRM's Lead ``record`` holds as we want them: what a
+    later update may change again (a person's value is left alone)."""
+    return {
+        attribute: value
+        for attribute, value in wanted.items()
+        if attribute not in FILL_ONLY and _same(value, record.get(attribute))
+    }
+
+
+def differences(would: Attributes, crm: Attributes | None) -> list[tuple[str, object, object]]:
     """Where the CRM's Lead now (None: it has none) is not what the pipeline would have written:
     (attribute, ours, the CRM's), in the order of ``would``."""
     return [

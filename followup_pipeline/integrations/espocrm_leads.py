@@ -1,20 +1,22 @@
 """The product's one writer to the CRM: EspoCRM's ``Lead``, searched by e-mail address, read,
 created and updated (docs/vendors.md, Leads). Nothing else.
 
-Every path this client builds is ``Lead`` or ``Lead/{id}`` (the id quoted as one path segment),
+Every path this client builds is ``Lead`` or ``Lead/{id}`` (an id of a record id's characters),
 so no call of it can reach a deal or any other entity; the reading client (``espocrm.py``) sends
 GET only. A create goes through EspoCRM's duplicate check: a 409 carries the duplicates it found,
 as a JSON array, and is answered as ``Duplicates``, never as an error.
 """
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
+from followup_pipeline.domain.crm_lead import Attributes, CrmLead
 from followup_pipeline.integrations.errors import NotFoundError, SchemaError
 from followup_pipeline.integrations.espocrm import (
     API_PREFIX,
@@ -44,13 +46,32 @@ CONFLICT = 409
 class Duplicates:
     """EspoCRM refused a create: these Leads look like the same person (its duplicate check)."""
 
-    found: list[dict[str, Any]]
+    found: list[CrmLead]
 
 
-def _record(raw: Any, what: str) -> dict[str, Any]:
+#: A record id as EspoCRM makes them (17 hex characters, or a UUID where so configured): never
+#: ``.`` or ``..``, which a URL resolves to another path.
+RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def _modified_at(value: object) -> datetime | None:
+    """EspoCRM's ``modifiedAt`` (UTC ``YYYY-MM-DD HH:MM:SS``); None when absent or unreadable (a
+    duplicate's value map may leave it out)."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _record(raw: Any, what: str) -> CrmLead:
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
         raise SchemaError(vendor=VENDOR, record_id=None, field="id", problem=what, raw=raw)
-    return raw
+    if not RECORD_ID.fullmatch(raw["id"]):
+        raise SchemaError(
+            vendor=VENDOR, record_id=None, field="id", problem="not a record id", raw=raw
+        )
+    return CrmLead(id=raw["id"], modified_at=_modified_at(raw.get("modifiedAt")), attributes=raw)
 
 
 class EspoLeadWriter:
@@ -81,7 +102,7 @@ class EspoLeadWriter:
         """Close the connection pool."""
         self._http.client.close()
 
-    def find_by_email(self, email: str) -> list[dict[str, Any]]:
+    def find_by_email(self, email: str) -> list[CrmLead]:
         """The Leads whose e-mail address is ``email`` (EspoCRM compares it case-insensitively),
         oldest first."""
         params = {
@@ -101,7 +122,7 @@ class EspoLeadWriter:
             )
         return [_record(item, "a listed Lead without id") for item in body["list"]]
 
-    def read(self, lead_id: str) -> dict[str, Any] | None:
+    def read(self, lead_id: str) -> CrmLead | None:
         """One Lead; None when it is gone (deleted, or merged into another)."""
         try:
             response = self._send("GET", self._one(lead_id))
@@ -110,8 +131,8 @@ class EspoLeadWriter:
         return _record(self._http.json(response), "a Lead without id")
 
     def create(
-        self, attributes: Mapping[str, Any], *, skip_duplicate_check: bool = False
-    ) -> dict[str, Any] | Duplicates:
+        self, attributes: Attributes, *, skip_duplicate_check: bool = False
+    ) -> CrmLead | Duplicates:
         """``POST /Lead``: the Lead created, or the ``Duplicates`` EspoCRM's check found (409).
         Not retried here: a lost answer may have created it, and only a search can tell."""
         headers = {"X-Skip-Duplicate-Check": "true"} if skip_duplicate_check else {}
@@ -126,15 +147,17 @@ class EspoLeadWriter:
             return Duplicates([_record(item, "a duplicate without id") for item in body])
         return _record(body, "the created Lead without id")
 
-    def update(self, lead_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    def update(self, lead_id: str, attributes: Attributes) -> CrmLead:
         """``PUT /Lead/{id}`` with the attributes that change; the whole Lead back."""
         response = self._send("PUT", self._one(lead_id), json=dict(attributes))
         return _record(self._http.json(response), "the updated Lead without id")
 
     @staticmethod
     def _one(lead_id: str) -> str:
-        # One path segment, whatever the id holds: never another entity or endpoint.
-        return f"{ENTITY}/{quote(lead_id, safe='')}"
+        # One path segment of a record id's characters: never another entity or endpoint.
+        if not RECORD_ID.fullmatch(lead_id):
+            raise ValueError(f"not a Lead id: {lead_id!r}")
+        return f"{ENTITY}/{lead_id}"
 
     def _send(
         self,

@@ -153,6 +153,8 @@ def record(
 
 
 #: The lock every decision about dead-letter alerts takes (their limit is shared by all).
+#: How long after the last dead-letter mail the held ones go out in a digest.
+DIGEST_EVERY = timedelta(hours=1)
 DEAD_LETTERS_LOCK = "dead_letters"
 
 
@@ -167,9 +169,11 @@ def record_dead_letters(
 ) -> list[str]:
     """Record dead letters and decide, under one lock, which go out: each new one gets an alert
     of its own (``dead_letter_key``) while fewer than ``limit`` went out within ``window``
-    before ``at``; the rest are held. Then, when dead letters are held (from this call or an
-    earlier one) and no digest went out within ``window``, all of them go out in one digest
-    (``dead_letter_digest_key``). The keys of the new alerts. ``known``: the new ones were
+    before ``at``; the rest are held. Held ones go out together in one digest
+    (``dead_letter_digest_key``) once no dead-letter mail went out for ``DIGEST_EVERY`` (an hour,
+    or the window if shorter): a digest counts an hour's dead letters, and an outage of a day
+    sends ``limit`` mails and then one digest an hour. Only ``at`` and the keys' stamps are
+    compared (one clock). The keys of the new alerts. ``known``: the new ones were
     there before the checks first ran (an upgrade), and are recorded without an alert."""
     keys: list[str] = []
     since = key_stamp(at - window)
@@ -185,14 +189,19 @@ def record_dead_letters(
             new = []
         went = conn.execute(query("dead_letter_alerts_since"), {"since": since}).fetchone()
         single = int(went["single"]) if went else 0
-        digests = int(went["digests"]) if went else 0
         for new_id, name in new[: max(0, limit - single)]:
             key = dead_letter_key([name], at)
             conn.execute(query("alert_assign"), {"key": key, "ids": [new_id], "held": 0})
             if key not in keys:  # one name that died twice since the last tick: one alert
                 keys.append(key)
-        if digests:
-            return keys
+        every = min(window, DIGEST_EVERY)
+        recent = conn.execute(
+            # Keys stamp whole seconds: a mail exactly ``every`` ago is an hour old.
+            query("dead_letter_alerts_since"),
+            {"since": key_stamp(at - every + timedelta(seconds=1))},
+        ).fetchone()
+        if recent is not None and (int(recent["single"]) or int(recent["digests"])):
+            return keys  # a dead-letter mail went out within the hour: the held ones wait
         held = conn.execute(query("dead_letters_held")).fetchall()
         if held:
             key = dead_letter_digest_key([str(r["subject"]) for r in held], at)

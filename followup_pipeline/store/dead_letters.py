@@ -155,6 +155,8 @@ def replay_actions(
         action = ledger.action_by_key(conn, key)
         if action is None:
             refused[key] = "no such action"
+        elif action.kind == "crm_lead":
+            refused[key] = "a CRM Lead write is replayed with its event (event:<id>)"
         elif action.outcome != "failed":
             refused[key] = f"not a dead letter (outcome {action.outcome})"
         elif ledger.replay_action(conn, key):

@@ -5,11 +5,13 @@ review decision so that it goes on to the CRM."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from followup_pipeline.domain.crm_lead import ClassificationFacts
 from followup_pipeline.store.db import fetch_all, fetch_one
@@ -28,6 +30,7 @@ class LeadForCrm:
     first_source: str | None
     crm_lead_id: str | None
     crm_written_at: datetime | None
+    crm_fields: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,44 @@ def latest_classification(
 
 
 def set_crm_lead(
-    conn: psycopg.Connection[Any], lead_id: int, crm_lead_id: str, written_at: datetime | None
+    conn: psycopg.Connection[Any],
+    lead_id: int,
+    crm_lead_id: str,
+    written_at: datetime | None,
+    fields: Mapping[str, object],
 ) -> None:
-    """The person's CRM Lead, and when the CRM saved our write (None: nothing was written)."""
-    params = {"lead_id": lead_id, "crm_lead_id": crm_lead_id, "written_at": written_at}
+    """The person's CRM Lead, when the CRM saved our write (None: nothing was written), and the
+    classification's attributes it holds as ours."""
+    params = {
+        "lead_id": lead_id,
+        "crm_lead_id": crm_lead_id,
+        "written_at": written_at,
+        "fields": Jsonb(dict(fields)),
+    }
     conn.execute(query("lead_set_crm"), params)
+
+
+def try_lock(conn: psycopg.Connection[Any], lead_id: int) -> bool:
+    """Take the person's CRM-write lock (a session lock: the caller has no transaction open);
+    False when another run holds it."""
+    with conn.transaction():
+        row = conn.execute(query("lead_crm_lock"), {"lead_id": lead_id}).fetchone()
+    return bool(row and row["held"])
+
+
+def unlock(conn: psycopg.Connection[Any], lead_id: int) -> None:
+    """Release the person's CRM-write lock."""
+    with conn.transaction():
+        conn.execute(query("lead_crm_unlock"), {"lead_id": lead_id})
+
+
+def other_in_flight(
+    conn: psycopg.Connection[Any], *, lead_id: int, event_id: int, window_s: float
+) -> bool:
+    """Whether another event's write of the person lost its answer within ``window_s``."""
+    params = {"lead_id": lead_id, "event_id": event_id, "window_s": window_s}
+    row = conn.execute(query("lead_crm_other_in_flight"), params).fetchone()
+    return bool(row and row["busy"])
 
 
 def reopen_event(conn: psycopg.Connection[Any], event_id: int) -> bool:

@@ -315,7 +315,8 @@ CREATE TABLE followup.leads (
     crm_lead_id text,
     company_domain text,
     company_facts jsonb,
-    crm_written_at timestamp with time zone
+    crm_written_at timestamp with time zone,
+    crm_fields jsonb DEFAULT '{}'::jsonb NOT NULL
 );
 
 ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (

@@ -1,5 +1,5 @@
 """``record_dead_letters`` on a real Postgres: each new dead letter has an alert of its own up to
-the window's limit, the rest are held and go out in one digest a window, nothing is dropped, and
+the window's limit, the rest are held and go out in one digest an hour, nothing is dropped, and
 two ticks at once share the limit under one lock."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from followup_pipeline.store.db import connection_kwargs
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 WINDOW = timedelta(hours=6)
+HOUR = timedelta(hours=1)
 LIMIT = 10
 
 
@@ -59,56 +60,47 @@ def test_alerts_three_dead_letters_are_three_alerts(db: psycopg.Connection[Any])
     assert _record(db, _letters(1, 3), T0) == []  # the same tick again: nothing new
 
 
-def test_alerts_25_dead_letters_at_once_are_ten_alerts_and_one_digest_of_15(
+def test_alerts_25_dead_letters_at_once_are_ten_alerts_then_one_digest_of_15_an_hour_later(
     db: psycopg.Connection[Any],
 ) -> None:
     keys = _record(db, _letters(1, 25), T0)
-    assert keys[:LIMIT] == [dead_letter_key([f"event:{n}"], T0) for n in range(1, 11)]
-    digest = dead_letter_digest_key([f"event:{n}" for n in range(11, 26)], T0)
-    assert keys[LIMIT:] == [digest] == ["alert:dead:digest:event:11+14@20260302T090000"]
+    assert keys == [dead_letter_key([f"event:{n}"], T0) for n in range(1, 11)]
+    # The 15 past the limit wait an hour, so that their digest counts what follows them.
+    assert _record(db, [], T0 + HOUR - timedelta(seconds=1)) == []
+    (digest,) = _record(db, [], T0 + HOUR)
+    assert digest == dead_letter_digest_key([f"event:{n}" for n in range(11, 26)], T0 + HOUR)
+    assert digest == "alert:dead:digest:event:11+14@20260302T100000"
     assert [row.subject for row in store.rows_of(db, digest)] == [
         f"event:{n}" for n in range(11, 26)
     ]
     assert all(row["action_key"] is not None for row in _rows(db))
     # A retry of the same tick (or a second look at the same moment) makes no second digest.
-    assert _record(db, _letters(1, 25), T0) == []
+    assert _record(db, _letters(1, 25), T0 + HOUR) == []
     assert len({row["action_key"] for row in _rows(db)}) == LIMIT + 1
 
 
-def test_alerts_dead_letters_past_the_limit_wait_for_the_next_digest_and_none_is_lost(
+def test_alerts_an_outage_that_kills_one_a_minute_is_ten_mails_and_a_digest_an_hour(
     db: psycopg.Connection[Any],
 ) -> None:
-    assert len(_record(db, _letters(1, 25), T0)) == LIMIT + 1
-    # Within the window: the limit is used up and a digest went out, so later ones are held.
-    assert _record(db, _letters(26, 5, T0 + timedelta(hours=1)), T0 + timedelta(hours=1)) == []
-    assert _record(db, _letters(31, 2, T0 + timedelta(hours=3)), T0 + timedelta(hours=3)) == []
-    assert _record(db, [], T0 + WINDOW) == []  # the window's last moment is still within it
-    held = [row["subject"] for row in _rows(db) if row["action_key"] is None]
-    assert held == [f"event:{n}" for n in range(26, 33)]
-    listed = {row.subject: row for row in store.listed(db, days=None)}
-    assert listed["event:26"].counted_in is None
-
-    # Once the window since the last digest passed, the next tick puts all held in one digest,
-    # and a new dead letter of that tick has an alert of its own again (the ten went out then).
-    later = T0 + WINDOW + timedelta(minutes=1)
-    keys = _record(db, _letters(40, 1, later), later)
-    assert keys == [
-        dead_letter_key(["event:40"], later),
-        dead_letter_digest_key([f"event:{n}" for n in range(26, 33)], later),
-    ]
-    assert [row.subject for row in store.rows_of(db, keys[1])] == held
+    """Deaths spread out (retries with jitter): ten alerts of their own, then one digest an
+    hour that counts that hour's, and none is lost."""
+    keys: list[str] = []
+    for minute in range(180):
+        at = T0 + timedelta(minutes=minute)
+        keys += _record(db, _letters(minute + 1, 1, at), at)
+    at = T0 + timedelta(hours=4)
+    keys += _record(db, [], at)  # the last hour's held ones, after the deaths stopped
+    digests = [k for k in keys if is_dead_letter_digest(k)]
+    assert len(keys) - len(digests) == LIMIT
+    # An hour after the last mail: 10:09 (the tenth single went at 09:09), 11:09, 13:00.
+    assert len(digests) == 3
+    counted = [len(store.rows_of(db, k)) for k in digests]
+    assert counted == [60, 60, 50]  # 09:10-10:09, 10:10-11:09, 11:10-11:59
+    assert sum(counted) == 180 - LIMIT
     assert all(row["action_key"] is not None for row in _rows(db))  # nothing lost
-
-    # The next 9 fill the new window's limit; the 10th after them waits for the next digest.
-    soon = later + timedelta(minutes=5)
-    assert len(_record(db, _letters(41, 10, soon), soon)) == LIMIT - 1
-    assert [row["subject"] for row in _rows(db) if row["action_key"] is None] == ["event:50"]
-    again = later + WINDOW + timedelta(seconds=1)
-    (last,) = _record(db, [], again)
-    assert last == dead_letter_digest_key(["event:50"], again)
-    keys_of_all = [row["action_key"] for row in _rows(db)]
-    assert None not in keys_of_all
-    assert sum(is_dead_letter_digest(k) for k in set(keys_of_all)) == 3
+    # After the window, a new dead letter has an alert of its own again.
+    later = T0 + WINDOW + timedelta(hours=1)
+    assert _record(db, _letters(500, 1, later), later) == [dead_letter_key(["event:500"], later)]
 
 
 def test_alerts_dead_letters_known_before_alerting_have_no_alert(
@@ -149,5 +141,8 @@ def test_alerts_two_ticks_at_once_share_the_limit(db: psycopg.Connection[Any], d
         first.commit()
         then = waiting.result(timeout=10)
     # The second saw the first's ten alerts: its ten are held, and go out in one digest.
-    assert then == [dead_letter_digest_key([f"event:{n}" for n in range(11, 21)], T0)]
+    assert then == []
+    assert _record(db, [], T0 + HOUR) == [
+        dead_letter_digest_key([f"event:{n}" for n in range(11, 21)], T0 + HOUR)
+    ]
     assert len({row["action_key"] for row in _rows(db)}) == LIMIT + 1

@@ -13,10 +13,9 @@
   out in an alert of its own (its own key and mail, with its step and last error) while fewer
   than ``FOLLOWUP_ALERT_DEAD_LETTERS_PER_WINDOW`` went out within ``FOLLOWUP_ALERT_WINDOW_H``;
   past that it is held. The held ones go out together in one digest (one key, one mail that
-  counts and names them), at most one digest a window: a tick that finds dead letters held and
-  no digest within the window puts them all in a new one. So a window sends at most the limit
-  plus one dead-letter mails, and every dead letter ends in a mail. Those there before the
-  checks first ran are recorded without an alert.
+  counts and names them) once no dead-letter mail went out for an hour: an outage sends the
+  limit's mails, then one digest an hour counting that hour's dead letters, and every dead
+  letter ends in a mail. Those there before the checks first ran are recorded without an alert.
 - The ``alert`` job mails the owner and backup through Graph, once per ledger key; when mail
   fails it creates a task in the operations list in ClickUp. A failed ``alert`` run is reported
   to ClickUp only, by the sensor itself, one task per kind of failure and window, and never

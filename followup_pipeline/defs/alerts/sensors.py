@@ -147,8 +147,9 @@ def check_tick(
                 failure = failure_signal(context.instance, run, "run failed", now)
                 store.record(conn, failure, window=settings.alert_window())
         # Each new dead letter has an alert of its own up to the window's limit; the rest are
-        # held for one digest a window. On the first tick, the dead letters already there are
-        # not news: on the record, without an alert (`followup dead-letters list` has them).
+        # held for a digest an hour after the last such mail. On the first tick, the dead
+        # letters already there are not news: on the record, without an alert
+        # (`followup dead-letters list` has them).
         letters = dead_letter_signals(conn, settings)
         store.record_dead_letters(
             conn,

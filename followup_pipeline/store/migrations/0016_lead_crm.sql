@@ -14,6 +14,9 @@ ALTER TABLE actions ADD CONSTRAINT actions_reason_valid
 -- When the CRM last saved the Lead as we wrote it (its `modifiedAt`): the nightly sweep leaves
 -- that version out, and reads a later edit by a person.
 ALTER TABLE leads ADD COLUMN crm_written_at timestamptz;
+-- The classification's attributes as we last saw them hold our values in the CRM's Lead: one a
+-- person changed since is theirs, and not written over.
+ALTER TABLE leads ADD COLUMN crm_fields jsonb NOT NULL DEFAULT '{}';
 
 -- The crm_upsert actions of a lead event, by key (the shadow comparison reads them by date).
 CREATE INDEX actions_crm_lead_created ON actions (created_at) WHERE kind = 'crm_lead';

@@ -1,6 +1,6 @@
 -- name: lead_for_crm
 -- What the CRM write needs of a lead: the person, where they first came from, the CRM's Lead.
-SELECT id, email, name, company, phone, first_source, crm_lead_id, crm_written_at
+SELECT id, email, name, company, phone, first_source, crm_lead_id, crm_written_at, crm_fields
 FROM leads WHERE id = %(lead_id)s;
 
 -- name: lead_latest_classification
@@ -11,10 +11,32 @@ ORDER BY created_at DESC, id DESC
 LIMIT 1;
 
 -- name: lead_set_crm
--- The CRM's Lead of a lead, and when the CRM saved our write of it (its `modifiedAt`).
+-- The CRM's Lead of a lead, when the CRM saved our write of it (its `modifiedAt`), and the
+-- classification's attributes it holds as ours.
 UPDATE leads SET crm_lead_id = %(crm_lead_id)s,
-                 crm_written_at = coalesce(%(written_at)s, crm_written_at)
+                 crm_written_at = coalesce(%(written_at)s, crm_written_at),
+                 crm_fields = %(fields)s
 WHERE id = %(lead_id)s;
+
+-- name: lead_crm_lock
+-- One writer of a person's CRM Lead at a time, across runs: a session lock, held without a
+-- transaction while the CRM is asked, released at once after (or with the connection).
+SELECT pg_try_advisory_lock(hashtextextended('followup.lead_crm.' || %(lead_id)s::text, 0)) AS held;
+
+-- name: lead_crm_unlock
+SELECT pg_advisory_unlock(hashtextextended('followup.lead_crm.' || %(lead_id)s::text, 0))
+    AS released;
+
+-- name: lead_crm_other_in_flight
+-- Another event's CRM write of the same person whose answer was lost within the in-flight
+-- window: its create may still be landing, so a search now could miss it.
+SELECT EXISTS (
+    SELECT 1 FROM actions a
+    JOIN lead_events e ON a.idempotency_key = 'lead:' || e.event_id || ':crm_upsert'
+    WHERE e.lead_id = %(lead_id)s AND e.event_id <> %(event_id)s AND a.kind = 'crm_lead'
+      AND a.outcome IN ('attempted', 'unknown')
+      AND clock_timestamp() - a.updated_at < make_interval(secs => %(window_s)s)
+) AS busy;
 
 -- name: lead_event_reopen
 -- A done lead event back to pending, due now, with fresh attempts: its steps that finished are

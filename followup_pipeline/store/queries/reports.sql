@@ -125,11 +125,13 @@ WHERE fired_at >= %(start)s AND fired_at < %(until)s AND task_ref <> 'dry-run'
 GROUP BY 1;
 
 -- name: weekly_dead_letters
--- Events and actions that became dead letters in [start, until) (by when they last failed).
+-- Events and actions that became dead letters in [start, until) (by when they last failed). A
+-- CRM Lead write is counted with its event, the dead letter.
 SELECT (SELECT count(*) FROM events
          WHERE status = 'dead' AND processed_at >= %(start)s AND processed_at < %(until)s)
      + (SELECT count(*) FROM actions
          WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
+           AND kind <> 'crm_lead'
            AND updated_at >= %(start)s AND updated_at < %(until)s)
        AS dead;
 

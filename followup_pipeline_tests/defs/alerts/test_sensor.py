@@ -249,16 +249,24 @@ def test_alerts_three_dead_letters_are_three_mails_each_naming_its_own(
     assert len({r["action_key"] for r in rows}) == 3
 
 
-def test_alerts_an_outage_of_25_dead_letters_is_ten_mails_and_one_digest_a_window(
+def test_alerts_an_outage_of_25_dead_letters_is_ten_mails_then_one_digest_an_hour(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
     assert machine.loaded_settings().alert_dead_letters_per_window == 10  # the default
     ids = _dead_events(db, 25)
     requests = _check(machine, MONDAY_10)
-    assert len(requests) == 11
+    assert len(requests) == 10
     for request in requests:
         assert _send(machine, request, MONDAY_10).success
-    assert _check(machine, MONDAY_10 + timedelta(minutes=1)) == []
+    # The fifteen past the limit wait for their digest an hour after the last mail.
+    assert _check(machine, MONDAY_10 + timedelta(minutes=59)) == []
+    held = [r for r in store.listed(db, days=None) if r.action_key is None]
+    assert sorted(r.subject for r in held) == sorted(f"event:{i}" for i in ids[10:])
+    assert {channel(r) for r in held} == {"held back (the next dead-letter digest will name it)"}
+    hour = MONDAY_10 + timedelta(hours=1)
+    (request,) = _check(machine, hour)
+    assert request.tags[ALERT_TAG] == f"alert:dead:digest:event:{ids[10]}+14@20260302T100000"
+    assert _send(machine, request, hour).success
     subjects = sorted(m["subject"] for m in _alert_mails(machine))
     digest = f"[followup] 15 dead letters held back: event:{ids[10]} and 14 more"
     assert subjects == sorted([f"[followup] event:{i}: dead letter" for i in ids[:10]] + [digest])
@@ -269,18 +277,12 @@ def test_alerts_an_outage_of_25_dead_letters_is_ten_mails_and_one_digest_a_windo
     assert "followup dead-letters list" in mail["html"]
     assert "at step register, 5 attempts: espocrm: HTTP 503" in mail["html"]
 
-    # More dead letters in the same window: held (the ten and the digest went out), and said so.
+    # More dead letters in the same window: held for the next digest, an hour after that one.
     later = _dead_events(db, 5)
-    assert _check(machine, MONDAY_10 + timedelta(hours=1)) == []
-    assert _check(machine, MONDAY_10 + timedelta(hours=5, minutes=59)) == []
-    held = [r for r in store.listed(db, days=None) if r.action_key is None]
-    assert sorted(r.subject for r in held) == sorted(f"event:{i}" for i in later)
-    assert {channel(r) for r in held} == {"held back (the next dead-letter digest will name it)"}
-
-    # Once the window since the digest passed: one digest of the five, and nothing is lost.
-    after = MONDAY_10 + timedelta(hours=6, minutes=1)
+    assert _check(machine, hour + timedelta(minutes=30)) == []
+    after = hour + timedelta(hours=1)
     (request,) = _check(machine, after)
-    assert request.tags[ALERT_TAG] == f"alert:dead:digest:event:{later[0]}+4@20260302T150100"
+    assert request.tags[ALERT_TAG] == f"alert:dead:digest:event:{later[0]}+4@20260302T110000"
     assert _send(machine, request, after).success
     assert _alert_mails(machine)[-1]["subject"] == (
         f"[followup] 5 dead letters held back: event:{later[0]} and 4 more"

@@ -22,6 +22,7 @@ from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.alerts import record_dead_letters
 from followup_pipeline.store.dead_letters import requeue_events
+from followup_pipeline.store.lead_crm import LeadForCrm
 from followup_pipeline_tests.defs.lead_intake.test_intake import (
     _fault,
     _form,
@@ -75,7 +76,7 @@ def test_crm_a_form_and_a_payment_each_sent_twice_make_one_crm_lead(
     _store(db, "payment", _payment("ada@example.com"), "evt_1")
     _store(db, "payment", _payment("ada@example.com"), "evt_1")
     counts = _run(defs, db_url, sandbox)
-    assert (counts["crm_created"], counts["crm_update"]) == (1, 1)  # the payment adds the phone
+    assert (counts["crm_created"], counts["crm_updated"]) == (1, 1)  # the payment adds the phone
     [lead] = _crm_leads(sandbox, "ada@example.com")
     assert (lead["name"], lead["accountName"], lead["source"]) == (
         "Ada Lovelace", "Analytical Engines", "Web Site"
@@ -242,20 +243,24 @@ def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates
     writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(handler))
     upserter = CrmUpserter(db, writer, load_settings(), Counter())
     wanted = {"firstName": "Ada", "lastName": "Lovelace", "emailAddress": "ada@example.com"}
+    lead = LeadForCrm(1, "ada@example.com", "Ada Lovelace", None, None, "site-form", None, None, {})
     duplicates[:] = [{"id": "old1", "name": "Ada Lovelace", "emailAddress": "ADA@example.com"}]
-    assert upserter.write("ada@example.com", None, wanted, wanted)["id"] == "old1"
+    record, op = upserter.write(lead, None, wanted, wanted)
+    assert (record.id, op) == ("old1", "update")
     assert [(r.method, r.url.path) for r in sent[-1:]] == [("PUT", "/api/v1/Lead/old1")]
     sent.clear()
     duplicates[:] = [{"id": "other", "name": "Ada Lovelace", "emailAddress": "ada@else.example"}]
-    assert upserter.write("ada@example.com", None, wanted, wanted)["id"] == "new1"
+    record, op = upserter.write(lead, None, wanted, wanted)
+    assert (record.id, op) == ("new1", "create")
+    # Before creating past the check, the address is searched once more.
     assert [(r.method, r.headers.get("x-skip-duplicate-check")) for r in sent] == [
-        ("POST", None), ("POST", "true")
+        ("POST", None), ("GET", None), ("POST", "true")
     ]  # fmt: skip
 
 
 def test_crm_the_writer_reaches_lead_only_and_the_reader_sends_get_only() -> None:
     """No code path sends a write to ``Opportunity`` or any other entity: the one writer builds
-    ``Lead`` paths only (an id is one quoted segment); the CRM client's one request sends GET."""
+    ``Lead`` paths only (an id of a record id's characters); the reader's one request sends GET."""
     import ast
     import inspect
 
@@ -268,8 +273,13 @@ def test_crm_the_writer_reaches_lead_only_and_the_reader_sends_get_only() -> Non
         return httpx.Response(200, json={"id": "x", "modifiedAt": "2026-03-02 09:00:00"})
 
     writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(handler))
-    writer.update("../Opportunity/1", {"stage": "Closed Won"})
-    assert [r.url.raw_path for r in sent] == [b"/api/v1/Lead/..%2FOpportunity%2F1"]
+    for bad in ("../Opportunity/1", "..", ".", "", "a/b", "x?y"):
+        with pytest.raises(ValueError, match="not a Lead id"):
+            writer.update(bad, {"stage": "Closed Won"})
+    writer.update("65f1c2d3e4b5a6978", {"status": "New"})
+    assert [(r.method, r.url.raw_path) for r in sent] == [
+        ("PUT", b"/api/v1/Lead/65f1c2d3e4b5a6978")
+    ]
     with pytest.raises(ValueError, match="reaches Lead only"):
         writer._send("PUT", "Opportunity/1", json={})
     assert ENTITY == "Lead"
@@ -284,3 +294,62 @@ def test_crm_the_writer_reaches_lead_only_and_the_reader_sends_get_only() -> Non
     methods = [c.args[0].value if c.args and isinstance(c.args[0], ast.Constant) else None
                for c in requests]  # fmt: skip
     assert methods == ["GET"]
+
+
+def test_crm_attempted_is_on_record_before_the_create_leaves_and_no_transaction_stays_open(
+    db: psycopg.Connection[Any], db_url: str
+) -> None:
+    """On a connection like the worker's (not autocommit), ``attempted`` is committed before
+    the request: another connection sees it while the CRM answers."""
+    from psycopg import pq
+
+    from followup_pipeline.store import events, leads
+    from followup_pipeline.store.db import connection_kwargs
+
+    stored = _store(db, "site-form", _form("seen@example.com"), "v1")
+    with db.transaction():
+        lead = leads.LeadRow(email="seen@example.com", source="site-form", kind="form",
+                             at=datetime.now(UTC), name="Seen Early")  # fmt: skip
+        lead_id = leads.link_event(db, event_id=stored.event_id, lead=lead).lead_id
+    key = f"lead:{stored.event_id}:crm_upsert"
+    seen: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"total": 0, "list": []})
+        seen.append(
+            db.execute("SELECT outcome FROM actions WHERE idempotency_key = %s", (key,)).fetchone()
+        )
+        return httpx.Response(200, json={"id": "abc123", "modifiedAt": "2026-03-02 09:00:00"})
+
+    writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(handler))
+    with psycopg.connect(db_url, **connection_kwargs()) as work:
+        with work.transaction():
+            event = events.event_by_id(work, stored.event_id)
+        assert event is not None
+        upserter = CrmUpserter(work, writer, load_settings(), Counter())
+        assert upserter.run(event, lead_id, now=datetime.now(UTC))
+        assert work.info.transaction_status == pq.TransactionStatus.IDLE
+    assert seen == [{"outcome": "attempted"}]
+    row = db.execute("SELECT outcome, provider_ref FROM actions WHERE idempotency_key = %s", (key,))
+    assert row.fetchone() == {"outcome": "accepted", "provider_ref": "abc123"}
+    assert db.execute("SELECT status FROM events WHERE id = %s", (stored.event_id,)).fetchone() == {
+        "status": "done"
+    }
+
+
+def test_crm_a_value_a_person_changed_in_the_crm_is_not_written_over(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    defs = build_definitions(_settings(event_backoff_base_s=0))
+    _store(db, "site-form", _form("kept@example.com", message="Was kostet das Angebot?"), "k1")
+    _run(defs, db_url, sandbox)
+    [lead] = _crm_leads(sandbox, "kept@example.com")
+    theirs = 1 if lead["cFollowupPriority"] != 1 else 4
+    with _crm(sandbox) as crm:
+        crm.put(f"/Lead/{lead['id']}", json={"cFollowupPriority": theirs}).raise_for_status()
+    # The person pays later: the phone is filled in, the salesperson's priority stays.
+    _store(db, "payment", _payment("kept@example.com"), "evt_k")
+    assert _run(defs, db_url, sandbox)["crm_updated"] == 1
+    [after] = _crm_leads(sandbox, "kept@example.com")
+    assert (after["phoneNumber"], after["cFollowupPriority"]) == ("+49 30 1234", theirs)

@@ -207,7 +207,7 @@ def test_lead_typed_into_the_crm_is_taken_in_by_the_next_sweep_exactly_once(
         again = sweep.execute_in_process(instance=instance, resources=resources)
         assert again.output_for_node("sweep_crm_leads").get("stored", 0) == 0  # read, not kept
         taken = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
-        assert taken["crm_update"] == 1  # the typed Lead gets its classification
+        assert taken["crm_updated"] == 1  # the typed Lead gets its classification
         # That write is ours too: the next sweep reads it and keeps nothing.
         third = sweep.execute_in_process(instance=instance, resources=resources)
         assert third.output_for_node("sweep_crm_leads").get("stored", 0) == 0
@@ -363,7 +363,7 @@ def test_lead_a_model_answer_that_breaks_lead_v2_waits_in_review_until_accepted(
     # Accepted, the event goes on: its CRM Lead is written with the accepted classification.
     with dg.instance_for_test() as instance:
         counts = _intake(defs, db_url, sandbox, instance).output_for_node("normalise_leads")
-    assert (counts["events_done"], counts["crm_written"]) == (1, 1)
+    assert (counts["events_done"], counts["crm_created"]) == (1, 1)
     with httpx.Client(base_url=f"{sandbox}/espocrm/api/v1") as crm:
         key = SandboxConfig().espocrm_api_key.get_secret_value()
         [lead] = crm.get("/Lead", headers={"X-Api-Key": key}).raise_for_status().json()["list"]
