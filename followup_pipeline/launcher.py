@@ -28,6 +28,7 @@ import httpx
 from followup_pipeline.clock import build_clock
 from followup_pipeline.console import FinishedRuns, say
 from followup_pipeline.defs.report.window import current_window
+from followup_pipeline.demo_tenants import seed_demo_tenants
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.machine import (
     LOCATION,
@@ -339,6 +340,7 @@ class Launcher:
             self.start_database()
             if mode == "sandbox":
                 self.start_sandbox()
+                self.say(seed_demo_tenants(self.env["FOLLOWUP_DATABASE_URL"], self.settings))
             self.start_ingress()
             self.start_dagster()
             ingress = f"http://{self.settings.ingress_host}:{self.settings.ingress_port}"

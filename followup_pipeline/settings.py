@@ -241,6 +241,7 @@ SECRET_VARIABLES = {
     "graph_client_secret": "FOLLOWUP_GRAPH_CLIENT_SECRET",
     "mistral_api_key": "FOLLOWUP_MISTRAL_API_KEY",
     "company_lookup_api_key": "FOLLOWUP_COMPANY_LOOKUP_API_KEY",
+    "lms_tokens": "FOLLOWUP_LMS_TOKENS",
 }
 
 

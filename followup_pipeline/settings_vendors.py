@@ -85,6 +85,32 @@ class VendorSettings(BaseSettings):
     #: Unset: no company lookup (the lead keeps only its e-mail's domain).
     company_lookup_api_key: SecretStr | None = None
 
+    # --- Moodle (learning reminders) --------------------------------------------------------------
+    #: The tenants' Moodle web-service tokens: JSON map of a tenant's ``token_ref`` (upper-case,
+    #: e.g. ``ACADEMY_BERLIN``) to its token.
+    lms_tokens: SecretStr | None = None
+
+    @field_validator("lms_tokens")
+    @classmethod
+    def _token_map(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        tokens = parse_json(value.get_secret_value(), {})
+        if not isinstance(tokens, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in tokens.items()
+        ):
+            # The value is a secret: the message names the shape, never the value.
+            raise ValueError('a JSON object of token names to tokens, e.g. {"ACADEMY": "…"}')
+        return value
+
+    def lms_token(self, ref: str) -> str | None:
+        """The Moodle token a tenant names by ``ref``; None when it is not configured."""
+        if self.lms_tokens is None:
+            return None
+        tokens = parse_json(self.lms_tokens.get_secret_value(), {})
+        value = tokens.get(ref) if isinstance(tokens, dict) else None
+        return value if isinstance(value, str) else None
+
     @field_validator("espocrm_webhooks", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:

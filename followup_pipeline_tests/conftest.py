@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,13 +52,16 @@ def with_database(url: str, name: str, *, driver: str = "postgresql") -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_admin_url() -> Iterator[str]:
     """A superuser URL: FOLLOWUP_DATABASE_URL if set, else an embedded cluster for the session."""
     configured = os.environ.get("FOLLOWUP_DATABASE_URL")
     if configured:
         yield configured
         return
-    home = tmp_path_factory.mktemp("followup-home")
+    # A folder of its own, not under pytest's numbered temp folders: pytest removes the oldest
+    # of those when another session starts, which would pull the data from under a running
+    # cluster of a concurrent session.
+    home = Path(tempfile.mkdtemp(prefix="followup-test-home-"))
     cluster = EmbeddedCluster(home)
     cluster.acquire()
     with _admin(cluster.url("postgres")) as conn:

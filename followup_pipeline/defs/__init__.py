@@ -1,5 +1,5 @@
 """One folder per capability (register, evaluate, enrich, report, alerts, replay, watch_control,
-lead_intake);
+lead_intake, lms);
 each keeps its ops (and its jobs, where nothing of them depends on the settings) at module level,
 and has a ``build_defs(settings)`` that makes what Dagster needs at load time (partitions,
 schedules, sensors) and binds the one ``Settings`` as the ``settings`` resource that ops receive.
@@ -20,6 +20,7 @@ from followup_pipeline.defs import (
     enrich,
     evaluate,
     lead_intake,
+    lms,
     register,
     replay,
     report,
@@ -31,6 +32,7 @@ from followup_pipeline.integrations.resources import (
     CompanyLookupResource,
     EspoCrmResource,
     MistralResource,
+    MoodleResource,
     OutlookResource,
 )
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
@@ -43,7 +45,17 @@ warnings.filterwarnings(
 )
 
 #: Every capability folder; each builds its own Definitions from the one Settings.
-CAPABILITIES = (register, evaluate, enrich, report, alerts, replay, watch_control, lead_intake)
+CAPABILITIES = (
+    register,
+    evaluate,
+    enrich,
+    report,
+    alerts,
+    replay,
+    watch_control,
+    lead_intake,
+    lms,
+)
 #: The handler of each event source, from the capabilities that consume events.
 EVENT_HANDLERS = EventHandlers({**register.EVENT_HANDLERS, **lead_intake.EVENT_HANDLERS})
 
@@ -109,6 +121,13 @@ def build_resources(settings: Settings) -> dict[str, object]:
         connect_timeout_s=settings.vendor_connect_timeout_s,
         base_url=str(settings.company_lookup_url),
         api_key=key,
+    )
+    # The tenants' Moodle tokens, a secret like the others (none: no tenant can be reached).
+    tokens = dg.EnvVar("FOLLOWUP_LMS_TOKENS") if settings.lms_tokens else "{}"
+    resources["moodle"] = MoodleResource(
+        tokens=tokens,
+        timeout_s=settings.vendor_timeout_s,
+        connect_timeout_s=settings.vendor_connect_timeout_s,
     )
     return resources
 

@@ -9,8 +9,6 @@ the database cannot store it (EspoCRM retries 503, not 502/504). Every answer bu
 ``{"error", "detail"}``.
 """
 
-from __future__ import annotations
-
 import contextlib
 import ctypes
 import logging
@@ -19,6 +17,7 @@ import re
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -40,6 +39,7 @@ from followup_pipeline.ingress.signatures import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
+from followup_pipeline.store.lms import LMS_STATES, TenantStatus
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,16 @@ class Ingress:
             await cursor.execute(query("events_gauges"))
             row: events.Gauges | None = await cursor.fetchone()
         assert row is not None
-        return row.values()
+        values = row.values()
+        async with (
+            self.pool.connection() as conn,
+            conn.cursor(row_factory=typed_row(TenantStatus)) as cursor,
+        ):
+            await cursor.execute(query("lms_status"), {"now": datetime.now(UTC)})
+            for tenant in await cursor.fetchall():
+                for state in LMS_STATES:
+                    values[f"lms|{tenant.tenant_id}|{state}"] = float(getattr(tenant, state))
+        return values
 
     async def _ping(self) -> None:
         async with self.pool.connection() as conn:

@@ -109,4 +109,16 @@ class Metrics:
             )
             family("followup_review_items_open", "gauge", "Model answers waiting for a review.")
             lines.append(f"followup_review_items_open {_number(gauges['review_open'])}")
+            tenants = sorted(key for key in gauges if key.startswith("lms|"))
+            if tenants:
+                family(
+                    "followup_lms_reminders",
+                    "gauge",
+                    "Learning reminders per tenant: overdue (due, not settled), failures, "
+                    "superseded, opted_out, completed, sent, confirmed.",
+                )
+            for key in tenants:
+                _, tenant, state = key.split("|")
+                line = f'followup_lms_reminders{{tenant="{tenant}",state="{state}"}}'
+                lines.append(f"{line} {_number(gauges[key])}")
         return "\n".join(lines) + "\n"

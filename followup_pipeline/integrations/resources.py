@@ -8,6 +8,7 @@ methods are keyword-only and return pydantic models (as dagster-openai does); th
 copy none of its methods.
 """
 
+import json
 from typing import Generic, Protocol, TypeVar
 
 import dagster as dg
@@ -19,6 +20,7 @@ from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
 from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, Timeouts
 from followup_pipeline.integrations.mistral import MistralClient
+from followup_pipeline.integrations.moodle import MoodleClient
 from followup_pipeline.integrations.outlook import OutlookClient
 
 
@@ -119,6 +121,7 @@ class OutlookResource(ClientOwner[OutlookClient], dg.ConfigurableResource["Outlo
     """Sends mail from one mailbox through Microsoft Graph."""
 
     _client: OutlookClient | None = PrivateAttr(default=None)
+    _senders: dict[str, OutlookClient] = PrivateAttr(default_factory=dict)
     login_url: str
     graph_url: str
     tenant_id: str
@@ -129,15 +132,61 @@ class OutlookResource(ClientOwner[OutlookClient], dg.ConfigurableResource["Outlo
     connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
 
     def _build(self) -> OutlookClient:
+        return self._client_of(self.sender)
+
+    def _client_of(self, sender: str) -> OutlookClient:
         return OutlookClient(
             self.login_url,
             self.graph_url,
             self.tenant_id,
             self.client_id,
             self.client_secret,
-            self.sender,
+            sender,
             timeouts=Timeouts(self.timeout_s, self.connect_timeout_s),
         )
+
+    def client_for(self, sender: str | None) -> OutlookClient:
+        """A client sending from ``sender``'s mailbox (the machine's own when None), kept for
+        the run and closed with the resource."""
+        if sender is None or sender == self.sender:
+            return self.get_client()
+        if sender not in self._senders:
+            self._senders[sender] = self._client_of(sender)
+        return self._senders[sender]
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        super().teardown_after_execution(context)
+        for client in self._senders.values():
+            client.close()
+        self._senders.clear()
+
+
+class MoodleResource(dg.ConfigurableResource["MoodleResource"]):
+    """The tenants' Moodle sites, one client per site and token (closed with the resource);
+    ``tokens`` is the JSON map of token names to tokens (a secret)."""
+
+    _clients: dict[tuple[str, str], MoodleClient] = PrivateAttr(default_factory=dict)
+    tokens: str = "{}"
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
+
+    def site(self, base_url: str, token_ref: str) -> MoodleClient:
+        """The client of a tenant's site; ``KeyError`` naming ``token_ref`` when no token is
+        configured under it (never the token)."""
+        key = (base_url, token_ref)
+        if key not in self._clients:
+            tokens = json.loads(self.tokens or "{}")
+            token = tokens.get(token_ref) if isinstance(tokens, dict) else None
+            if not isinstance(token, str) or not token:
+                raise KeyError(f"no Moodle token {token_ref!r} in FOLLOWUP_LMS_TOKENS")
+            timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
+            self._clients[key] = MoodleClient(base_url, token, timeouts=timeouts)
+        return self._clients[key]
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
 
 class MistralResource(ClientOwner[MistralClient], dg.ConfigurableResource["MistralResource"]):

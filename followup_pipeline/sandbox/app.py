@@ -21,6 +21,7 @@ from followup_pipeline.sandbox.faults import DroppedAnswer
 from followup_pipeline.sandbox.gate import VendorGate
 from followup_pipeline.sandbox.graph import graph_app, login_app
 from followup_pipeline.sandbox.mistral import mistral_app
+from followup_pipeline.sandbox.moodle import moodle_gate
 from followup_pipeline.sandbox.state import SandboxState
 
 #: How often a changed world is written to the state file.
@@ -129,6 +130,8 @@ def create_app(
             Mount("/graph", app=VendorGate(graph_app(state), "graph", state)),
             Mount("/mistral", app=VendorGate(mistral_app(state), "mistral", state)),
             Mount("/pdl", app=VendorGate(pdl_app(state), "pdl", state)),
+            # A Moodle site per tenant: /moodle/{site}/webservice/rest/server.php
+            Mount("/moodle", app=moodle_gate(state)),
             Mount("/_sandbox", app=control_app(state)),
         ],
         lifespan=lifespan,

@@ -127,6 +127,14 @@ class SandboxConfig(BaseModel):
     pdl_rate_limit: int = Field(default=1000, ge=1)
     pdl_rate_window_s: float = Field(default=60.0, gt=0)
 
+    # Moodle (web services): one site per tenant, under /moodle/{site}, each with its token
+    moodle_tokens: dict[str, SecretStr] = Field(
+        default_factory=lambda: {
+            "academy-berlin": SecretStr("sandbox-moodle-berlin-token"),
+            "academy-newyork": SecretStr("sandbox-moodle-newyork-token"),
+        }
+    )
+
     # Sandbox
     seed: int = 0
     #: Where the world is kept across restarts (``persist.py``); None: in memory only.

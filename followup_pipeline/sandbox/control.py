@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from followup_pipeline.sandbox import moodle_demo as moodle
 from followup_pipeline.sandbox.config import WebhookSpec
 from followup_pipeline.sandbox.demo import demo_data
 from followup_pipeline.sandbox.faults import FaultSpec
@@ -74,6 +75,7 @@ def control_app(state: SandboxState) -> Starlette:
             deals = [
                 create_deal(state, d, webhooks=False) for d in demo_data(body.get("seed") or 0)
             ]
+            moodle.load_demo(state, body.get("seed") or 0)  # the two Moodle sites
         return JSONResponse({"ok": True, "deals": len(deals)})
 
     async def create_deals(request: Request) -> Response:
@@ -225,6 +227,7 @@ def control_app(state: SandboxState) -> Starlette:
 
     routes = [
         Route("/reset", reset, methods=["POST"]),
+        *moodle_routes(state),
         Route("/deals", create_deals, methods=["POST"]),
         Route("/deals", list_deals, methods=["GET"]),
         Route("/deals/{id}", patch_deal, methods=["PATCH"]),
@@ -255,3 +258,61 @@ def control_app(state: SandboxState) -> Starlette:
     return Starlette(
         routes=[Route(r.path, _checked(r.endpoint), methods=r.methods) for r in routes]
     )
+
+
+def moodle_routes(state: SandboxState) -> list[Route]:
+    """``/moodle/{site}/…``: a Moodle site's world, seeded and changed (``moodle_demo.py``)."""
+
+    async def sites(request: Request) -> Response:
+        listed = []
+        for name in state.config.moodle_tokens:
+            world = moodle.known(state, name)
+            counts = {t: len(world[t]) for t in ("courses", "users", "quizzes", "messages")}
+            listed.append({"site": name, "path": f"/moodle/{name}", **counts})
+        return JSONResponse({"sites": listed})
+
+    async def site(request: Request) -> Response:
+        name = request.path_params["site"]
+        if request.method == "PATCH":
+            return JSONResponse(moodle.set_site(state, name, await _body(request, {})))
+        return JSONResponse(moodle.known(state, name))
+
+    def adding(table: str, add: Callable[[SandboxState, str, dict[str, Any]], Any]) -> Handler:
+        async def handler(request: Request) -> Response:
+            name = request.path_params["site"]
+            made = [add(state, name, item) for item in _many(await _body(request), table)]
+            return JSONResponse({table: made}, 201)
+
+        return handler
+
+    def on_quiz(change: Callable[..., Any], status: int = 200) -> Handler:
+        async def handler(request: Request) -> Response:
+            params = request.path_params
+            body = await _body(request, {})
+            return JSONResponse(change(state, params["site"], params["quiz_id"], body), status)
+
+        return handler
+
+    async def messages(request: Request) -> Response:
+        return JSONResponse(
+            {"messages": moodle.known(state, request.path_params["site"])["messages"]}
+        )
+
+    async def read(request: Request) -> Response:
+        params = request.path_params
+        return JSONResponse(moodle.read_message(state, params["site"], params["message_id"]))
+
+    quiz = "/moodle/{site}/quizzes/{quiz_id:int}"
+    return [
+        Route("/moodle", sites, methods=["GET"]),
+        Route("/moodle/{site}", site, methods=["GET", "PATCH"]),
+        Route("/moodle/{site}/courses", adding("courses", moodle.add_course), methods=["POST"]),
+        Route("/moodle/{site}/users", adding("users", moodle.add_user), methods=["POST"]),
+        Route("/moodle/{site}/enrolments", adding("enrolments", moodle.enrol), methods=["POST"]),
+        Route("/moodle/{site}/quizzes", adding("quizzes", moodle.add_quiz), methods=["POST"]),
+        Route(quiz, on_quiz(moodle.change_quiz), methods=["PATCH"]),
+        Route(f"{quiz}/complete", on_quiz(moodle.complete_quiz, 201), methods=["POST"]),
+        Route(f"{quiz}/attempts", on_quiz(moodle.attempt, 201), methods=["POST"]),
+        Route("/moodle/{site}/messages", messages, methods=["GET"]),
+        Route("/moodle/{site}/messages/{message_id:int}/read", read, methods=["POST"]),
+    ]

@@ -15,7 +15,8 @@ A fault is a ``FaultSpec`` posted to ``POST /_sandbox/faults``. Kinds:
 - ``drop`` / ``duplicate`` (webhooks): an item is never sent / a batch is sent twice.
 
 Filters: ``path`` (a regular expression searched in the path below the vendor's prefix),
-``method``, ``deal_id`` (found in the path, query or body; for webhooks the item's id).
+``method``, ``deal_id`` (found in the path, query or body; for webhooks the item's id),
+``function`` (Moodle: the web-service function a request calls, its ``wsfunction``).
 """
 
 import itertools
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from followup_pipeline.sandbox.errors import ESPO_ERROR_STATUSES
 
-Vendor = Literal["espocrm", "clickup", "graph", "mistral", "pdl", "webhooks"]
+Vendor = Literal["espocrm", "clickup", "graph", "mistral", "pdl", "moodle", "webhooks"]
 FaultKind = Literal[
     "error",
     "outage",
@@ -59,8 +60,14 @@ ALLOWED_KINDS: dict[str, set[str]] = {
     "graph": _HTTP_KINDS,
     "mistral": _HTTP_KINDS | {"invalid_output"},
     "pdl": _HTTP_KINDS,  # People Data Labs (company lookup)
+    "moodle": _HTTP_KINDS - {"rate_limit"},  # Moodle has no rate limiting
     "webhooks": {"drop", "duplicate", "latency"},
 }
+
+
+#: The HTTP errors a Moodle site answers with: its web server's or PHP's 5xx, and 403 when the
+#: REST protocol is disabled; Moodle's own errors are HTTP 200 (``sandbox/moodle.py``).
+MOODLE_ERROR_STATUSES = frozenset({403, 500, 502, 503, 504})
 
 
 class DroppedAnswer(httpx.RemoteProtocolError):
@@ -91,6 +98,7 @@ class FaultSpec(BaseModel):
     method: str | None = None
     deal_id: str | None = None
     content: str | None = None
+    function: str | None = None
 
     @model_validator(mode="after")
     def _fits_vendor(self) -> Self:
@@ -100,6 +108,14 @@ class FaultSpec(BaseModel):
         espo = self.vendor == "espocrm"
         if espo and self.status is not None and self.status not in ESPO_ERROR_STATUSES:
             raise ValueError(f"EspoCRM answers errors only with {sorted(ESPO_ERROR_STATUSES)}")
+        moodle = self.vendor == "moodle"
+        if moodle and self.status is not None and self.status not in MOODLE_ERROR_STATUSES:
+            raise ValueError(
+                f"a Moodle site answers HTTP errors only with {sorted(MOODLE_ERROR_STATUSES)} "
+                "(its own errors are HTTP 200)"
+            )
+        if self.function is not None and not moodle:
+            raise ValueError("function filters Moodle's requests only")
         if self.path is not None:
             re.compile(self.path)
         return self
@@ -177,8 +193,16 @@ class FaultBook:
                 continue
             if spec.deal_id is not None and spec.deal_id not in path and spec.deal_id not in text:
                 continue
+            if spec.function is not None and not _calls(text, spec.function):
+                continue
             if spec.rate < 1.0 and self._rng.random() >= spec.rate:
                 continue
             fault.hits += 1
             fired.append(fault)
         return fired
+
+
+def _calls(text: str, function: str) -> bool:
+    """Whether a request's query and form body (``text``) call the web-service ``function``."""
+    pattern = rf"(?<![\w%])wsfunction={re.escape(function)}(?![\w%])"
+    return re.search(pattern, text) is not None

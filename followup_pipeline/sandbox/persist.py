@@ -25,8 +25,9 @@ VERSION = 1
 
 
 def snapshot(state: SandboxState) -> dict[str, Any]:
-    """What a restart should find: the records, the outbox, the webhooks still queued, and the
-    forms and payments sent (their retries go on; a redelivery by id still finds them)."""
+    """What a restart should find: the records, the outbox, the webhooks still queued, the
+    forms and payments sent (their retries go on; a redelivery by id still finds them), and the
+    Moodle sites' worlds (messages sent included)."""
     return {
         "version": VERSION,
         "deals": state.deals,
@@ -42,6 +43,7 @@ def snapshot(state: SandboxState) -> dict[str, Any]:
             for item in state.webhooks.queue
         ],
         "senders": [message.describe() for message in state.senders.messages.values()],
+        "moodle": state.moodle,
     }
 
 
@@ -105,6 +107,7 @@ def load(state: SandboxState, path: Path) -> bool:
             state.webhooks.restore(item["webhook_id"], item["data"], int(item["attempts"]))
         for item in data.get("senders", []):  # a file from before has none
             state.senders.restore(item)
+        state.moodle.update(data.get("moodle", {}))  # the Moodle sites' worlds
         # A seeded source would give the ids of the first run again (a new task would replace
         # an old one): after a restart, ids come from the system's randomness.
         state.rng.seed()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import uvicorn
 
-from followup_pipeline.sandbox import persist
+from followup_pipeline.sandbox import moodle_demo, persist
 from followup_pipeline.sandbox.app import create_app, sandbox_state
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.demo import demo_data
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_demo_data:
         for deal in demo_data(args.seed, state.clock.now()):
             create_deal(state, deal, webhooks=False)
+        moodle_demo.load_demo(state, args.seed)  # the two academies' Moodle sites
     lines = env_lines(config, f"http://{args.host}:{args.port}")
     if args.env_file is not None:
         # Readable by its owner only: it holds the sandbox's secrets.

@@ -51,6 +51,9 @@ class SandboxState:
     mailboxes: list[str] = field(default_factory=list)
     #: Every chat-completion request body Mistral received, as sent (what left the machine).
     model_requests: list[Record] = field(default_factory=list)
+    #: The Moodle sites' worlds by site name (``moodle_demo.py``): courses, users, enrolments,
+    #: quizzes, completions, attempts and the messages sent, as plain JSON (``persist.py``).
+    moodle: dict[str, Record] = field(default_factory=dict)
     tokens: dict[str, float] = field(default_factory=dict)
     rate_windows: dict[str, RateWindow] = field(default_factory=dict)
     stats: dict[str, Counter[str]] = field(default_factory=dict)
@@ -69,8 +72,9 @@ class SandboxState:
         self.mailboxes[:] = self.config.graph_mailboxes
 
     def reset(self, seed: int | None = None) -> None:
-        """Forget every record, fault, counter, queued webhook and sent form or payment, and the
-        mailboxes added since the start; re-seed the random source and put the clock back."""
+        """Forget every record (the Moodle sites' too), fault, counter, queued webhook and sent
+        form or payment, and the mailboxes added since the start; re-seed the random source and
+        put the clock back."""
         self.rng.seed(self.config.seed if seed is None else seed)
         self.clock.reset(self.config.start)
         stores = (self.deals, self.activities, self.leads, self.tasks, self.comments, self.tokens)
@@ -80,6 +84,7 @@ class SandboxState:
         self.drafts.clear()
         self.mailboxes[:] = self.config.graph_mailboxes
         self.model_requests.clear()
+        self.moodle.clear()
         self.rate_windows.clear()
         self.stats.clear()
         self.writes.clear()

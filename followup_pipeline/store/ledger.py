@@ -18,9 +18,18 @@ from psycopg.types.json import Jsonb
 from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 
-Kind = Literal["task", "close_task", "task_update", "report", "alert", "crm_lead"]
+Kind = Literal["task", "close_task", "task_update", "report", "alert", "crm_lead", "reminder"]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
-SuppressReason = Literal["deal_closed", "superseded", "paused", "dry_run", "nothing_due", "shadow"]
+SuppressReason = Literal[
+    "deal_closed",
+    "superseded",
+    "paused",
+    "dry_run",
+    "nothing_due",
+    "shadow",
+    "completed",
+    "opted_out",
+]
 #: Outcomes of an action that may have reached the provider: ask it before anything else.
 MAYBE_DONE = ("attempted", "unknown", "accepted")
 
@@ -165,6 +174,12 @@ def suppress(conn: psycopg.Connection[Any], spec: ActionSpec, *, reason: Suppres
     """Record the action as suppressed for ``reason``; False if it had reached the provider."""
     row = conn.execute(query("suppress_action"), {**spec.params(), "reason": reason}).fetchone()
     return row is not None
+
+
+def confirm(conn: psycopg.Connection[Any], key: str, provider_ref: str | None) -> bool:
+    """Record that the provider's object of ``key`` was read back (``confirmed``)."""
+    params = {"key": key, "provider_ref": provider_ref}
+    return conn.execute(query("action_confirm"), params).fetchone() is not None
 
 
 def replay_action(conn: psycopg.Connection[Any], key: str) -> bool:

@@ -108,9 +108,9 @@ CREATE TABLE followup.actions (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     replayed_attempts integer DEFAULT 0 NOT NULL,
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
-    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text]))),
+    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text, 'reminder'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
-    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text]))),
+    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text, 'completed'::text, 'opted_out'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
     CONSTRAINT actions_suppressed_has_reason CHECK (((outcome = 'suppressed'::text) = (reason IS NOT NULL)))
 );
@@ -328,6 +328,56 @@ ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE followup.lms_assignments (
+    tenant_id text NOT NULL,
+    learner_id bigint NOT NULL,
+    quiz_id bigint NOT NULL,
+    course_id bigint NOT NULL,
+    coursemodule bigint NOT NULL,
+    learner_name text,
+    learner_email text,
+    quiz_name text NOT NULL,
+    due_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    synced_at timestamp with time zone NOT NULL,
+    last_successful_action_at timestamp with time zone
+);
+
+CREATE TABLE followup.lms_opt_outs (
+    tenant_id text NOT NULL,
+    learner_id bigint NOT NULL,
+    action_type text DEFAULT 'all'::text NOT NULL,
+    opted_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE followup.lms_reminders (
+    id bigint NOT NULL,
+    tenant_id text NOT NULL,
+    learner_id bigint NOT NULL,
+    assignment_id bigint NOT NULL,
+    action_type text NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    time_zone text NOT NULL,
+    local_day date NOT NULL,
+    idempotency_key text NOT NULL,
+    delivery_outcome text DEFAULT 'planned'::text NOT NULL,
+    reason text,
+    settled_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT lms_reminders_action_type_valid CHECK ((action_type = ANY (ARRAY['before_due'::text, 'due_day'::text, 'overdue'::text]))),
+    CONSTRAINT lms_reminders_outcome_valid CHECK ((delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
+    CONSTRAINT lms_reminders_suppressed_has_reason CHECK (((delivery_outcome = 'suppressed'::text) = (reason IS NOT NULL)))
+);
+
+ALTER TABLE followup.lms_reminders ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.lms_reminders_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE followup.review_items (
     id bigint NOT NULL,
     subject_type text DEFAULT 'Opportunity'::text NOT NULL,
@@ -387,6 +437,39 @@ ALTER TABLE followup.task_completions ALTER COLUMN id ADD GENERATED ALWAYS AS ID
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE followup.tenants (
+    id text NOT NULL,
+    name text NOT NULL,
+    moodle_url text NOT NULL,
+    token_ref text NOT NULL,
+    time_zone text NOT NULL,
+    holiday_country text DEFAULT 'DE'::text NOT NULL,
+    holiday_subdivision text,
+    channel text DEFAULT 'email'::text NOT NULL,
+    sender text,
+    course_ids bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    before_days integer DEFAULT 2 NOT NULL,
+    after_business_days integer DEFAULT 3 NOT NULL,
+    remind_at time without time zone DEFAULT '09:00:00'::time without time zone NOT NULL,
+    hours_start integer DEFAULT 8 NOT NULL,
+    hours_end integer DEFAULT 18 NOT NULL,
+    mode text DEFAULT 'dry'::text NOT NULL,
+    owner text,
+    backup text,
+    synced_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tenants_after_business_days_check CHECK (((after_business_days >= 1) AND (after_business_days <= 30))),
+    CONSTRAINT tenants_before_days_check CHECK (((before_days >= 0) AND (before_days <= 30))),
+    CONSTRAINT tenants_channel_valid CHECK ((channel = ANY (ARRAY['email'::text, 'moodle'::text]))),
+    CONSTRAINT tenants_email_has_sender CHECK (((channel <> 'email'::text) OR (sender IS NOT NULL))),
+    CONSTRAINT tenants_hours_end_check CHECK (((hours_end >= 1) AND (hours_end <= 24))),
+    CONSTRAINT tenants_hours_start_check CHECK (((hours_start >= 0) AND (hours_start <= 23))),
+    CONSTRAINT tenants_hours_valid CHECK ((hours_start < hours_end)),
+    CONSTRAINT tenants_id_valid CHECK ((id ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text)),
+    CONSTRAINT tenants_mode_valid CHECK ((mode = ANY (ARRAY['off'::text, 'dry'::text, 'live'::text]))),
+    CONSTRAINT tenants_token_ref_valid CHECK ((token_ref ~ '^[A-Z][A-Z0-9_]{0,99}$'::text))
 );
 
 CREATE TABLE followup.watch_steps (
@@ -525,6 +608,18 @@ ALTER TABLE ONLY followup.leads
 ALTER TABLE ONLY followup.leads
     ADD CONSTRAINT leads_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY followup.lms_assignments
+    ADD CONSTRAINT lms_assignments_pkey PRIMARY KEY (tenant_id, learner_id, quiz_id);
+
+ALTER TABLE ONLY followup.lms_opt_outs
+    ADD CONSTRAINT lms_opt_outs_pkey PRIMARY KEY (tenant_id, learner_id, action_type);
+
+ALTER TABLE ONLY followup.lms_reminders
+    ADD CONSTRAINT lms_reminders_key_unique UNIQUE (idempotency_key);
+
+ALTER TABLE ONLY followup.lms_reminders
+    ADD CONSTRAINT lms_reminders_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY followup.review_items
     ADD CONSTRAINT review_items_pkey PRIMARY KEY (id);
 
@@ -539,6 +634,9 @@ ALTER TABLE ONLY followup.task_completions
 
 ALTER TABLE ONLY followup.task_completions
     ADD CONSTRAINT task_completions_task_unique UNIQUE (task_id);
+
+ALTER TABLE ONLY followup.tenants
+    ADD CONSTRAINT tenants_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY followup.watch_steps
     ADD CONSTRAINT watch_steps_pkey PRIMARY KEY (id);
@@ -572,6 +670,8 @@ CREATE INDEX lead_classifications_created ON followup.lead_classifications USING
 CREATE INDEX lead_classifications_lead ON followup.lead_classifications USING btree (lead_id);
 
 CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
+
+CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id, due_at) WHERE (delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'failed'::text, 'unknown'::text]));
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
 
@@ -609,6 +709,15 @@ ALTER TABLE ONLY followup.lead_events
 
 ALTER TABLE ONLY followup.lead_events
     ADD CONSTRAINT lead_events_lead_id_fkey FOREIGN KEY (lead_id) REFERENCES followup.leads(id);
+
+ALTER TABLE ONLY followup.lms_assignments
+    ADD CONSTRAINT lms_assignments_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
+
+ALTER TABLE ONLY followup.lms_opt_outs
+    ADD CONSTRAINT lms_opt_outs_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
+
+ALTER TABLE ONLY followup.lms_reminders
+    ADD CONSTRAINT lms_reminders_tenant_id_learner_id_assignment_id_fkey FOREIGN KEY (tenant_id, learner_id, assignment_id) REFERENCES followup.lms_assignments(tenant_id, learner_id, quiz_id);
 
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);

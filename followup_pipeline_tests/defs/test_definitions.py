@@ -34,6 +34,8 @@ JOBS = [
     "alert",
     "lead_intake",
     "crm_changes",
+    "lms_reminders",
+    "lms_weekly",
 ]
 SCHEDULES = [
     "evaluate_business_hours",
@@ -41,6 +43,8 @@ SCHEDULES = [
     "morning_report_weekdays",
     "weekly_report_friday",
     "crm_changes_nightly",
+    "lms_reminders_every_15_min",
+    "lms_weekly_monday",
 ]
 SENSORS = ["crm_events", "alerts", "alert_checks", "lead_events"]
 
@@ -85,9 +89,16 @@ def test_definitions_resolve_every_job_schedule_and_sensor(defs: dg.Definitions)
         assert defs.resolve_schedule_def(name).name == name
     for name in SENSORS:
         assert defs.resolve_sensor_def(name).name == name
-    assert {"postgres", "clock", "espocrm", "clickup", "ops_clickup", "outlook", "mistral"} <= set(
-        repository.get_top_level_resources()
-    )
+    assert {
+        "postgres",
+        "clock",
+        "espocrm",
+        "clickup",
+        "ops_clickup",
+        "outlook",
+        "mistral",
+        "moodle",
+    } <= set(repository.get_top_level_resources())
 
 
 def test_definitions_every_schedule_and_sensor_runs_by_default(defs: dg.Definitions) -> None:

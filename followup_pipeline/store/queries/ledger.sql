@@ -74,3 +74,10 @@ FROM actions WHERE id = %(id)s;
 -- Stamp an action with the database's real time just before its request goes out, so that the
 -- in-flight window starts when the request leaves (not before a slow search that preceded it).
 UPDATE actions SET updated_at = clock_timestamp() WHERE id = %(id)s;
+
+-- name: action_confirm
+-- The provider's object was read back: an accepted action is confirmed.
+UPDATE actions SET outcome = 'confirmed', provider_ref = coalesce(%(provider_ref)s, provider_ref),
+                   updated_at = now()
+WHERE idempotency_key = %(key)s AND outcome IN ('accepted', 'confirmed')
+RETURNING id;

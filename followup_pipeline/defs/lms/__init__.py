@@ -1,0 +1,171 @@
+"""Learning reminders (docs/architecture.md §10): an academy's quiz reminders from its Moodle,
+per tenant and time zone, as durable records that survive a restart.
+
+- ``lms_reminders`` runs every 15 minutes on one schedule (tenants live in a table, so the
+  schedule does not depend on them). For each tenant not ``off``: a sync of its courses'
+  learners and quizzes into assignments and planned reminder records (``sync.py``; Moodle's
+  completions too once a day), then, in the tenant's business hours, every reminder due by now:
+  re-checked, then sent once through the action ledger or suppressed with the reason
+  (``remind.py``). A tenant whose Moodle or mailbox fails is counted and left for the next run;
+  the others go on.
+- ``lms_weekly``, Monday 07:00 in the team's zone: each tenant's reminders by outcome in one
+  mail to the academy's owner and backup, once per tenant and ISO week.
+"""
+
+from collections import Counter
+from datetime import timedelta
+from html import escape
+
+import dagster as dg
+
+from followup_pipeline.defs.lms.remind import Channel, remind_tenant
+from followup_pipeline.defs.lms.sync import sync_tenant
+from followup_pipeline.engine.mailer import Mailer
+from followup_pipeline.engine.runs import SINGLETON_TAG, RunCounts, outcome_output
+from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.resources import MoodleResource, OutlookResource
+from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.settings import Settings
+from followup_pipeline.store import lms
+
+#: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
+MAX_RUNTIME_S = 14 * 60
+#: How often a tenant's completions are all read again (a send re-checks its own anyway).
+WHOLE_SYNC_EVERY = timedelta(hours=24)
+
+
+@dg.op
+def remind_learners(
+    context: dg.OpExecutionContext,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    moodle: MoodleResource,
+    outlook: OutlookResource,
+    clock: ClockResource,
+) -> dg.Output[RunCounts]:
+    """Sync each tenant, then send or suppress what is due in its zone and business hours."""
+    run = RunScope(clock.now(), context.run_id, context.log)
+    counts: Counter[str] = Counter()
+    problems = 0
+    with postgres.connection() as conn:
+        tenants = [t for t in lms.tenants(conn) if t.mode != "off"]
+    for tenant in tenants:
+        try:
+            site = moodle.site(tenant.moodle_url, tenant.token_ref)
+            whole = tenant.synced_at is None or run.now - tenant.synced_at >= WHOLE_SYNC_EVERY
+            synced = sync_tenant(postgres, tenant, site, now=run.now, completions=whole)
+            counts[f"{tenant.id}:planned"] += synced.planned
+            counts[f"{tenant.id}:superseded_plans"] += synced.superseded
+            counts[f"{tenant.id}:completed_seen"] += synced.completed
+            mail = outlook.client_for(tenant.sender) if tenant.channel == "email" else None
+            channel = Channel(
+                site=site,
+                mailer=Mailer(run, postgres, mail, settings) if mail is not None else None,
+                sent_items=mail,
+            )
+            for name, value in remind_tenant(run, postgres, tenant, channel, settings).items():
+                counts[f"{tenant.id}:{name}"] += value
+        except (IntegrationError, KeyError) as error:
+            problems += 1
+            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
+            counts[f"{tenant.id}:unreachable"] += 1
+    counts["tenants"] = len(tenants)
+    return outcome_output(context, "partial" if problems else "ok", dict(counts))
+
+
+@dg.job(
+    description="Learning reminders: sync each tenant's Moodle, send what is due, once.",
+    tags={SINGLETON_TAG: "lms_reminders", "dagster/max_runtime": str(MAX_RUNTIME_S)},
+    executor_def=dg.in_process_executor,
+)
+def lms_reminders() -> None:
+    remind_learners()
+
+
+def weekly_text(row: lms.TenantStatus, week: str) -> tuple[str, str]:
+    """The subject and HTML of a tenant's weekly mail to the academy's owner."""
+    subject = f"Learning reminders, week {week}: {row.sent} sent, {row.overdue} overdue"
+    lines = [
+        ("Overdue (due, not settled)", row.overdue),
+        ("Delivery failures (refused or unclear)", row.failures),
+        ("Suppressed duplicates (overtaken by a later reminder)", row.superseded),
+        ("Opted out", row.opted_out),
+        ("Completed before the reminder", row.completed),
+        ("Sent", row.sent),
+        ("Confirmed (read back)", row.confirmed),
+        ("Planned", row.planned),
+    ]
+    cells = "".join(f"<tr><td>{escape(name)}</td><td>{value}</td></tr>" for name, value in lines)
+    html = (
+        f"<p>{escape(row.tenant_id)} ({escape(row.mode)}, {escape(row.time_zone)}), "
+        f"week {escape(week)}:</p><table>{cells}</table>"
+    )
+    return subject, html
+
+
+@dg.op
+def mail_academy_owners(
+    context: dg.OpExecutionContext,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    outlook: OutlookResource,
+    clock: ClockResource,
+) -> dg.Output[RunCounts]:
+    """Each tenant's week in one mail to its owner (and backup), once per tenant and week."""
+    run = RunScope(clock.now(), context.run_id, context.log)
+    year, week_no, _ = run.now.isocalendar()
+    week = f"{year}-W{week_no:02d}"
+    counts: Counter[str] = Counter()
+    with postgres.connection() as conn:
+        tenants = {t.id: t for t in lms.tenants(conn)}
+        rows = lms.status(conn, run.now)
+    mailer = Mailer(run, postgres, outlook.get_client(), settings)
+    for row in rows:
+        tenant = tenants[row.tenant_id]
+        to = [a for a in (tenant.owner, tenant.backup) if a]
+        if not to or tenant.mode == "off":
+            counts["no_owner" if not to else "off"] += 1
+            continue
+        subject, html = weekly_text(row, week)
+        result = mailer.send_once(
+            key=f"lms:weekly:{tenant.id}:{week}", kind="report", to=to, subject=subject, html=html
+        )
+        counts[result.outcome] += 1
+    return outcome_output(context, "ok", dict(counts))
+
+
+@dg.job(
+    description="Each academy's week of learning reminders, mailed to its owner once.",
+    executor_def=dg.in_process_executor,
+)
+def lms_weekly() -> None:
+    mail_academy_owners()
+
+
+def build_defs(settings: Settings) -> dg.Definitions:
+    """The ``lms_reminders`` job and its schedule, every 15 minutes; ``lms_weekly`` on Monday
+    mornings (the team's zone)."""
+    every_15_min = dg.ScheduleDefinition(
+        name="lms_reminders_every_15_min",
+        job=lms_reminders,
+        cron_schedule="*/15 * * * *",
+        # Every quarter hour is the same instants in any zone; each tenant's own zone decides
+        # what is due.
+        execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Every 15 minutes: each tenant's due reminders, in its own zone and hours.",
+    )
+    weekly = dg.ScheduleDefinition(
+        name="lms_weekly_monday",
+        job=lms_weekly,
+        cron_schedule="0 7 * * 1",
+        execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Monday 07:00: each academy's week of reminders to its owner.",
+    )
+    return dg.Definitions(
+        jobs=[lms_reminders, lms_weekly],
+        schedules=[every_15_min, weekly],
+        resources={"settings": settings},
+    )

@@ -1,0 +1,320 @@
+"""Moodle's web services (REST protocol): a site's learners, quizzes, completions and attempts,
+and instant messages to the learners (sent, and read back).
+
+Every call is ``POST {site}/webservice/rest/server.php`` with a form body of ``wstoken``,
+``wsfunction``, ``moodlewsrestformat=json`` and the function's parameters in PHP's bracket syntax
+(``courseids[0]=5``, ``messages[0][touserid]=31``; booleans as 1/0; an empty list left out). The
+token travels in the body only, never in a URL, a log line or an error. Moodle answers its errors
+with HTTP 200 and ``{"exception", "errorcode", "message", "debuginfo"?}``; the client branches on
+``errorcode`` alone: ``invalidtoken`` is ``MoodleTokenError``, ``accessexception`` (the function is
+not in the token's service) ``MoodleAccessError``, ``sitemaintenance`` a ``TransientError``, any
+other code a ``MoodleError`` carrying it. 5xx, timeouts and lost connections are the shared
+policy's (``http.py``): the reads are retried, a send never is (a lost answer is ambiguous, and
+``find_message`` settles it). The contract: docs/vendors.md.
+"""
+
+import re
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from followup_pipeline.integrations.errors import (
+    IntegrationError,
+    PermanentError,
+    SchemaError,
+    TransientError,
+    schema_error,
+)
+from followup_pipeline.integrations.http import (
+    DEFAULT_TIMEOUTS,
+    Clock,
+    Sleep,
+    Timeouts,
+    VendorHttp,
+    build_client,
+)
+from followup_pipeline.integrations.moodle_models import (
+    FUNCTIONS,
+    ActivityCompletion,
+    CompletionState,
+    FoundMessage,
+    MoodleUser,
+    Quiz,
+    QuizAttempt,
+    Records,
+    SentMessage,
+    SiteInfo,
+    quiz_is_complete,
+)
+
+__all__ = [
+    "FUNCTIONS",
+    "ActivityCompletion",
+    "CompletionState",
+    "FoundMessage",
+    "MoodleAccessError",
+    "MoodleClient",
+    "MoodleError",
+    "MoodleTokenError",
+    "MoodleUser",
+    "Quiz",
+    "QuizAttempt",
+    "Records",
+    "SentMessage",
+    "SiteInfo",
+    "quiz_is_complete",
+]
+
+VENDOR = "moodle"
+REST_PATH = "webservice/rest/server.php"
+#: ``textformat`` of the messages sent: FORMAT_PLAIN (0 MOODLE, 1 HTML, 2 PLAIN, 4 MARKDOWN).
+FORMAT_PLAIN = 2
+#: The role shortnames of the learners ``enrolled_users`` lists by default.
+LEARNER_ROLES = ("student",)
+#: How many of the newest messages to a learner ``find_message`` reads.
+FIND_LIMIT = 50
+#: What Moodle accepts as a ``clientmsgid`` (PARAM_ALPHANUMEXT).
+CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_-]+")
+#: Where a message read back carries its text: as sent, shortened, and formatted.
+TEXT_FIELDS = ("fullmessage", "smallmessage", "text")
+#: Fields of the site information that are credentials of the token's user: never kept.
+PRIVATE_FIELDS = ("userprivateaccesskey", "sitesecret")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class MoodleError(PermanentError):
+    """Moodle refused the call (an ``exception`` in an HTTP 200): ``errorcode`` says why
+    (None when the exception has none), ``debuginfo`` more when the site debugs."""
+
+    def __init__(self, message: str, *, function: str, body: Mapping[str, Any]) -> None:
+        code, said = body.get("errorcode"), str(body.get("message", ""))[:300]
+        self.errorcode = code if isinstance(code, str) else None
+        super().__init__(
+            message, vendor=VENDOR, status=200, vendor_message=f"{self.errorcode}: {said}"
+        )
+        self.function, self.exception = function, str(body.get("exception", ""))
+        info = body.get("debuginfo")
+        self.debuginfo = info if isinstance(info, str) else None
+
+
+class MoodleTokenError(MoodleError):
+    """``invalidtoken``: the site knows no such token. A configuration problem, the same for
+    every call, so the caller stops rather than skipping one learner."""
+
+
+class MoodleAccessError(MoodleError):
+    """``accessexception``: the function is not in the token's service (or the token expired,
+    is IP-restricted, or its user lacks ``webservice/rest:use``); ``debuginfo`` says which."""
+
+
+def form_fields(params: Mapping[str, Any]) -> dict[str, str]:
+    """Parameters as PHP reads a form: nested keys in brackets, booleans 1/0; an empty list
+    sends nothing (Moodle cannot receive one; its default applies)."""
+    fields: dict[str, str] = {}
+
+    def put(name: str, value: Any) -> None:
+        if isinstance(value, bool):
+            fields[name] = "1" if value else "0"
+        elif isinstance(value, int | str):
+            fields[name] = str(value)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                put(f"{name}[{key}]", item)
+        elif isinstance(value, Sequence):
+            for index, item in enumerate(value):
+                put(f"{name}[{index}]", item)
+        else:
+            raise TypeError(f"{name}: Moodle takes no {type(value).__name__}")
+
+    for key, value in params.items():
+        put(key, value)
+    return fields
+
+
+def moodle_message(response: httpx.Response) -> str:
+    """The text of a failed HTTP answer: the web server's page, without its tags."""
+    return " ".join(re.sub(r"<[^>]+>", " ", response.text).split())[:200]
+
+
+def _listed(body: Any, key: str) -> tuple[list[Any], list[Any]]:
+    """The records under ``key`` of an answer ``{key: [...], "warnings": [...]}``."""
+    if not isinstance(body, dict) or not isinstance(body.get(key), list):
+        problem = f"expected an object with a list {key!r}"
+        raise SchemaError(vendor=VENDOR, record_id=None, field=key, problem=problem, raw=body)
+    warnings = body.get("warnings")
+    return body[key], warnings if isinstance(warnings, list) else []
+
+
+def _records(model: type[M], raws: list[Any], warnings: Sequence[Any] = ()) -> Records[M]:
+    """Each record validated on its own, so one bad record does not spoil the listing."""
+    records: list[M] = []
+    invalid: list[SchemaError] = []
+    for raw in raws:
+        try:
+            records.append(model.model_validate(raw))
+        except ValidationError as exc:
+            invalid.append(schema_error(raw, exc, vendor=VENDOR))
+    return Records(records, invalid=invalid, warnings=warnings)
+
+
+class MoodleClient:
+    """One Moodle site's web services, through one token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.time,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    ) -> None:
+        client = build_client(base_url, transport=transport, timeouts=timeouts)
+        self._http = VendorHttp(
+            client, vendor=VENDOR, message_of=moodle_message, sleep=sleep, clock=clock
+        )
+        self._token = token
+        self._token_user: int | None = None
+
+    def __repr__(self) -> str:
+        return f"MoodleClient({str(self._http.client.base_url)!r})"
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.client.close()
+
+    def site_info(self) -> SiteInfo:
+        """The site, its release, the token's user and the functions of its service."""
+        raw = self._call("core_webservice_get_site_info")
+        if isinstance(raw, dict):
+            raw = {key: value for key, value in raw.items() if key not in PRIVATE_FIELDS}
+        try:
+            info = SiteInfo.model_validate(raw)
+        except ValidationError as exc:
+            raise schema_error(raw, exc, vendor=VENDOR) from None
+        self._token_user = info.userid
+        return info
+
+    def enrolled_users(
+        self, course_id: int, *, roles: Collection[str] | None = LEARNER_ROLES
+    ) -> Records[MoodleUser]:
+        """The course's participants with an active enrolment (``onlyactive``, which needs
+        ``moodle/course:enrolreview``) and a role among ``roles`` (by shortname; default the
+        learners, ``student``; None: everyone, teachers and the token's user too)."""
+        options = [{"name": "onlyactive", "value": "1"}]
+        body = self._call(
+            "core_enrol_get_enrolled_users", {"courseid": course_id, "options": options}
+        )
+        if not isinstance(body, list):
+            problem = "expected a list of users"
+            raise SchemaError(
+                vendor=VENDOR, record_id=None, field="<answer>", problem=problem, raw=body
+            )
+        users = _records(MoodleUser, body)
+        if roles is not None:
+            users[:] = [user for user in users if set(user.roles) & set(roles)]
+        return users
+
+    def quizzes(self, course_ids: Sequence[int]) -> Records[Quiz]:
+        """The quizzes of the courses (none given: of every course of the token's user). A
+        course the token cannot reach is a warning (``Records.warnings``), not an error."""
+        body = self._call("mod_quiz_get_quizzes_by_courses", {"courseids": list(course_ids)})
+        return _records(Quiz, *_listed(body, "quizzes"))
+
+    def completion(self, course_id: int, user_id: int) -> Records[ActivityCompletion]:
+        """The user's completion of each tracked activity of the course."""
+        body = self._call(
+            "core_completion_get_activities_completion_status",
+            {"courseid": course_id, "userid": user_id},
+        )
+        return _records(ActivityCompletion, *_listed(body, "statuses"))
+
+    def quiz_completed(self, course_id: int, user_id: int, coursemodule: int) -> bool:
+        """Whether the user completed the quiz whose activity is ``coursemodule`` (Moodle's
+        completion state 1, or 2 passed); False when Moodle tracks no completion of it."""
+        return quiz_is_complete(self.completion(course_id, user_id), coursemodule) is True
+
+    def quiz_attempts(self, quiz_id: int, user_id: int) -> Records[QuizAttempt]:
+        """Every attempt of the user at the quiz, unfinished ones too (previews left out)."""
+        params = {"quizid": quiz_id, "userid": user_id, "status": "all", "includepreviews": False}
+        body = self._call("mod_quiz_get_user_quiz_attempts", params)
+        return _records(QuizAttempt, *_listed(body, "attempts"))
+
+    def send_message(self, user_id: int, text: str, client_msg_id: str) -> SentMessage:
+        """Send ``text`` (plain text, at most 4,096 bytes) to the user from the token's user.
+        A refusal (``msgid`` -1) is returned, not raised. Never retried: a lost answer is an
+        ambiguous ``TransientError``, and ``find_message`` tells whether it went."""
+        if not CLIENT_MSG_ID.fullmatch(client_msg_id):
+            raise ValueError(f"client_msg_id {client_msg_id!r}: only A-Z, a-z, 0-9, _ and -")
+        message = {"touserid": user_id, "text": text, "textformat": FORMAT_PLAIN}
+        message["clientmsgid"] = client_msg_id
+        body = self._call(
+            "core_message_send_instant_messages", {"messages": [message]}, idempotent=False
+        )
+        raw = body[0] if isinstance(body, list) and len(body) == 1 else body
+        try:
+            return SentMessage.model_validate(raw)
+        except ValidationError as exc:
+            raise schema_error(raw, exc, vendor=VENDOR) from None
+
+    def find_message(
+        self, user_id: int, marker: str, *, sender_id: int | None = None
+    ) -> FoundMessage | None:
+        """The newest message to the user whose text contains ``marker`` (a plain
+        ``[A-Za-z0-9_-]`` key survives Moodle's formatting), among the 50 newest from
+        ``sender_id`` (default: the token's user, which needs no extra capability; 0: anyone,
+        which needs ``moodle/site:readallmessages``), read or not; None when there is none."""
+        if not marker:
+            raise ValueError("marker must not be empty")
+        sender = self._sender() if sender_id is None else sender_id
+        params = {"useridto": user_id, "useridfrom": sender, "type": "conversations", "read": 2}
+        params |= {"newestfirst": True, "limitfrom": 0, "limitnum": FIND_LIMIT}
+        raws, _ = _listed(self._call("core_message_get_messages", params), "messages")
+        for raw in raws:
+            texts = [raw.get(k) for k in TEXT_FIELDS] if isinstance(raw, dict) else []
+            if any(isinstance(text, str) and marker in text for text in texts):
+                try:
+                    return FoundMessage.model_validate(raw)
+                except ValidationError as exc:
+                    raise schema_error(raw, exc, vendor=VENDOR) from None
+        return None
+
+    def _sender(self) -> int:
+        if self._token_user is None:
+            self.site_info()
+        assert self._token_user is not None
+        return self._token_user
+
+    def _call(
+        self, function: str, params: Mapping[str, Any] | None = None, *, idempotent: bool = True
+    ) -> Any:
+        """One web-service call: its JSON answer, or the error Moodle's answer means."""
+        data = {"wstoken": self._token, "wsfunction": function, "moodlewsrestformat": "json"}
+        data |= form_fields(params or {})
+        response = self._http.request("POST", REST_PATH, data=data, idempotent=idempotent)
+        body = self._http.json(response, ambiguous=not idempotent)
+        if isinstance(body, dict) and "exception" in body:
+            raise _moodle_error(function, body)
+        return body
+
+
+def _moodle_error(function: str, body: dict[str, Any]) -> IntegrationError:
+    """The error an answer ``{"exception", "errorcode", "message", "debuginfo"?}`` means."""
+    code, said = body.get("errorcode"), str(body.get("message", ""))[:300]
+    if code == "invalidtoken":
+        return MoodleTokenError(
+            f"{function}: the token is wrong ({code}: {said})", function=function, body=body
+        )
+    if code == "accessexception":
+        text = f"{function} is not allowed for this token: not in its service, or the token "
+        text += f"expired or is restricted ({code}: {said})"
+        return MoodleAccessError(text, function=function, body=body)
+    if code == "sitemaintenance":  # Moodle: "this is usually temporary"
+        text = f"{function}: the site is in maintenance mode ({code}: {said})"
+        return TransientError(text, vendor=VENDOR, status=200)
+    what = code if isinstance(code, str) else body.get("exception")
+    return MoodleError(f"{function}: {what}: {said}", function=function, body=body)

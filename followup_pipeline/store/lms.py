@@ -1,0 +1,257 @@
+"""Learning reminders as the store keeps them (docs/architecture.md §10): tenants, the quizzes
+assigned to learners (``lms_assignments``), a durable record per reminder (``lms_reminders``)
+and the learners who opted out (``lms_opt_outs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime, time
+from typing import Any
+
+import psycopg
+
+from followup_pipeline.store.db import fetch_all
+from followup_pipeline.store.queries import query
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """An academy: its Moodle site, zone, calendar, channel, plan and mode."""
+
+    id: str
+    name: str
+    moodle_url: str
+    token_ref: str
+    time_zone: str
+    holiday_country: str = "DE"
+    holiday_subdivision: str | None = None
+    channel: str = "email"
+    sender: str | None = None
+    course_ids: list[int] = field(default_factory=list)
+    before_days: int = 2
+    after_business_days: int = 3
+    remind_at: time = time(9, 0)
+    hours_start: int = 8
+    hours_end: int = 18
+    mode: str = "dry"
+    owner: str | None = None
+    backup: str | None = None
+    synced_at: datetime | None = None
+    created_at: datetime | None = None
+
+    def params(self) -> dict[str, object]:
+        """The upsert's parameters."""
+        names = [f.name for f in fields(self) if f.name not in ("synced_at", "created_at")]
+        return {name: getattr(self, name) for name in names}
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A quiz assigned to a learner, as a sync read it."""
+
+    tenant_id: str
+    learner_id: int
+    quiz_id: int
+    course_id: int
+    coursemodule: int
+    quiz_name: str
+    due_at: datetime | None
+    synced_at: datetime
+    learner_name: str | None = None
+    learner_email: str | None = None
+    completed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DueRow:
+    """A reminder due and not settled, with what its send needs."""
+
+    id: int
+    tenant_id: str
+    learner_id: int
+    assignment_id: int
+    action_type: str
+    due_at: datetime
+    time_zone: str
+    local_day: date
+    idempotency_key: str
+    delivery_outcome: str
+    course_id: int
+    coursemodule: int
+    learner_name: str | None
+    learner_email: str | None
+    quiz_name: str
+    quiz_due_at: datetime | None
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TenantStatus:
+    """A tenant's reminders by outcome (``followup lms status``, ``/metrics``)."""
+
+    tenant_id: str
+    mode: str
+    time_zone: str
+    overdue: int
+    failures: int
+    superseded: int
+    opted_out: int
+    completed: int
+    dry_run: int
+    sent: int
+    confirmed: int
+    planned: int
+
+
+#: What ``/metrics`` shows of each tenant's reminders (``followup_lms_reminders``).
+LMS_STATES = ("overdue", "failures", "superseded", "opted_out", "completed", "sent", "confirmed")
+
+
+def tenants(conn: psycopg.Connection[Any]) -> list[Tenant]:
+    """Every tenant."""
+    return fetch_all(conn, Tenant, query("lms_tenants"))
+
+
+def save_tenant(conn: psycopg.Connection[Any], tenant: Tenant) -> None:
+    """Make or change a tenant."""
+    conn.execute(query("lms_tenant_upsert"), tenant.params())
+
+
+def set_synced(conn: psycopg.Connection[Any], tenant_id: str, at: datetime) -> None:
+    """When the tenant's last whole sync ended."""
+    conn.execute(query("lms_tenant_synced"), {"id": tenant_id, "at": at})
+
+
+def save_assignment(conn: psycopg.Connection[Any], row: Assignment) -> None:
+    """What a sync read of a learner's quiz."""
+    params = {
+        "tenant_id": row.tenant_id,
+        "learner_id": row.learner_id,
+        "quiz_id": row.quiz_id,
+        "course_id": row.course_id,
+        "coursemodule": row.coursemodule,
+        "learner_name": row.learner_name,
+        "learner_email": row.learner_email,
+        "quiz_name": row.quiz_name,
+        "due_at": row.due_at,
+        "completed_at": row.completed_at,
+        "synced_at": row.synced_at,
+    }
+    conn.execute(query("lms_assignment_upsert"), params)
+
+
+def _assignment(tenant_id: str, learner_id: int, quiz_id: int) -> dict[str, object]:
+    return {"tenant_id": tenant_id, "learner_id": learner_id, "quiz_id": quiz_id}
+
+
+def mark_completed(
+    conn: psycopg.Connection[Any], tenant_id: str, learner_id: int, quiz_id: int, at: datetime
+) -> None:
+    """The learner completed the quiz (first seen at ``at``)."""
+    params = {**_assignment(tenant_id, learner_id, quiz_id), "at": at}
+    conn.execute(query("lms_assignment_completed"), params)
+
+
+def mark_succeeded(
+    conn: psycopg.Connection[Any], tenant_id: str, learner_id: int, quiz_id: int, at: datetime
+) -> None:
+    """A reminder of the assignment reached the provider at ``at``."""
+    params = {**_assignment(tenant_id, learner_id, quiz_id), "at": at}
+    conn.execute(query("lms_assignment_succeeded"), params)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A reminder record to keep (planned once per key)."""
+
+    tenant_id: str
+    learner_id: int
+    quiz_id: int
+    action_type: str
+    due_at: datetime
+    time_zone: str
+    local_day: date
+    key: str
+
+
+def plan(conn: psycopg.Connection[Any], rows: Sequence[Planned]) -> int:
+    """Keep the planned reminders; how many were new."""
+    new = 0
+    for row in rows:
+        params = {
+            **_assignment(row.tenant_id, row.learner_id, row.quiz_id),
+            "action_type": row.action_type,
+            "due_at": row.due_at,
+            "time_zone": row.time_zone,
+            "local_day": row.local_day,
+            "key": row.key,
+        }
+        new += conn.execute(query("lms_reminder_plan"), params).fetchone() is not None
+    return new
+
+
+def drop_unplanned(
+    conn: psycopg.Connection[Any],
+    tenant_id: str,
+    learner_id: int,
+    quiz_id: int,
+    *,
+    keep: Sequence[str],
+    reason: str,
+    at: datetime,
+) -> int:
+    """Suppress the assignment's planned reminders not in ``keep``; how many."""
+    params = {
+        **_assignment(tenant_id, learner_id, quiz_id),
+        "keep": list(keep),
+        "reason": reason,
+        "at": at,
+    }
+    return len(conn.execute(query("lms_reminders_replanned"), params).fetchall())
+
+
+def due(conn: psycopg.Connection[Any], tenant_id: str, now: datetime) -> list[DueRow]:
+    """The tenant's reminders due by ``now`` and not settled, oldest first."""
+    return fetch_all(conn, DueRow, query("lms_reminders_due"), {"tenant_id": tenant_id, "now": now})
+
+
+def settle(
+    conn: psycopg.Connection[Any],
+    reminder_id: int,
+    outcome: str,
+    *,
+    at: datetime,
+    reason: str | None = None,
+) -> None:
+    """Record where a reminder stands (``suppressed`` with its reason)."""
+    params = {"id": reminder_id, "outcome": outcome, "reason": reason, "at": at}
+    conn.execute(query("lms_reminder_settle"), params)
+
+
+def opted_out(
+    conn: psycopg.Connection[Any], tenant_id: str, learner_id: int, action_type: str
+) -> bool:
+    """Whether the learner opted out of reminders of this type (or all)."""
+    params = {"tenant_id": tenant_id, "learner_id": learner_id, "action_type": action_type}
+    row = conn.execute(query("lms_opted_out"), params).fetchone()
+    return bool(row and row["opted_out"])
+
+
+def opt_out(
+    conn: psycopg.Connection[Any], tenant_id: str, learner_id: int, action_type: str = "all"
+) -> None:
+    """Record that the learner wants no more reminders (of this type)."""
+    params = {"tenant_id": tenant_id, "learner_id": learner_id, "action_type": action_type}
+    conn.execute(query("lms_opt_out"), params)
+
+
+def status(conn: psycopg.Connection[Any], now: datetime) -> list[TenantStatus]:
+    """Every tenant's reminders by outcome."""
+    return fetch_all(conn, TenantStatus, query("lms_status"), {"now": now})
+
+
+def tenant(conn: psycopg.Connection[Any], tenant_id: str) -> Tenant | None:
+    """One tenant."""
+    found = [t for t in tenants(conn) if t.id == tenant_id]
+    return found[0] if found else None

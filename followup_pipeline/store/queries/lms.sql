@@ -1,0 +1,118 @@
+-- name: lms_tenants
+-- Every tenant, in id order.
+SELECT * FROM tenants ORDER BY id;
+
+-- name: lms_tenant_upsert
+-- A tenant as the academy configures it (`followup lms tenant set`, the demo): made or changed.
+INSERT INTO tenants (id, name, moodle_url, token_ref, time_zone, holiday_country,
+                     holiday_subdivision, channel, sender, course_ids, before_days,
+                     after_business_days, remind_at, hours_start, hours_end, mode, owner, backup)
+VALUES (%(id)s, %(name)s, %(moodle_url)s, %(token_ref)s, %(time_zone)s, %(holiday_country)s,
+        %(holiday_subdivision)s, %(channel)s, %(sender)s, %(course_ids)s, %(before_days)s,
+        %(after_business_days)s, %(remind_at)s, %(hours_start)s, %(hours_end)s, %(mode)s,
+        %(owner)s, %(backup)s)
+ON CONFLICT (id) DO UPDATE
+SET name = EXCLUDED.name, moodle_url = EXCLUDED.moodle_url, token_ref = EXCLUDED.token_ref,
+    time_zone = EXCLUDED.time_zone, holiday_country = EXCLUDED.holiday_country,
+    holiday_subdivision = EXCLUDED.holiday_subdivision, channel = EXCLUDED.channel,
+    sender = EXCLUDED.sender, course_ids = EXCLUDED.course_ids,
+    before_days = EXCLUDED.before_days, after_business_days = EXCLUDED.after_business_days,
+    remind_at = EXCLUDED.remind_at, hours_start = EXCLUDED.hours_start,
+    hours_end = EXCLUDED.hours_end, mode = EXCLUDED.mode, owner = EXCLUDED.owner,
+    backup = EXCLUDED.backup;
+
+-- name: lms_tenant_synced
+UPDATE tenants SET synced_at = %(at)s WHERE id = %(id)s;
+
+-- name: lms_assignment_upsert
+-- What the sync read of a learner's quiz: its due date may move; a completion is kept.
+INSERT INTO lms_assignments (tenant_id, learner_id, quiz_id, course_id, coursemodule,
+                             learner_name, learner_email, quiz_name, due_at, completed_at,
+                             synced_at)
+VALUES (%(tenant_id)s, %(learner_id)s, %(quiz_id)s, %(course_id)s, %(coursemodule)s,
+        %(learner_name)s, %(learner_email)s, %(quiz_name)s, %(due_at)s, %(completed_at)s,
+        %(synced_at)s)
+ON CONFLICT (tenant_id, learner_id, quiz_id) DO UPDATE
+SET course_id = EXCLUDED.course_id, coursemodule = EXCLUDED.coursemodule,
+    learner_name = EXCLUDED.learner_name, learner_email = EXCLUDED.learner_email,
+    quiz_name = EXCLUDED.quiz_name, due_at = EXCLUDED.due_at,
+    completed_at = coalesce(EXCLUDED.completed_at, lms_assignments.completed_at),
+    synced_at = EXCLUDED.synced_at;
+
+-- name: lms_assignment_completed
+UPDATE lms_assignments SET completed_at = coalesce(completed_at, %(at)s)
+WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s AND quiz_id = %(quiz_id)s;
+
+-- name: lms_assignment_succeeded
+-- The latest reminder of an assignment that reached the learner's provider.
+UPDATE lms_assignments
+SET last_successful_action_at = greatest(last_successful_action_at, %(at)s)
+WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s AND quiz_id = %(quiz_id)s;
+
+-- name: lms_reminder_plan
+-- A planned reminder, once per key (a sync that plans it again changes nothing).
+INSERT INTO lms_reminders (tenant_id, learner_id, assignment_id, action_type, due_at, time_zone,
+                           local_day, idempotency_key)
+VALUES (%(tenant_id)s, %(learner_id)s, %(quiz_id)s, %(action_type)s, %(due_at)s, %(time_zone)s,
+        %(local_day)s, %(key)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: lms_reminders_replanned
+-- Planned reminders of an assignment that its plan no longer holds (its due date moved, or it was
+-- completed or unassigned): suppressed, with the reason.
+UPDATE lms_reminders
+SET delivery_outcome = 'suppressed', reason = %(reason)s, settled_at = %(at)s
+WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s
+  AND assignment_id = %(quiz_id)s AND delivery_outcome = 'planned'
+  AND NOT (idempotency_key = ANY(%(keep)s::text[]))
+RETURNING id;
+
+-- name: lms_reminders_due
+-- A tenant's reminders due by now and not settled, with what the send needs, oldest first.
+SELECT r.id, r.tenant_id, r.learner_id, r.assignment_id, r.action_type, r.due_at, r.time_zone,
+       r.local_day, r.idempotency_key, r.delivery_outcome, a.course_id, a.coursemodule,
+       a.learner_name, a.learner_email, a.quiz_name, a.due_at AS quiz_due_at, a.completed_at
+FROM lms_reminders r
+JOIN lms_assignments a ON (a.tenant_id, a.learner_id, a.quiz_id)
+                        = (r.tenant_id, r.learner_id, r.assignment_id)
+WHERE r.tenant_id = %(tenant_id)s AND r.due_at <= %(now)s
+  AND r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
+ORDER BY r.due_at, r.id;
+
+-- name: lms_reminder_settle
+UPDATE lms_reminders
+SET delivery_outcome = %(outcome)s, reason = %(reason)s,
+    settled_at = CASE WHEN %(outcome)s IN ('planned', 'attempted', 'failed', 'unknown')
+                      THEN settled_at ELSE %(at)s END
+WHERE id = %(id)s;
+
+-- name: lms_opted_out
+SELECT EXISTS (
+    SELECT 1 FROM lms_opt_outs
+    WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s
+      AND action_type IN ('all', %(action_type)s)
+) AS opted_out;
+
+-- name: lms_opt_out
+INSERT INTO lms_opt_outs (tenant_id, learner_id, action_type) VALUES
+    (%(tenant_id)s, %(learner_id)s, %(action_type)s)
+ON CONFLICT DO NOTHING;
+
+-- name: lms_status
+-- Per tenant, by now: reminders overdue (due and not settled), delivery failures (failed or
+-- unclear), duplicates suppressed (overtaken), opted out, completed first, sent, confirmed.
+SELECT t.id AS tenant_id, t.mode, t.time_zone,
+       count(r.id) FILTER (WHERE r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
+                           AND r.due_at <= %(now)s)::int AS overdue,
+       count(r.id) FILTER (WHERE r.delivery_outcome IN ('failed', 'unknown'))::int AS failures,
+       count(r.id) FILTER (WHERE r.reason = 'superseded')::int AS superseded,
+       count(r.id) FILTER (WHERE r.reason = 'opted_out')::int AS opted_out,
+       count(r.id) FILTER (WHERE r.reason = 'completed')::int AS completed,
+       count(r.id) FILTER (WHERE r.reason = 'dry_run')::int AS dry_run,
+       count(r.id) FILTER (WHERE r.delivery_outcome IN ('accepted', 'confirmed'))::int AS sent,
+       count(r.id) FILTER (WHERE r.delivery_outcome = 'confirmed')::int AS confirmed,
+       count(r.id) FILTER (WHERE r.delivery_outcome = 'planned' AND r.due_at > %(now)s)::int
+           AS planned
+FROM tenants t LEFT JOIN lms_reminders r ON r.tenant_id = t.id
+GROUP BY t.id ORDER BY t.id;

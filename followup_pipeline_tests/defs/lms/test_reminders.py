@@ -1,0 +1,362 @@
+"""Learning reminders inside Dagster on a real Postgres against the sandbox's two Moodle sites
+and its Graph: a reminder due while the machine was down goes out once when it is back; a
+completed quiz and an opted-out learner are suppressed with the reason; a lost answer is found
+before a resend; 09:00 local in two zones on both sides of each DST change; after three days
+down only the latest due reminder of an assignment goes out."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import dagster as dg
+import httpx
+import psycopg
+import pytest
+
+from followup_pipeline.defs import lms as capability
+from followup_pipeline.integrations.resources import MoodleResource, OutlookResource
+from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.settings import load_settings
+from followup_pipeline.store import lms
+
+SANDBOX = SandboxConfig()
+BERLIN, NEW_YORK = "academy-berlin", "academy-newyork"
+TOKENS = {
+    "ACADEMY_BERLIN": SANDBOX.moodle_tokens[BERLIN].get_secret_value(),
+    "ACADEMY_NEWYORK": SANDBOX.moodle_tokens[NEW_YORK].get_secret_value(),
+}
+
+
+def _utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def _control(sandbox: str, method: str, path: str, body: Any = None) -> Any:
+    response = httpx.request(method, f"{sandbox}/_sandbox{path}", json=body, timeout=10)
+    response.raise_for_status()
+    return response.json()
+
+
+def _site(sandbox: str, site: str, closes: datetime, learners: int = 2) -> dict[str, Any]:
+    """A course with ``learners`` learners and one quiz closing at ``closes``."""
+    [course] = _control(sandbox, "POST", f"/moodle/{site}/courses", {"fullname": "Onboarding"})[
+        "courses"
+    ]
+    people = [
+        {"firstname": f"Learner{n}", "lastname": "Test", "course": course["id"],
+         "email": f"learner{n}@{site}.example"}
+        for n in range(learners)
+    ]  # fmt: skip
+    users = _control(sandbox, "POST", f"/moodle/{site}/users", people)["users"]
+    [quiz] = _control(sandbox, "POST", f"/moodle/{site}/quizzes",
+                      {"course": course["id"], "name": "Safety quiz",
+                       "timeclose": int(closes.timestamp())})["quizzes"]  # fmt: skip
+    return {"course": course["id"], "users": [u["id"] for u in users], "quiz": quiz["id"]}
+
+
+def _tenant(
+    db: psycopg.Connection[Any], sandbox: str, site: str, course: int, **values: Any
+) -> lms.Tenant:
+    zone = "Europe/Berlin" if site == BERLIN else "America/New_York"
+    where = ("DE", "BE") if site == BERLIN else ("US", "NY")
+    tenant = lms.Tenant(
+        id=site,
+        name=site,
+        moodle_url=f"{sandbox}/moodle/{site}",
+        token_ref="ACADEMY_BERLIN" if site == BERLIN else "ACADEMY_NEWYORK",
+        time_zone=zone,
+        holiday_country=where[0],
+        holiday_subdivision=where[1],
+        channel=values.pop("channel", "email"),
+        sender="followup@example.com",
+        course_ids=[course],
+        mode=values.pop("mode", "live"),
+        **values,
+    )
+    with db.transaction():
+        lms.save_tenant(db, tenant)
+    return tenant
+
+
+def _run(db_url: str, sandbox: str, at: datetime, **settings: Any) -> dict[str, Any]:
+    resources = {
+        "postgres": PostgresResource(url=db_url),
+        "clock": ClockResource(start=at.isoformat(), ticking=False),
+        "moodle": MoodleResource(tokens=json.dumps(TOKENS)),
+        "outlook": OutlookResource(
+            login_url=f"{sandbox}/login",
+            graph_url=f"{sandbox}/graph",
+            tenant_id=SANDBOX.graph_tenant_id,
+            client_id=SANDBOX.graph_client_id,
+            client_secret=SANDBOX.graph_client_secret.get_secret_value(),
+            sender="followup@example.com",
+        ),
+    }
+    built = capability.build_defs(load_settings(action_in_flight_s=0, **settings))
+    job = dg.Definitions.merge(built, dg.Definitions(resources=resources)).resolve_job_def(
+        "lms_reminders"
+    )
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+    counts: dict[str, Any] = result.output_for_node("remind_learners")
+    return counts
+
+
+def _mails(sandbox: str) -> list[str]:
+    """The recipient of each mail sent, in order."""
+    messages = _control(sandbox, "GET", "/outbox")["messages"]
+    return [m["message"]["toRecipients"][0]["emailAddress"]["address"] for m in messages]
+
+
+def _reminders(db: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return db.execute(
+        "SELECT learner_id, action_type, local_day, delivery_outcome, reason FROM lms_reminders"
+        " ORDER BY learner_id, due_at"
+    ).fetchall()
+
+
+def test_lms_a_reminder_due_while_the_machine_was_down_goes_out_once_when_it_is_back(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    # Due Wednesday 11 March 2026, 17:00 Berlin: the reminder two days before is Monday 09:00
+    # (08:00 UTC). The machine is down from Monday 07:00 to 10:30 UTC (a deploy).
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16))
+    _tenant(db, sandbox, BERLIN, seeded["course"])
+    assert _run(db_url, sandbox, _utc(2026, 3, 9, 6, 45)).get(f"{BERLIN}:planned") == 6
+    assert _mails(sandbox) == []  # 07:45 in Berlin: nothing due, and before business hours
+    back = _run(db_url, sandbox, _utc(2026, 3, 9, 10, 30))
+    assert back[f"{BERLIN}:reminders_accepted"] == 2
+    assert back[f"{BERLIN}:reminders_confirmed"] == 2  # read back from Sent Items
+    assert sorted(_mails(sandbox)) == [
+        f"learner0@{BERLIN}.example", f"learner1@{BERLIN}.example"
+    ]  # fmt: skip
+    # Later runs of the day send nothing more.
+    _run(db_url, sandbox, _utc(2026, 3, 9, 10, 45))
+    _run(db_url, sandbox, _utc(2026, 3, 9, 14, 0))
+    assert len(_mails(sandbox)) == 2
+    rows = _reminders(db)
+    assert [r["delivery_outcome"] for r in rows if r["action_type"] == "before_due"] == [
+        "confirmed", "confirmed"
+    ]  # fmt: skip
+    actions = db.execute(
+        "SELECT outcome, provider_ref FROM actions WHERE kind = 'reminder'"
+    ).fetchall()
+    assert [a["outcome"] for a in actions] == ["confirmed", "confirmed"]
+    last = db.execute("SELECT last_successful_action_at FROM lms_assignments").fetchall()
+    assert all(r["last_successful_action_at"] == _utc(2026, 3, 9, 10, 30) for r in last)
+
+
+def test_lms_a_completed_quiz_and_an_opted_out_learner_are_suppressed_with_the_reason(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=3)
+    _tenant(db, sandbox, BERLIN, seeded["course"])
+    _run(db_url, sandbox, _utc(2026, 3, 6, 9))  # Friday: planned, nothing due
+    done, out, open_ = seeded["users"]
+    _control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
+             {"userid": done})  # fmt: skip
+    with db.transaction():
+        lms.opt_out(db, BERLIN, out)
+    counts = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    assert counts[f"{BERLIN}:suppressed_completed"] == 1
+    assert counts[f"{BERLIN}:suppressed_opted_out"] == 1
+    assert _mails(sandbox) == [f"learner2@{BERLIN}.example"]
+    rows = {r["learner_id"]: r for r in _reminders(db) if r["action_type"] == "before_due"}
+    assert (rows[done]["delivery_outcome"], rows[done]["reason"]) == ("suppressed", "completed")
+    assert (rows[out]["delivery_outcome"], rows[out]["reason"]) == ("suppressed", "opted_out")
+    assert rows[open_]["delivery_outcome"] == "confirmed"
+    # The completed learner's later reminders are suppressed too when due, and no message
+    # ever goes out (the one after the due date is still ahead).
+    _run(db_url, sandbox, _utc(2026, 3, 11, 8, 5))
+    later = [(r["action_type"], r["reason"]) for r in _reminders(db) if r["learner_id"] == done]
+    assert later == [("before_due", "completed"), ("due_day", "completed"), ("overdue", None)]
+    assert f"learner0@{BERLIN}.example" not in _mails(sandbox)
+    ledger = db.execute(
+        "SELECT reason, count(*)::int AS n FROM actions WHERE kind = 'reminder'"
+        " AND outcome = 'suppressed' GROUP BY reason ORDER BY reason"
+    ).fetchall()
+    assert {r["reason"] for r in ledger} >= {"completed", "opted_out"}
+
+
+@pytest.mark.parametrize("channel", ["email", "moodle"])
+def test_lms_a_crash_after_the_provider_accepted_sends_nothing_twice(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str, channel: str
+) -> None:
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
+    _tenant(db, sandbox, BERLIN, seeded["course"], channel=channel)
+    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
+    vendor = "graph" if channel == "email" else "moodle"
+    _control(sandbox, "POST", "/faults",
+             {"vendor": vendor, "kind": "apply_then_error", "method": "POST", "count": 1,
+              **({"path": "sendMail"} if channel == "email"
+                 else {"function": "core_message_send_instant_messages"})})  # fmt: skip
+    first = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    assert (
+        first.get(f"{BERLIN}:reminders_unknown", 0)
+        + first.get(f"{BERLIN}:reminders_attempted", 0)
+        + first.get(f"{BERLIN}:reminders_failed", 0)
+        == 1
+    )
+    second = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
+    assert second[f"{BERLIN}:reminders_accepted"] == 1  # found, not sent again
+    if channel == "email":
+        assert len(_mails(sandbox)) == 1
+    else:
+        sent = _control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"]
+        assert len(sent) == 1
+    [row] = [r for r in _reminders(db) if r["action_type"] == "before_due"]
+    assert row["delivery_outcome"] == "confirmed"
+
+
+@pytest.mark.parametrize(
+    ("site", "monday", "offset_before", "offset_after"),
+    [
+        # Berlin: 29 March (spring) and 25 October (autumn); New York: 8 March and 1 November.
+        (BERLIN, date(2026, 3, 30), 1, 2),
+        (BERLIN, date(2026, 10, 26), 2, 1),
+        (NEW_YORK, date(2026, 3, 9), -5, -4),
+        (NEW_YORK, date(2026, 11, 2), -4, -5),
+    ],
+)
+def test_lms_two_zones_send_at_nine_local_on_both_sides_of_each_dst_change(
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    site: str,
+    monday: date,
+    offset_before: int,
+    offset_after: int,
+) -> None:
+    """The due-day reminder of a quiz due on the Monday after the change, and of one due on the
+    Monday before it: each goes out in the run after 09:00 local, not in the run before."""
+    for day, offset in ((monday - timedelta(days=7), offset_before), (monday, offset_after)):
+        nine = datetime.combine(day, time(9), UTC) - timedelta(hours=offset)
+        seeded = _site(sandbox, site, nine + timedelta(hours=8), learners=1)
+        _tenant(
+            db,
+            sandbox,
+            site,
+            seeded["course"],
+            before_days=0,
+            after_business_days=30,
+            channel="moodle",
+        )
+        before = _run(db_url, sandbox, nine - timedelta(minutes=5))
+        assert before.get(f"{site}:reminders_accepted", 0) == 0, (day, before)
+        after = _run(db_url, sandbox, nine + timedelta(minutes=5))
+        assert after[f"{site}:reminders_accepted"] == 1, (day, after)
+        due = db.execute(
+            "SELECT due_at, time_zone FROM lms_reminders WHERE action_type = 'due_day'"
+            " AND local_day = %s",
+            (day,),
+        ).fetchone()
+        assert due == {"due_at": nine, "time_zone": "Europe/Berlin" if site == BERLIN
+                       else "America/New_York"}  # fmt: skip
+
+
+def test_lms_after_three_days_down_each_assignment_gets_only_its_latest_due_reminder(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    # Due Wednesday 11 March: the reminders of Monday 9th and Wednesday 11th fall in the outage;
+    # the machine is back on Thursday 12th.
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=2)
+    _tenant(db, sandbox, BERLIN, seeded["course"])
+    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
+    back = _run(db_url, sandbox, _utc(2026, 3, 12, 9))
+    assert back[f"{BERLIN}:suppressed_superseded"] == 2
+    assert back[f"{BERLIN}:reminders_accepted"] == 2
+    assert len(_mails(sandbox)) == 2
+    rows = _reminders(db)
+    by_type = {(r["learner_id"], r["action_type"]): r for r in rows}
+    for learner in seeded["users"]:
+        assert by_type[(learner, "before_due")]["reason"] == "superseded"
+        assert by_type[(learner, "due_day")]["delivery_outcome"] == "confirmed"
+        assert by_type[(learner, "overdue")]["delivery_outcome"] == "planned"  # still ahead
+
+
+def test_lms_cli_sets_a_tenant_refuses_what_is_wrong_and_metrics_show_each_tenant(
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from followup_pipeline.cli import main
+
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_LMS_TOKENS", json.dumps(TOKENS))
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
+    assert main(["lms", "tenant", "set", BERLIN, "--name", "Academy"]) == 2
+    assert "a new tenant needs --moodle-url, --token-ref, --zone" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["lms", "tenant", "set", BERLIN, "--zone", "Mars/Olympus"])
+    assert "not a time zone: 'Mars/Olympus'" in capsys.readouterr().err
+    args = ["lms", "tenant", "set", BERLIN, "--name", "Academy", "--moodle-url",
+            f"{sandbox}/moodle/{BERLIN}", "--token-ref", "ACADEMY_BERLIN", "--zone",
+            "Europe/Berlin", "--courses", str(seeded["course"])]  # fmt: skip
+    assert main(args) == 2  # e-mail, the default channel, needs a sender
+    assert main([*args, "--sender", "followup@example.com"]) == 0
+    assert "tenant academy-berlin saved: dry, Europe/Berlin, email" in capsys.readouterr().out
+    # A new tenant is dry: every reminder recorded, none sent.
+    counts = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    assert counts[f"{BERLIN}:suppressed_dry_run"] == 1
+    assert _mails(sandbox) == []
+    assert main(["lms", "tenants"]) == 0
+    listed = capsys.readouterr().out
+    assert "academy-berlin: dry, Europe/Berlin, email from followup@example.com" in listed
+    assert "(ACADEMY_BERLIN: token set)" in listed
+    assert main(["lms", "opt-out", "nowhere", "7"]) == 2
+    assert "no tenant 'nowhere'" in capsys.readouterr().out
+    assert main(["lms", "status"]) == 0
+    status = capsys.readouterr().out.splitlines()
+    # By the real clock (months later), the due day's and the overdue reminder were never run.
+    assert status[1].split()[:4] == [BERLIN, "dry", "Europe/Berlin", "2"]
+    # /metrics: each tenant's reminders by state.
+    from followup_pipeline.ingress.app import create_app
+    from followup_pipeline_tests.ingress.conftest import ingress_settings
+    from followup_pipeline_tests.support import served
+
+    with served(create_app(ingress_settings(), db_url)) as base:
+        metrics = httpx.get(f"{base}/metrics", timeout=15).text
+    assert f'followup_lms_reminders{{tenant="{BERLIN}",state="overdue"}} 2' in metrics
+    assert f'followup_lms_reminders{{tenant="{BERLIN}",state="sent"}} 0' in metrics
+
+
+def test_lms_the_academys_owner_gets_the_week_once(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=2)
+    _tenant(db, sandbox, BERLIN, seeded["course"], owner="owner@example.com",
+            backup="backup@example.com")  # fmt: skip
+    _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))  # two reminders sent
+    resources = {
+        "postgres": PostgresResource(url=db_url),
+        "clock": ClockResource(start=_utc(2026, 3, 16, 6).isoformat(), ticking=False),
+        "moodle": MoodleResource(tokens=json.dumps(TOKENS)),
+        "outlook": OutlookResource(
+            login_url=f"{sandbox}/login",
+            graph_url=f"{sandbox}/graph",
+            tenant_id=SANDBOX.graph_tenant_id,
+            client_id=SANDBOX.graph_client_id,
+            client_secret=SANDBOX.graph_client_secret.get_secret_value(),
+            sender="followup@example.com",
+        ),
+    }
+    built = capability.build_defs(load_settings())
+    job = dg.Definitions.merge(built, dg.Definitions(resources=resources)).resolve_job_def(
+        "lms_weekly"
+    )
+    with dg.instance_for_test() as instance:
+        first = job.execute_in_process(instance=instance).output_for_node("mail_academy_owners")
+        again = job.execute_in_process(instance=instance).output_for_node("mail_academy_owners")
+    assert (first.get("sent"), again.get("already_sent")) == (1, 1)
+    messages = _control(sandbox, "GET", "/outbox")["messages"]
+    weekly = [m["message"] for m in messages if "week 2026-W12" in m["message"]["subject"]]
+    assert len(weekly) == 1
+    to = [r["emailAddress"]["address"] for r in weekly[0]["toRecipients"]]
+    assert to == ["owner@example.com", "backup@example.com"]
+    assert weekly[0]["subject"].startswith("Learning reminders, week 2026-W12: 2 sent")
+    assert "<tr><td>Confirmed (read back)</td><td>2</td></tr>" in weekly[0]["body"]["content"]
