@@ -18,6 +18,8 @@ from datetime import UTC, datetime, time
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import holidays
+
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms
 from followup_pipeline.store.db import connect, resolve_database_url
@@ -25,10 +27,12 @@ from followup_pipeline.store.db import connect, resolve_database_url
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     with connect(resolve_database_url(settings), autocommit=True) as conn:
-        rows = lms.status(conn, datetime.now(UTC))
+        now = datetime.now(UTC)
+        rows = lms.status(conn, now, since=now - lms.STATUS_WINDOW)
     if not rows:
         print("no tenants: add one with `followup lms tenant set`")
         return 0
+    print("overdue, failed and planned as they stand; the rest over the last 7 days")
     print(
         f"{'tenant':<20} {'mode':<5} {'zone':<20} {'overdue':>7} {'failed':>6} {'overtaken':>9} "
         f"{'opted out':>9} {'completed':>9} {'sent':>5} {'confirmed':>9} {'planned':>7}"
@@ -74,6 +78,12 @@ def _zone(text: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         raise argparse.ArgumentTypeError(f"not a time zone: {text!r}") from None
     return text
+
+
+def _country(text: str) -> str:
+    if text.upper() not in holidays.list_supported_countries():
+        raise argparse.ArgumentTypeError(f"no holiday calendar for country {text!r}")
+    return text.upper()
 
 
 def _set(args: argparse.Namespace, settings: Settings) -> int:
@@ -141,7 +151,7 @@ def register(commands: Any) -> None:
     setting.add_argument("--moodle-url", dest="moodle_url")
     setting.add_argument("--token-ref", dest="token_ref", help="its name in FOLLOWUP_LMS_TOKENS")
     setting.add_argument("--zone", dest="time_zone", type=_zone)
-    setting.add_argument("--holiday-country", dest="holiday_country")
+    setting.add_argument("--holiday-country", dest="holiday_country", type=_country)
     setting.add_argument("--holiday-subdivision", dest="holiday_subdivision")
     setting.add_argument("--channel", choices=("email", "moodle"))
     setting.add_argument("--sender", help="the mailbox e-mail reminders come from")

@@ -39,7 +39,7 @@ from followup_pipeline.ingress.signatures import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
-from followup_pipeline.store.lms import LMS_STATES, TenantStatus
+from followup_pipeline.store.lms import LMS_STATES, STATUS_WINDOW, TenantStatus
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,8 @@ class Ingress:
             self.pool.connection() as conn,
             conn.cursor(row_factory=typed_row(TenantStatus)) as cursor,
         ):
-            await cursor.execute(query("lms_status"), {"now": datetime.now(UTC)})
+            now = datetime.now(UTC)
+            await cursor.execute(query("lms_status"), {"now": now, "since": now - STATUS_WINDOW})
             for tenant in await cursor.fetchall():
                 for state in LMS_STATES:
                     values[f"lms|{tenant.tenant_id}|{state}"] = float(getattr(tenant, state))

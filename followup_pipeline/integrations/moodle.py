@@ -161,6 +161,10 @@ def _records(model: type[M], raws: list[Any], warnings: Sequence[Any] = ()) -> R
     return Records(records, invalid=invalid, warnings=warnings)
 
 
+#: The attempt states of a quiz the learner has done (``mod_quiz_get_user_quiz_attempts``).
+FINISHED = ("finished", "submitted")
+
+
 class MoodleClient:
     """One Moodle site's web services, through one token."""
 
@@ -233,10 +237,16 @@ class MoodleClient:
         )
         return _records(ActivityCompletion, *_listed(body, "statuses"))
 
-    def quiz_completed(self, course_id: int, user_id: int, coursemodule: int) -> bool:
+    def quiz_completed(
+        self, course_id: int, user_id: int, coursemodule: int, quiz_id: int | None = None
+    ) -> bool:
         """Whether the user completed the quiz whose activity is ``coursemodule`` (Moodle's
-        completion state 1, or 2 passed); False when Moodle tracks no completion of it."""
-        return quiz_is_complete(self.completion(course_id, user_id), coursemodule) is True
+        completion state 1, or 2 passed); where Moodle tracks no completion of it, whether an
+        attempt at ``quiz_id`` was finished or submitted (False without ``quiz_id``)."""
+        tracked = quiz_is_complete(self.completion(course_id, user_id), coursemodule)
+        if tracked is not None or quiz_id is None:
+            return tracked is True
+        return any(a.state in FINISHED for a in self.quiz_attempts(quiz_id, user_id))
 
     def quiz_attempts(self, quiz_id: int, user_id: int) -> Records[QuizAttempt]:
         """Every attempt of the user at the quiz, unfinished ones too (previews left out)."""

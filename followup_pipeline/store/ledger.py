@@ -29,6 +29,7 @@ SuppressReason = Literal[
     "shadow",
     "completed",
     "opted_out",
+    "expired",
 ]
 #: Outcomes of an action that may have reached the provider: ask it before anything else.
 MAYBE_DONE = ("attempted", "unknown", "accepted")

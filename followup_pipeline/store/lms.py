@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 import psycopg
@@ -104,6 +104,9 @@ class TenantStatus:
     planned: int
 
 
+#: The window of the settled counts that ``followup lms status``, /metrics and the weekly mail
+#: show (overdue, failures and planned are as they stand).
+STATUS_WINDOW = timedelta(days=7)
 #: What ``/metrics`` shows of each tenant's reminders (``followup_lms_reminders``).
 LMS_STATES = ("overdue", "failures", "superseded", "opted_out", "completed", "sent", "confirmed")
 
@@ -176,7 +179,8 @@ class Planned:
 
 
 def plan(conn: psycopg.Connection[Any], rows: Sequence[Planned]) -> int:
-    """Keep the planned reminders; how many were new."""
+    """Keep the planned reminders (moving what is still planned to a changed time or zone);
+    how many were new."""
     new = 0
     for row in rows:
         params = {
@@ -187,8 +191,16 @@ def plan(conn: psycopg.Connection[Any], rows: Sequence[Planned]) -> int:
             "local_day": row.local_day,
             "key": row.key,
         }
-        new += conn.execute(query("lms_reminder_plan"), params).fetchone() is not None
+        answer = conn.execute(query("lms_reminder_plan"), params).fetchone()
+        new += bool(answer and answer["new"])
     return new
+
+
+def retire_unassigned(conn: psycopg.Connection[Any], tenant_id: str, at: datetime) -> int:
+    """Suppress (``unassigned``) what is planned for assignments the sync at ``at`` did not see;
+    how many."""
+    params = {"tenant_id": tenant_id, "at": at}
+    return len(conn.execute(query("lms_reminders_unassigned"), params).fetchall())
 
 
 def drop_unplanned(
@@ -211,9 +223,13 @@ def drop_unplanned(
     return len(conn.execute(query("lms_reminders_replanned"), params).fetchall())
 
 
-def due(conn: psycopg.Connection[Any], tenant_id: str, now: datetime) -> list[DueRow]:
-    """The tenant's reminders due by ``now`` and not settled, oldest first."""
-    return fetch_all(conn, DueRow, query("lms_reminders_due"), {"tenant_id": tenant_id, "now": now})
+def due(
+    conn: psycopg.Connection[Any], tenant_id: str, now: datetime, *, confirm_since: datetime
+) -> list[DueRow]:
+    """The tenant's reminders due by ``now`` and not settled, oldest first, and those accepted
+    since ``confirm_since`` and not read back yet."""
+    params = {"tenant_id": tenant_id, "now": now, "confirm_since": confirm_since}
+    return fetch_all(conn, DueRow, query("lms_reminders_due"), params)
 
 
 def settle(
@@ -246,9 +262,9 @@ def opt_out(
     conn.execute(query("lms_opt_out"), params)
 
 
-def status(conn: psycopg.Connection[Any], now: datetime) -> list[TenantStatus]:
-    """Every tenant's reminders by outcome."""
-    return fetch_all(conn, TenantStatus, query("lms_status"), {"now": now})
+def status(conn: psycopg.Connection[Any], now: datetime, *, since: datetime) -> list[TenantStatus]:
+    """Every tenant's reminders: overdue, failed and planned now; settled since ``since``."""
+    return fetch_all(conn, TenantStatus, query("lms_status"), {"now": now, "since": since})
 
 
 def tenant(conn: psycopg.Connection[Any], tenant_id: str) -> Tenant | None:

@@ -110,7 +110,7 @@ CREATE TABLE followup.actions (
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text, 'reminder'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
-    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text, 'completed'::text, 'opted_out'::text]))),
+    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text, 'completed'::text, 'opted_out'::text, 'expired'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
     CONSTRAINT actions_suppressed_has_reason CHECK (((outcome = 'suppressed'::text) = (reason IS NOT NULL)))
 );

@@ -66,7 +66,8 @@ def remind_learners(
             )
             for name, value in remind_tenant(run, postgres, tenant, channel, settings).items():
                 counts[f"{tenant.id}:{name}"] += value
-        except (IntegrationError, KeyError) as error:
+        except (IntegrationError, KeyError, NotImplementedError) as error:
+            # NotImplementedError: the holidays package knows no such country (a tenant's typo).
             problems += 1
             context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
             counts[f"{tenant.id}:unreachable"] += 1
@@ -119,7 +120,7 @@ def mail_academy_owners(
     counts: Counter[str] = Counter()
     with postgres.connection() as conn:
         tenants = {t.id: t for t in lms.tenants(conn)}
-        rows = lms.status(conn, run.now)
+        rows = lms.status(conn, run.now, since=run.now - lms.STATUS_WINDOW)
     mailer = Mailer(run, postgres, outlook.get_client(), settings)
     for row in rows:
         tenant = tenants[row.tenant_id]

@@ -67,8 +67,11 @@ class LmsSite(Protocol):
         """The courses' quizzes."""
         ...
 
-    def quiz_completed(self, course_id: int, user_id: int, coursemodule: int) -> bool:
-        """Whether the learner completed the quiz (Moodle's completion state)."""
+    def quiz_completed(
+        self, course_id: int, user_id: int, coursemodule: int, quiz_id: int | None = None
+    ) -> bool:
+        """Whether the learner completed the quiz (Moodle's completion state, else a finished
+        attempt)."""
         ...
 
     def send_message(self, user_id: int, text: str, client_msg_id: str) -> Sent:

@@ -15,21 +15,25 @@ the learner's messages): ``confirmed``.
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from followup_pipeline.defs.lms.ports import LmsSite
-from followup_pipeline.defs.lms.sync import tenant_calendar
+from followup_pipeline.defs.lms.sync import CATCH_UP, tenant_calendar
 from followup_pipeline.domain.reminders import DueReminder, in_business_hours, latest_of_each
 from followup_pipeline.engine.ledger import ActionLedger
-from followup_pipeline.engine.mailer import Mailer, MailError
-from followup_pipeline.engine.scope import Database, RunScope
+from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
+from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger as rows
 from followup_pipeline.store import lms
 from followup_pipeline.store.lms import DueRow, Tenant
+from followup_pipeline.store.run_lock import RunLock
 
+#: How long a sent reminder that was not read back yet is asked about again.
+RECONFIRM = timedelta(days=2)
 #: What each reminder says first.
 OPENING = {
     "before_due": "is due in two days",
@@ -79,8 +83,9 @@ class TenantReminders:
     """One run's reminders of one tenant."""
 
     def __init__(
-        self, run: RunScope, db: Database, tenant: Tenant, channel: Channel, settings: Settings
-    ) -> None:
+        self, run: RunScope, db: LockableDatabase, tenant: Tenant, channel: Channel,
+        settings: Settings,
+    ) -> None:  # fmt: skip
         self.run = run
         self.db = db
         self.tenant = tenant
@@ -98,22 +103,37 @@ class TenantReminders:
             self.counts["outside_business_hours"] += 1
             return self.counts
         with self.db.connection() as conn:
-            due = lms.due(conn, tenant.id, now)
+            due = lms.due(conn, tenant.id, now, confirm_since=now - RECONFIRM)
         by_id = {row.id: row for row in due}
+        open_ = [row for row in due if row.delivery_outcome != "accepted"]
         reminders = [
             DueReminder(row.id, (row.tenant_id, row.learner_id, row.assignment_id),
                         row.action_type, row.due_at)
-            for row in due
+            for row in open_
         ]  # fmt: skip
         latest, overtaken = latest_of_each(reminders)
-        for reminder in overtaken:
-            self.suppress(by_id[reminder.id], "superseded")
-        for reminder in latest:
+        work = [(by_id[r.id], True) for r in overtaken] + [(by_id[r.id], False) for r in latest]
+        work += [(row, False) for row in due if row.delivery_outcome == "accepted"]
+        for row, overtaken_ in work:
             try:
-                self.one(by_id[reminder.id])
-            except _Left:
-                continue  # its re-check could not be made: the next run tries again
+                self.guarded(row, overtaken=overtaken_)
+            except (_Left, IntegrationError) as error:
+                # This reminder waits for the next run; the others go on.
+                self.counts["left_for_next_run"] += 1
+                self.run.log.warning("%s: left for the next run: %s", row.idempotency_key, error)
         return self.counts
+
+    def guarded(self, row: DueRow, *, overtaken: bool) -> None:
+        """One reminder, under a lock on its key: two runs at once cannot both send it."""
+        owner = self.run.run_id or "lms"
+        lock = RunLock.try_take(self.db.url, f"reminder:{row.idempotency_key}", owner=owner)
+        try:
+            if not lock.held:
+                self.counts["in_flight"] += 1
+                return
+            self.one(row, overtaken=overtaken)
+        finally:
+            lock.release()
 
     def spec(self, row: DueRow) -> rows.ActionSpec:
         """The ledger action of a reminder."""
@@ -131,40 +151,73 @@ class TenantReminders:
             },
         )
 
-    def one(self, row: DueRow) -> None:
-        """Re-check, then send or suppress one reminder."""
+    def one(self, row: DueRow, *, overtaken: bool) -> None:
+        """Settle what an earlier send left, then re-check, then send or suppress."""
         if self.ledger.dead(row.idempotency_key):
             self.counts["dead"] += 1  # failed its every attempt: a dead letter, alerted
             return
         prior = self.ledger.prior(row.idempotency_key)
-        if prior.done:  # sent by an earlier run whose record was not updated
-            self.settle(row, prior.action.outcome if prior.action else "accepted")
+        if prior.done and prior.action is not None:
+            # Sent by an earlier run: mirror it, and read it back if that was not done yet.
+            self.settle(row, prior.action.outcome)
+            if prior.action.outcome == "accepted":
+                self.confirm(row, self.read_back(row))
             return
-        if not prior.maybe_done:  # a send that may have gone is settled first, not re-checked
-            if row.completed_at is not None or self.completed(row):
-                self.suppress(row, "completed")
+        if prior.maybe_done:
+            if self.ledger.in_flight(prior):
+                self.counts["in_flight"] += 1  # its request may still be landing
                 return
-            with self.db.connection() as conn:
-                opted = lms.opted_out(conn, row.tenant_id, row.learner_id, row.action_type)
-            if opted:
-                self.suppress(row, "opted_out")
+            found = self.read_back(row)
+            if found is not None:  # it went: never sent again
+                self.ledger.found(self.spec(row), provider_ref=found, note="found by read-back")
+                self.settle(row, "accepted")
+                self.confirm(row, found)
                 return
-            if self.tenant.mode != "live":
-                self.suppress(row, "dry_run")
-                return
+        # Not sent (or never tried): check again before anything goes out.
+        if overtaken:
+            self.suppress(row, "superseded")
+            return
+        if self.run.now - row.due_at > CATCH_UP:
+            self.suppress(row, "expired")
+            return
+        closed = row.quiz_due_at is not None and self.run.now >= row.quiz_due_at
+        if row.action_type != "overdue" and closed:  # the quiz closed: the overdue one follows
+            self.suppress(row, "superseded")
+            return
+        if row.completed_at is not None or self.completed(row):
+            self.suppress(row, "completed")
+            return
+        with self.db.connection() as conn:
+            opted = lms.opted_out(conn, row.tenant_id, row.learner_id, row.action_type)
+        if opted:
+            self.suppress(row, "opted_out")
+            return
+        if self.tenant.mode != "live":
+            self.suppress(row, "dry_run")
+            return
         if self.tenant.channel == "moodle":
             self.by_moodle(row)
         else:
             self.by_mail(row)
 
+    def read_back(self, row: DueRow) -> str | None:
+        """The provider's id of the reminder's message, when it has it (Sent Items, or the
+        learner's messages in Moodle)."""
+        if self.tenant.channel == "moodle":
+            found = self.channel.site.find_message(row.learner_id, marker(row.idempotency_key))
+            return str(found.id) if found is not None else None
+        items = self.channel.sent_items
+        return items.find_sent(row.idempotency_key) if items is not None else None
+
     def completed(self, row: DueRow) -> bool:
-        """Moodle's completion state of the quiz, now; a completion is kept."""
+        """Moodle's completion state of the quiz (or a finished attempt), now; kept."""
         try:
-            done = self.channel.site.quiz_completed(row.course_id, row.learner_id, row.coursemodule)
+            done = self.channel.site.quiz_completed(
+                row.course_id, row.learner_id, row.coursemodule, row.assignment_id
+            )
         except IntegrationError as error:
             self.counts["recheck_failed"] += 1
-            self.run.log.warning("%s: completion unreadable, left: %s", row.idempotency_key, error)
-            raise _Left() from None
+            raise _Left(f"completion unreadable: {error}") from None
         if done:
             with self.db.connection() as conn, conn.transaction():
                 lms.mark_completed(
@@ -195,17 +248,25 @@ class TenantReminders:
                 )
         self.counts[f"reminders_{outcome}"] += 1
 
+    def refused(self, row: DueRow, why: str) -> None:
+        """A send that cannot be made for this learner: a failed attempt (no request), so that
+        it ends a dead letter after its attempts, alerted, rather than retried for ever."""
+        attempt = self.ledger.begin(self.spec(row))
+        if attempt is not None:
+            self.ledger.fail(attempt, why, maybe_done=False)
+        self.settle(row, "failed")
+
     def by_mail(self, row: DueRow) -> None:
-        """Send by e-mail once per key; read it back from Sent Items."""
-        mailer, items = self.channel.mailer, self.channel.sent_items
+        """Send by e-mail once per key (the mailer asks Sent Items after a lost answer)."""
+        mailer = self.channel.mailer
         if mailer is None or not row.learner_email:
-            self.counts["no_address"] += 1
-            self.settle(row, "failed")
+            self.refused(row, "the learner has no e-mail address in Moodle")
             return
         subject, text = message_text(row, self.tenant.time_zone)
         html = "<p>" + "</p><p>".join(
             part.replace("&", "&amp;").replace("<", "&lt;") for part in text.split("\n\n")
         ) + "</p>"  # fmt: skip
+        self.settle(row, "attempted")
         try:
             result = mailer.send_once(
                 key=row.idempotency_key,
@@ -229,27 +290,17 @@ class TenantReminders:
             self.counts["suppressed_dry_run"] += 1
             return
         self.settle(row, "accepted")
-        self.confirm(row, items.find_sent(row.idempotency_key) if items is not None else None)
+        self.confirm(row, self.read_back(row))
 
     def by_moodle(self, row: DueRow) -> None:
-        """Send as Moodle's own message once per key; read it back."""
-        site, key, mark = self.channel.site, row.idempotency_key, marker(row.idempotency_key)
-        prior = self.ledger.prior(key)
-        if self.ledger.in_flight(prior):
-            self.counts["in_flight"] += 1
-            return
-        spec = self.spec(row)
-        if prior.maybe_done:
-            found = site.find_message(row.learner_id, mark)
-            if found is not None:
-                self.ledger.found(spec, provider_ref=str(found.id), note="found in the messages")
-                self.settle(row, "accepted")
-                self.confirm(row, str(found.id))
-                return
-        attempt = self.ledger.begin(spec)
+        """Send as Moodle's own message once per key (no idempotency of Moodle's: the lock, the
+        ledger and the read-back before a resend); read it back."""
+        site, mark = self.channel.site, marker(row.idempotency_key)
+        attempt = self.ledger.begin(self.spec(row))
         if attempt is None:
             self.settle(row, "accepted")
             return
+        self.settle(row, "attempted")
         self.ledger.touch(attempt)
         _, text = message_text(row, self.tenant.time_zone)
         try:
@@ -264,11 +315,10 @@ class TenantReminders:
             return
         self.ledger.finish(attempt, "accepted", provider_ref=str(sent.msgid))
         self.settle(row, "accepted")
-        found = site.find_message(row.learner_id, mark)
-        self.confirm(row, str(found.id) if found is not None else None)
+        self.confirm(row, self.read_back(row))
 
     def confirm(self, row: DueRow, provider_ref: str | None) -> None:
-        """Read back: ``confirmed`` when the provider shows it."""
+        """Read back: ``confirmed`` when the provider shows it (else a later run asks again)."""
         if provider_ref is None:
             self.counts["not_read_back"] += 1
             return
@@ -283,7 +333,7 @@ class _Left(Exception):
 
 
 def remind_tenant(
-    run: RunScope, db: Database, tenant: Tenant, channel: Channel, settings: Settings
+    run: RunScope, db: LockableDatabase, tenant: Tenant, channel: Channel, settings: Settings
 ) -> Counter[str]:
     """The tenant's due reminders, each on its own: one that cannot be re-checked now waits."""
     return TenantReminders(run, db, tenant, channel, settings).run_due()

@@ -8,7 +8,7 @@ a run comes.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from followup_pipeline.defs.lms.ports import LmsSite
 from followup_pipeline.domain.calendar import BusinessCalendar
@@ -16,6 +16,10 @@ from followup_pipeline.domain.reminders import ReminderPlan, plan_reminders, rem
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.store import lms
 from followup_pipeline.store.lms import Tenant
+
+#: How far back a reminder is still worth sending: one due longer ago (a machine down for more
+#: than a week, a course added with a quiz long closed) is not sent (``expired``).
+CATCH_UP = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,9 @@ def sync_tenant(
         learners = site.enrolled_users(course_id)
         for quiz in (q for q in quizzes if q.course == course_id):
             for learner in learners:
-                done = completions and site.quiz_completed(course_id, learner.id, quiz.coursemodule)
+                done = completions and site.quiz_completed(
+                    course_id, learner.id, quiz.coursemodule, quiz.id
+                )
                 row = lms.Assignment(
                     tenant_id=tenant.id,
                     learner_id=learner.id,
@@ -70,9 +76,13 @@ def sync_tenant(
                 )
                 due_at = quiz.timeclose
                 assert due_at is not None  # filtered above
-                reminders = plan_reminders(
-                    due_at, zone=tenant.time_zone, plan=plan, calendar=calendar
-                )
+                reminders = [
+                    r
+                    for r in plan_reminders(
+                        due_at, zone=tenant.time_zone, plan=plan, calendar=calendar
+                    )
+                    if r.due_at >= now - CATCH_UP  # a quiz long closed is reminded of no more
+                ]
                 keys = [
                     reminder_key(tenant.id, learner.id, quiz.id, r.action_type, r.local_day)
                     for r in reminders
@@ -105,7 +115,9 @@ def sync_tenant(
                             for r, key in zip(reminders, keys, strict=True)
                         ],
                     )
-    if completions:
-        with db.connection() as conn, conn.transaction():
+    with db.connection() as conn, conn.transaction():
+        # Whatever this sync did not see (a learner gone, a quiz deleted or undated) is retired.
+        superseded += lms.retire_unassigned(conn, tenant.id, now)
+        if completions:
             lms.set_synced(conn, tenant.id, now)
     return Synced(assignments, planned, superseded, completed)

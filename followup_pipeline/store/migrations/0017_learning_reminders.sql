@@ -8,8 +8,8 @@ CREATE TABLE tenants (
                         CHECK (id ~ '^[a-z0-9][a-z0-9-]{0,62}$'),
     name                text NOT NULL,
     moodle_url          text NOT NULL,
-    -- Where the Moodle token is (a secret, never in this table): the name of an environment
-    -- variable, a `.env` entry, or a file of the secrets folder.
+    -- The name of the tenant's Moodle token in FOLLOWUP_LMS_TOKENS (a secret, never in this
+    -- table).
     token_ref           text NOT NULL CONSTRAINT tenants_token_ref_valid
                         CHECK (token_ref ~ '^[A-Z][A-Z0-9_]{0,99}$'),
     time_zone           text NOT NULL,
@@ -97,4 +97,4 @@ ALTER TABLE actions ADD CONSTRAINT actions_kind_valid
 ALTER TABLE actions DROP CONSTRAINT actions_reason_valid;
 ALTER TABLE actions ADD CONSTRAINT actions_reason_valid
     CHECK (reason IN ('deal_closed', 'superseded', 'paused', 'dry_run', 'nothing_due', 'shadow',
-                      'completed', 'opted_out'));
+                      'completed', 'opted_out', 'expired'));

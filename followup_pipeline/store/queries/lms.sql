@@ -55,8 +55,14 @@ INSERT INTO lms_reminders (tenant_id, learner_id, assignment_id, action_type, du
                            local_day, idempotency_key)
 VALUES (%(tenant_id)s, %(learner_id)s, %(quiz_id)s, %(action_type)s, %(due_at)s, %(time_zone)s,
         %(local_day)s, %(key)s)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id;
+ON CONFLICT (idempotency_key) DO UPDATE
+-- A plan made again after the tenant's time or zone changed moves what is still planned; one
+-- retired as unassigned comes back when the learner does.
+SET due_at = EXCLUDED.due_at, time_zone = EXCLUDED.time_zone, delivery_outcome = 'planned',
+    reason = NULL, settled_at = NULL
+WHERE lms_reminders.delivery_outcome = 'planned'
+   OR (lms_reminders.delivery_outcome = 'suppressed' AND lms_reminders.reason = 'unassigned')
+RETURNING (xmax = 0) AS new;
 
 -- name: lms_reminders_replanned
 -- Planned reminders of an assignment that its plan no longer holds (its due date moved, or it was
@@ -68,8 +74,20 @@ WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s
   AND NOT (idempotency_key = ANY(%(keep)s::text[]))
 RETURNING id;
 
+-- name: lms_reminders_unassigned
+-- Planned reminders of a tenant's assignments the last sync did not see (a learner unenrolled or
+-- suspended, a quiz deleted or without a due date any more): retired, reason `unassigned`.
+UPDATE lms_reminders r
+SET delivery_outcome = 'suppressed', reason = 'unassigned', settled_at = %(at)s
+FROM lms_assignments a
+WHERE (a.tenant_id, a.learner_id, a.quiz_id) = (r.tenant_id, r.learner_id, r.assignment_id)
+  AND r.tenant_id = %(tenant_id)s AND r.delivery_outcome = 'planned'
+  AND a.synced_at < %(at)s
+RETURNING r.id;
+
 -- name: lms_reminders_due
--- A tenant's reminders due by now and not settled, with what the send needs, oldest first.
+-- A tenant's reminders due by now and not settled, with what the send needs, oldest first; and
+-- those accepted lately but not read back yet (asked again).
 SELECT r.id, r.tenant_id, r.learner_id, r.assignment_id, r.action_type, r.due_at, r.time_zone,
        r.local_day, r.idempotency_key, r.delivery_outcome, a.course_id, a.coursemodule,
        a.learner_name, a.learner_email, a.quiz_name, a.due_at AS quiz_due_at, a.completed_at
@@ -77,7 +95,8 @@ FROM lms_reminders r
 JOIN lms_assignments a ON (a.tenant_id, a.learner_id, a.quiz_id)
                         = (r.tenant_id, r.learner_id, r.assignment_id)
 WHERE r.tenant_id = %(tenant_id)s AND r.due_at <= %(now)s
-  AND r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
+  AND (r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
+       OR (r.delivery_outcome = 'accepted' AND r.settled_at >= %(confirm_since)s))
 ORDER BY r.due_at, r.id;
 
 -- name: lms_reminder_settle
@@ -100,18 +119,25 @@ INSERT INTO lms_opt_outs (tenant_id, learner_id, action_type) VALUES
 ON CONFLICT DO NOTHING;
 
 -- name: lms_status
--- Per tenant, by now: reminders overdue (due and not settled), delivery failures (failed or
--- unclear), duplicates suppressed (overtaken), opted out, completed first, sent, confirmed.
+-- Per tenant: now, reminders overdue (due and not settled), delivery failures (failed or
+-- unclear) and planned ahead; since a moment, the duplicates suppressed (overtaken), opted out,
+-- completed first, dry, sent and confirmed.
 SELECT t.id AS tenant_id, t.mode, t.time_zone,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
                            AND r.due_at <= %(now)s)::int AS overdue,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('failed', 'unknown'))::int AS failures,
-       count(r.id) FILTER (WHERE r.reason = 'superseded')::int AS superseded,
-       count(r.id) FILTER (WHERE r.reason = 'opted_out')::int AS opted_out,
-       count(r.id) FILTER (WHERE r.reason = 'completed')::int AS completed,
-       count(r.id) FILTER (WHERE r.reason = 'dry_run')::int AS dry_run,
-       count(r.id) FILTER (WHERE r.delivery_outcome IN ('accepted', 'confirmed'))::int AS sent,
-       count(r.id) FILTER (WHERE r.delivery_outcome = 'confirmed')::int AS confirmed,
+       count(r.id) FILTER (WHERE r.reason = 'superseded' AND r.settled_at >= %(since)s)::int
+           AS superseded,
+       count(r.id) FILTER (WHERE r.reason = 'opted_out' AND r.settled_at >= %(since)s)::int
+           AS opted_out,
+       count(r.id) FILTER (WHERE r.reason = 'completed' AND r.settled_at >= %(since)s)::int
+           AS completed,
+       count(r.id) FILTER (WHERE r.reason = 'dry_run' AND r.settled_at >= %(since)s)::int
+           AS dry_run,
+       count(r.id) FILTER (WHERE r.delivery_outcome IN ('accepted', 'confirmed')
+                           AND r.settled_at >= %(since)s)::int AS sent,
+       count(r.id) FILTER (WHERE r.delivery_outcome = 'confirmed'
+                           AND r.settled_at >= %(since)s)::int AS confirmed,
        count(r.id) FILTER (WHERE r.delivery_outcome = 'planned' AND r.due_at > %(now)s)::int
            AS planned
 FROM tenants t LEFT JOIN lms_reminders r ON r.tenant_id = t.id
