@@ -52,6 +52,8 @@ SCHEDULES = [
     "crm_changes_nightly",
     "enrich_hourly",
     "evaluate_business_hours",
+    "lms_reminders_every_15_min",
+    "lms_weekly_monday",
     "morning_report_weekdays",
     "weekly_report_friday",
 ]

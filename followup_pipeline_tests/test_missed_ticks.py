@@ -171,16 +171,21 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
         "weekly_report_friday": [(friday.replace(hour=15), "2026-03-13")],
         # Every night, weekends too: the latest missed night is Saturday's.
         "crm_changes_nightly": [(friday.replace(day=14, hour=2), None)],
+        # Every quarter hour: the latest is the one just before the machine came back.
+        "lms_reminders_every_15_min": [(friday.replace(day=14, hour=12), None)],
+        "lms_weekly_monday": [(friday.replace(day=9, hour=7), None)],
     }
-    # Not max_catchup_runs: every schedule built from code counts as one without partitions.
-    assert sum(NOT_CAUGHT_UP in message for message in caplog.messages) == 5, caplog.messages
+    # Not max_catchup_runs: every schedule built from code counts as one without partitions
+    # (each that missed more than one tick says so; the weekly mail missed one).
+    assert sum(NOT_CAUGHT_UP in message for message in caplog.messages) == 6, caplog.messages
 
     # The missed ticks left no record, and the daemon does not come back to them.
     assert scheduler.ticks() == dict.fromkeys(scheduler.runs(), 1)
     assert scheduler.iterate(datetime(2026, 3, 15, 23, 59, tzinfo=BERLIN), restarted=True) == []
-    # Only Sunday night's sweep is new (the business-day schedules skip the weekend).
+    # Only Sunday night's sweep and the latest quarter hour are new (the business-day schedules
+    # skip the weekend).
     runs = scheduler.runs()
-    assert sum(len(runs) for runs in runs.values()) == 6
+    assert sum(len(runs) for runs in runs.values()) == 9
     assert runs["crm_changes_nightly"][0][0] == datetime(2026, 3, 15, 2, 0, tzinfo=BERLIN)
 
 
@@ -202,8 +207,12 @@ def test_missed_ticks_a_failed_tick_is_tried_again(
     # 11:00's tick of evaluate fails (and would be lost with max_tick_retries: 0) ...
     (error,) = scheduler.iterate(datetime(2026, 3, 5, 11, 0, 30, tzinfo=BERLIN))
     assert "the calendar failed once" in str(error)
-    assert scheduler.runs() == {}
+    eleven = datetime(2026, 3, 5, 11, 0, tzinfo=BERLIN)
+    quarter = {"lms_reminders_every_15_min": [(eleven, None)]}  # its own tick, unaffected
+    assert scheduler.runs() == quarter
     # ... and is evaluated again at the next iteration, a minute later: its run, its partition.
     assert scheduler.iterate(datetime(2026, 3, 5, 11, 1, 30, tzinfo=BERLIN)) == []
-    eleven = datetime(2026, 3, 5, 11, 0, tzinfo=BERLIN)
-    assert scheduler.runs() == {"evaluate_business_hours": [(eleven, "2026-03-05-11:00")]}
+    assert scheduler.runs() == {
+        "evaluate_business_hours": [(eleven, "2026-03-05-11:00")],
+        **quarter,
+    }
