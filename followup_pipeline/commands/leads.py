@@ -16,6 +16,7 @@ from followup_pipeline.domain.crm_lead import differences
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
+from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.lead_crm import CrmWrite, crm_writes_since
@@ -61,6 +62,7 @@ def _latest_per_lead(writes: list[CrmWrite]) -> list[CrmWrite]:
 
 
 def _compare(args: argparse.Namespace, settings: Settings) -> int:
+    settings = with_sandbox(settings)  # the CRM the running machine writes to
     since = datetime.combine(args.since, time(0), ZoneInfo(settings.timezone))
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         listed = crm_writes_since(conn, since, limit=COMPARE_LIMIT)

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import holidays
 
+from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms
 from followup_pipeline.store.db import connect, resolve_database_url
@@ -47,6 +48,7 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _tenants(args: argparse.Namespace, settings: Settings) -> int:
+    settings = with_sandbox(settings)  # the running machine's tokens, on the sandbox its own
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         rows = lms.tenants(conn)
     for t in rows:
@@ -87,6 +89,7 @@ def _country(text: str) -> str:
 
 
 def _set(args: argparse.Namespace, settings: Settings) -> int:
+    settings = with_sandbox(settings)
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         known = lms.tenant(conn, args.id)
         given = {
