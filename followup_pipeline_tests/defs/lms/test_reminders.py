@@ -440,3 +440,40 @@ def test_lms_a_learner_no_longer_enrolled_is_not_reminded_and_one_run_at_a_time_
     again = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
     assert again[f"{BERLIN}:reminders_confirmed"] == 1
     assert _mails(sandbox) == [f"learner1@{BERLIN}.example"]
+
+
+def test_lms_a_run_killed_after_graph_took_the_mail_and_before_its_commit_sends_nothing_twice(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    """The state a killed run leaves: the action committed ``attempted`` and the mail, with the
+    key it carried, in the mailbox. The next run finds it there and sends nothing."""
+    from followup_pipeline.integrations.outlook import OutlookClient
+
+    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
+    _tenant(db, sandbox, BERLIN, seeded["course"])
+    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
+    key = f"lms:{BERLIN}:{seeded['users'][0]}:{seeded['quiz']}:before_due:2026-03-09"
+    db.execute(
+        "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, attempts)"
+        " VALUES (%s, 'reminder', %s, 'Europe/Berlin', 'attempted', 1)",
+        (key, _utc(2026, 3, 9, 8)),
+    )
+    graph = OutlookClient(
+        f"{sandbox}/login", f"{sandbox}/graph", SANDBOX.graph_tenant_id, SANDBOX.graph_client_id,
+        SANDBOX.graph_client_secret.get_secret_value(), "followup@example.com",
+    )  # fmt: skip
+    try:
+        graph.send_mail(to=[f"learner0@{BERLIN}.example"], subject="Reminder", html="<p>x</p>",
+                        key=key)  # fmt: skip
+    finally:
+        graph.close()
+    counts = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
+    assert counts[f"{BERLIN}:reminders_accepted"] == 1
+    assert counts[f"{BERLIN}:reminders_confirmed"] == 1
+    assert len(_mails(sandbox)) == 1  # the killed run's, and no other
+    action = db.execute(
+        "SELECT outcome, attempts, last_error FROM actions WHERE idempotency_key = %s", (key,)
+    ).fetchone()
+    assert action is not None
+    assert action["outcome"] == "confirmed"
+    assert action["last_error"] == "found by read-back"
