@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -141,15 +142,15 @@ def test_crm_down_longer_than_the_retries_dead_letters_then_a_replay_writes_each
 ) -> None:
     defs = build_definitions(_settings(event_backoff_base_s=0, lead_max_retries=1))
     _fault(sandbox, vendor="espocrm", kind="outage", seconds=600)
-    emails = ["a@brandt-moebel.example", "b@hughes-design.example", "c@gmail.com"]
+    emails = ["a@brandt-moebel.example", "c@gmail.com"]
     for index, email in enumerate(emails):
         _store(db, "site-form", _form(email, name=f"Person {index}"), f"o{index}")
-    assert _run(defs, db_url, sandbox)["events_retried"] == 3
-    assert _run(defs, db_url, sandbox)["events_dead"] == 3
+    assert _run(defs, db_url, sandbox)["events_retried"] == 2
+    assert _run(defs, db_url, sandbox)["events_dead"] == 2
     dead = db.execute(
         "SELECT id, dead_step, last_error FROM events WHERE status = 'dead' ORDER BY id"
     ).fetchall()
-    assert [d["dead_step"] for d in dead] == ["0:crm_upsert"] * 3
+    assert [d["dead_step"] for d in dead] == ["0:crm_upsert"] * 2
     assert all("503" in d["last_error"] and "CRM Lead search" in d["last_error"] for d in dead)
     # One alert per dead letter, each named, for the owner and the backup.
     settings = _settings(ops_owner="ops@example.com", ops_backup="backup@example.com")
@@ -169,7 +170,7 @@ def test_crm_down_longer_than_the_retries_dead_letters_then_a_replay_writes_each
 
     assert main(["dead-letters", "replay", *(f"event:{d['id']}" for d in dead)]) == 0
     replayed = _run(defs, db_url, sandbox)
-    assert (replayed["events_done"], replayed["crm_created"]) == (3, 3)
+    assert (replayed["events_done"], replayed["crm_created"]) == (2, 2)
     asked_now = httpx.get(f"{sandbox}/_sandbox/mistral/requests", timeout=5).json()["requests"]
     assert len(asked_now) == asked
     for email in emails:
@@ -183,6 +184,7 @@ def test_crm_shadow_mode_writes_nothing_and_compare_shows_the_differences(
     sandbox: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     # The old automation made one of the two leads already, differently.
     with _crm(sandbox) as crm:
@@ -203,9 +205,12 @@ def test_crm_shadow_mode_writes_nothing_and_compare_shows_the_differences(
     assert [s["payload"]["op"] for s in shadow] == ["update", "create"]
     assert shadow[0]["payload"]["attributes"]["firstName"] == "Karl"  # fills what it lacks
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    # As on a machine `followup dev` started on its sandbox: the sandbox's settings in the home.
     key = SandboxConfig().espocrm_api_key.get_secret_value()
-    monkeypatch.setenv("FOLLOWUP_ESPOCRM_URL", f"{sandbox}/espocrm")
-    monkeypatch.setenv("FOLLOWUP_ESPOCRM_API_KEY", key)
+    monkeypatch.setenv("FOLLOWUP_HOME", str(tmp_path))
+    (tmp_path / "sandbox.env").write_text(
+        f"FOLLOWUP_ESPOCRM_URL={sandbox}/espocrm\nFOLLOWUP_ESPOCRM_API_KEY={key}\n"
+    )
     from followup_pipeline.cli import main
 
     capsys.readouterr()
