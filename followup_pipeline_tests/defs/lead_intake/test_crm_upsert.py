@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,17 @@ from followup_pipeline_tests.defs.lead_intake.test_intake import (
     _settings,
     _store,
 )
+
+#: One Dagster instance for the module's runs (making one costs about half a second a run).
+SHARED: dict[str, dg.DagsterInstance] = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_instance() -> Iterator[None]:
+    with dg.instance_for_test() as instance:
+        SHARED["instance"] = instance
+        yield
+    SHARED.clear()
 
 
 def _crm(sandbox: str) -> httpx.Client:
@@ -61,10 +73,10 @@ def _writes(sandbox: str) -> dict[str, int]:
 
 
 def _run(defs: dg.Definitions, db_url: str, sandbox: str) -> dict[str, Any]:
-    with dg.instance_for_test() as instance:
-        counts: dict[str, Any] = _intake(defs, db_url, sandbox, instance).output_for_node(
-            "normalise_leads"
-        )
+    instance = SHARED["instance"]
+    counts: dict[str, Any] = _intake(defs, db_url, sandbox, instance).output_for_node(
+        "normalise_leads"
+    )
     return counts
 
 

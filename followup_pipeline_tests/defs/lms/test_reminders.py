@@ -7,6 +7,7 @@ down only the latest due reminder of an assignment goes out."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -28,6 +29,18 @@ TOKENS = {
     "ACADEMY_BERLIN": SANDBOX.moodle_tokens[BERLIN].get_secret_value(),
     "ACADEMY_NEWYORK": SANDBOX.moodle_tokens[NEW_YORK].get_secret_value(),
 }
+
+
+#: One Dagster instance for the module's runs (making one costs about half a second a run).
+SHARED: dict[str, dg.DagsterInstance] = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_instance() -> Iterator[None]:
+    with dg.instance_for_test() as instance:
+        SHARED["instance"] = instance
+        yield
+    SHARED.clear()
 
 
 def _utc(*args: int) -> datetime:
@@ -99,8 +112,7 @@ def _run(db_url: str, sandbox: str, at: datetime, **settings: Any) -> dict[str, 
     job = dg.Definitions.merge(built, dg.Definitions(resources=resources)).resolve_job_def(
         "lms_reminders"
     )
-    with dg.instance_for_test() as instance:
-        result = job.execute_in_process(instance=instance)
+    result = job.execute_in_process(instance=SHARED["instance"])
     counts: dict[str, Any] = result.output_for_node("remind_learners")
     return counts
 
