@@ -101,6 +101,20 @@ def hmac_header(*, api_key: str, secret: str, method: str, path: str) -> str:
     return base64.b64encode(f"{api_key}:{digest}".encode()).decode()
 
 
+def api_root(base_url: str) -> str:
+    """The REST root of an installation: ``base_url`` with ``/api/v1`` (added if missing)."""
+    root = base_url.rstrip("/")
+    return root if root.endswith("/" + API_PREFIX) else f"{root}/{API_PREFIX}"
+
+
+def auth_headers(*, api_key: str, secret: str | None, method: str, path: str) -> dict[str, str]:
+    """The authentication of one request: ``X-Api-Key``, or with a secret the HMAC header."""
+    if secret:
+        signed = hmac_header(api_key=api_key, secret=secret, method=method, path=path)
+        return {"X-Hmac-Authorization": signed}
+    return {"X-Api-Key": api_key}
+
+
 def status_reason(response: httpx.Response) -> str:
     """EspoCRM's error message: the ``X-Status-Reason`` header (bodies are empty)."""
     return str(response.headers.get("X-Status-Reason", ""))[:300]
@@ -119,9 +133,7 @@ class EspoCrmClient:
         sleep: Sleep = time.sleep,
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
-        root = base_url.rstrip("/")
-        if not root.endswith("/" + API_PREFIX):
-            root = f"{root}/{API_PREFIX}"
+        root = api_root(base_url)
         self._api_key = api_key
         self._hmac_secret = hmac_secret
         client = build_client(root, transport=transport, timeouts=timeouts)
@@ -296,11 +308,7 @@ class EspoCrmClient:
     def _get(
         self, path: str, params: dict[str, Any], extra: dict[str, str] | None = None
     ) -> httpx.Response:
-        headers = {"X-Api-Key": self._api_key}
-        if self._hmac_secret:
-            headers = {
-                "X-Hmac-Authorization": hmac_header(
-                    api_key=self._api_key, secret=self._hmac_secret, method="GET", path=path
-                )
-            }
+        headers = auth_headers(
+            api_key=self._api_key, secret=self._hmac_secret, method="GET", path=path
+        )
         return self._http.request("GET", path, params=params, headers={**headers, **(extra or {})})

@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -19,12 +19,13 @@ import httpx
 from followup_pipeline.domain.crm_lead import Attributes, CrmLead
 from followup_pipeline.integrations.errors import NotFoundError, SchemaError
 from followup_pipeline.integrations.espocrm import (
-    API_PREFIX,
     LEAD_FIELDS,
     VENDOR,
-    hmac_header,
+    api_root,
+    auth_headers,
     status_reason,
 )
+from followup_pipeline.integrations.espocrm_models import parse_espo_datetime
 from followup_pipeline.integrations.http import (
     DEFAULT_TIMEOUTS,
     Sleep,
@@ -55,13 +56,13 @@ RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def _modified_at(value: object) -> datetime | None:
-    """EspoCRM's ``modifiedAt`` (UTC ``YYYY-MM-DD HH:MM:SS``); None when absent or unreadable (a
-    duplicate's value map may leave it out)."""
+    """EspoCRM's ``modifiedAt``; None when absent or unreadable (a duplicate's value map may
+    leave it out)."""
     try:
-        moment = datetime.fromisoformat(str(value))
+        moment = parse_espo_datetime(value)
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment if isinstance(moment, datetime) else None
 
 
 def _record(raw: Any, what: str) -> CrmLead:
@@ -87,9 +88,7 @@ class EspoLeadWriter:
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
         custom_fields: tuple[str, ...] = (),
     ) -> None:
-        root = base_url.rstrip("/")
-        if not root.endswith("/" + API_PREFIX):
-            root = f"{root}/{API_PREFIX}"
+        root = api_root(base_url)
         self._api_key = api_key
         self._hmac_secret = hmac_secret
         client = build_client(root, transport=transport, timeouts=timeouts)
@@ -170,12 +169,9 @@ class EspoLeadWriter:
     ) -> httpx.Response:
         if path != ENTITY and not path.startswith(f"{ENTITY}/"):
             raise ValueError(f"the lead writer reaches {ENTITY} only, not {path!r}")
-        auth = {"X-Api-Key": self._api_key}
-        if self._hmac_secret:
-            signed = hmac_header(
-                api_key=self._api_key, secret=self._hmac_secret, method=method, path=path
-            )
-            auth = {"X-Hmac-Authorization": signed}
+        auth = auth_headers(
+            api_key=self._api_key, secret=self._hmac_secret, method=method, path=path
+        )
         return self._http.request(
             method,
             path,

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from followup_pipeline.domain.classification import LeadClassification
 from followup_pipeline.domain.companies import CompanyFacts
 from followup_pipeline.store.db import fetch_one
 from followup_pipeline.store.queries import query
@@ -104,6 +105,33 @@ class Classified:
     source: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        checked: LeadClassification,
+        *,
+        event_id: int,
+        lead_id: int,
+        model: str,
+        source: str,
+        tokens: tuple[int | None, int | None] = (None, None),
+    ) -> Classified:
+        """A checked answer as it is stored, by the model (with its tokens) or by review."""
+        return cls(
+            event_id=event_id,
+            lead_id=lead_id,
+            segment=checked.segment,
+            intent=checked.intent,
+            priority=checked.priority,
+            summary=checked.summary,
+            language=checked.language,
+            reasons=list(checked.reasons),
+            model=model,
+            source=source,
+            prompt_tokens=tokens[0],
+            completion_tokens=tokens[1],
+        )
 
 
 def store_classification(

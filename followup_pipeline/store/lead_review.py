@@ -66,17 +66,8 @@ def decide_lead(
         raise LeadReviewError(f"lead event {event_id} has no lead")
     stored = store_classification(
         conn,
-        Classified(
-            event_id=event_id,
-            lead_id=lead_id,
-            segment=checked.segment,
-            intent=checked.intent,
-            priority=checked.priority,
-            summary=checked.summary,
-            language=checked.language,
-            reasons=list(checked.reasons),
-            model=item.model,
-            source="review",
+        Classified.of(
+            checked, event_id=event_id, lead_id=lead_id, model=item.model, source="review"
         ),
         now=now,
     )

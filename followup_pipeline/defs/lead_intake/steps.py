@@ -220,19 +220,13 @@ class Classifier:
         with self.conn.transaction():
             store.store_classification(
                 self.conn,
-                store.Classified(
+                store.Classified.of(
+                    checked,
                     event_id=event.id,
                     lead_id=lead_id,
-                    segment=checked.segment,
-                    intent=checked.intent,
-                    priority=checked.priority,
-                    summary=checked.summary,
-                    language=checked.language,
-                    reasons=list(checked.reasons),
                     model=answer.model,
                     source="model",
-                    prompt_tokens=usage.prompt_tokens,
-                    completion_tokens=usage.completion_tokens,
+                    tokens=(usage.prompt_tokens, usage.completion_tokens),
                 ),
                 now=now,
             )
