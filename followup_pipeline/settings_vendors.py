@@ -86,9 +86,13 @@ class VendorSettings(BaseSettings):
     company_lookup_api_key: SecretStr | None = None
 
     # --- Moodle (learning reminders) --------------------------------------------------------------
-    #: The tenants' Moodle web-service tokens: JSON map of a tenant's ``token_ref`` (upper-case,
-    #: e.g. ``ACADEMY_BERLIN``) to its token.
+    #: The tenants' Moodle web-service tokens and credential-platform keys: JSON map of a
+    #: tenant's ``token_ref`` or ``credential_token_ref`` (upper-case, e.g. ``ACADEMY_BERLIN``)
+    #: to its token or key.
     lms_tokens: SecretStr | None = None
+    #: The credential platform (Accredible) the tenants' certificates are issued to; the real one
+    #: is ``https://api.accredible.com`` (``https://eu.api.accredible.com`` in the EU).
+    credentials_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/accredible")
 
     @field_validator("lms_tokens")
     @classmethod

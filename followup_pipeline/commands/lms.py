@@ -6,6 +6,7 @@
 - ``lms tenant set ID --name … --moodle-url … --token-ref … --zone … [--channel email|moodle]
   [--sender ADDRESS] [--courses 3,4] [--mode off|dry|live] …``: add or change a tenant (a new
   one starts ``dry``: every reminder is recorded, none is sent, until it is set ``live``).
+- ``lms queue``, ``lms content …``, ``lms certificates``: ``lms_work.py``.
 - ``lms opt-out TENANT LEARNER [--type before_due|due_day|overdue]``: the learner wants no more
   reminders (of that type).
 """
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import fields, replace
 from datetime import UTC, datetime, time
 from typing import Any
@@ -20,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import holidays
 
+from followup_pipeline.commands.lms_work import register_work
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms
@@ -131,11 +134,28 @@ def _opt_out(args: argparse.Namespace, settings: Settings) -> int:
 
 #: What ``tenant set`` can change, and what a new tenant needs.
 FIELDS = tuple(
-    f.name for f in fields(lms.Tenant) if f.name not in ("id", "synced_at", "created_at")
+    f.name for f in fields(lms.Tenant) if f.name != "id" and f.name not in lms.NOT_SET_BY_HAND
 )
 REQUIRED = ("name", "moodle_url", "token_ref", "time_zone")
 #: Options named otherwise than their field.
 OPTION = {"time_zone": "--zone", "course_ids": "--courses", "remind_at": "--at"}
+
+
+def _groups(text: str) -> dict[str, int]:
+    """``7=9549,8=9550``: course id → credential group id."""
+    try:
+        pairs = [part.split("=") for part in text.split(",") if part.strip()]
+        return {str(int(course)): int(group) for course, group in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "course=group pairs, e.g. 7=9549,8=9550 (none: an empty text)"
+        ) from None
+
+
+def _ref(text: str) -> str:
+    if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,99}", text):
+        raise argparse.ArgumentTypeError(f"a name like ACADEMY_BERLIN_CREDENTIALS, not {text!r}")
+    return text
 
 
 def register(commands: Any) -> None:
@@ -167,9 +187,22 @@ def register(commands: Any) -> None:
     setting.add_argument("--mode", choices=("off", "dry", "live"))
     setting.add_argument("--owner")
     setting.add_argument("--backup")
+    setting.add_argument(
+        "--credential-token-ref",
+        dest="credential_token_ref",
+        type=_ref,
+        help="the name of its credential platform key in FOLLOWUP_LMS_TOKENS",
+    )
+    setting.add_argument(
+        "--certificate-groups",
+        dest="credential_groups",
+        type=_groups,
+        help="which credential group certifies each course: 7=9549,8=9550",
+    )
     setting.set_defaults(handler=_set)
     out = sub.add_parser("opt-out", help="a learner wants no more reminders")
     out.add_argument("tenant")
     out.add_argument("learner", type=int)
     out.add_argument("--type", default="all", choices=("all", "before_due", "due_day", "overdue"))
     out.set_defaults(handler=_opt_out)
+    register_work(sub)

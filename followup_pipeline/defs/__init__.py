@@ -28,6 +28,7 @@ from followup_pipeline.defs import (
 )
 from followup_pipeline.engine.worker import EventHandlers
 from followup_pipeline.integrations.resources import (
+    AccredibleResource,
     ClickUpResource,
     CompanyLookupResource,
     EspoCrmResource,
@@ -125,6 +126,12 @@ def build_resources(settings: Settings) -> dict[str, object]:
     # The tenants' Moodle tokens, a secret like the others (none: no tenant can be reached).
     tokens = dg.EnvVar("FOLLOWUP_LMS_TOKENS") if settings.lms_tokens else "{}"
     resources["moodle"] = MoodleResource(
+        tokens=tokens,
+        timeout_s=settings.vendor_timeout_s,
+        connect_timeout_s=settings.vendor_connect_timeout_s,
+    )
+    resources["accredible"] = AccredibleResource(
+        base_url=str(settings.credentials_url),
         tokens=tokens,
         timeout_s=settings.vendor_timeout_s,
         connect_timeout_s=settings.vendor_connect_timeout_s,

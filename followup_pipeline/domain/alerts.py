@@ -45,8 +45,9 @@ def fingerprint(job: str, error_type: str, message: str) -> str:
 
 
 #: What raised an alert.
-AlertKind = Literal["run_failure", "dead_letter", "pending_events", "stale_evaluate"]
+AlertKind = Literal["run_failure", "dead_letter", "pending_events", "stale_evaluate", "catch_up"]
 _PREFIX: dict[AlertKind, str] = {
+    "catch_up": "queue",
     "run_failure": "run",
     "dead_letter": "dead",
     "pending_events": "pending",
@@ -123,6 +124,12 @@ def _what_to_do(item: AlertItem, names: Sequence[str], ui_url: str) -> list[str]
         return [
             f"See what failed: followup dead-letters show {names[0]}",
             f"After fixing the cause, replay: followup dead-letters replay {joined}",
+        ]
+    if item.kind == "catch_up":
+        return [
+            "An action of learning reminders that can be neither done nor suppressed waits "
+            "for its owner: `followup lms queue` lists it with why.",
+            "It closes by itself once the action is done or settled.",
         ]
     if item.kind == "pending_events":
         return [

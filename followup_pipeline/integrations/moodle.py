@@ -40,6 +40,8 @@ from followup_pipeline.integrations.moodle_models import (
     FUNCTIONS,
     ActivityCompletion,
     CompletionState,
+    CourseCompletion,
+    CourseModule,
     FoundMessage,
     MoodleUser,
     Quiz,
@@ -292,6 +294,47 @@ class MoodleClient:
                 except ValidationError as exc:
                     raise schema_error(raw, exc, vendor=VENDOR) from None
         return None
+
+    def course_completed(self, course_id: int, user_id: int) -> bool:
+        """Whether the learner met the course's completion requirements (Moodle's course
+        completion state). A course without criteria or with completion off is a
+        ``MoodleError`` (``nocriteriaset``, ``cannotviewreport``)."""
+        body = self._call(
+            "core_completion_get_course_completion_status",
+            {"courseid": course_id, "userid": user_id},
+        )
+        raw = body.get("completionstatus") if isinstance(body, dict) else body
+        try:
+            return CourseCompletion.model_validate(raw).completed
+        except ValidationError as exc:
+            raise schema_error(raw, exc, vendor=VENDOR) from None
+
+    def course_module(self, cmid: int) -> CourseModule:
+        """A course module as the token's user sees it."""
+        body = self._call("core_course_get_course_module", {"cmid": cmid})
+        raw = body.get("cm") if isinstance(body, dict) else body
+        try:
+            return CourseModule.model_validate(raw)
+        except ValidationError as exc:
+            raise schema_error(raw, exc, vendor=VENDOR) from None
+
+    def module_visible(self, cmid: int) -> bool:
+        """Whether the course module is visible to learners now; a ``SchemaError`` when the
+        token's user may not see that (``visible`` needs ``moodle/course:manageactivities``)."""
+        module = self.course_module(cmid)
+        if module.visible is None:
+            problem = "not sent: the token's user may not manage the course's activities"
+            raise SchemaError(
+                vendor=VENDOR, record_id=str(cmid), field="visible", problem=problem, raw=module
+            )
+        return module.visible == 1
+
+    def show_module(self, cmid: int, course_id: int) -> None:
+        """Make the course module visible (the course format's state action ``cm_show``, which
+        replaced the deprecated ``core_course_edit_module``). Showing a shown module changes
+        nothing, so a retry is safe."""
+        params = {"action": "cm_show", "courseid": course_id, "ids": [cmid]}
+        self._call("core_courseformat_update_course", params)
 
     def _sender(self) -> int:
         if self._token_user is None:

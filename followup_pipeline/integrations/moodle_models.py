@@ -20,6 +20,9 @@ FUNCTIONS = (
     "mod_quiz_get_user_quiz_attempts",
     "core_message_send_instant_messages",
     "core_message_get_messages",
+    "core_completion_get_course_completion_status",
+    "core_courseformat_update_course",
+    "core_course_get_course_module",
 )
 
 T = TypeVar("T")
@@ -177,3 +180,22 @@ def quiz_is_complete(statuses: Sequence[ActivityCompletion], coursemodule: int) 
         if status.cmid == coursemodule:
             return status.state in (CompletionState.COMPLETE, CompletionState.COMPLETE_PASS)
     return None
+
+
+class CourseCompletion(_Record):
+    """A learner's course completion (``core_completion_get_course_completion_status``'s
+    ``completionstatus``): whether they met the course's requirements."""
+
+    completed: bool
+    aggregation: int
+
+
+class CourseModule(_Record):
+    """A course module (``core_course_get_course_module``'s ``cm``). ``visible`` is only sent to
+    a token whose user may manage the course's activities; None otherwise."""
+
+    id: int
+    course: int
+    name: str
+    modname: str
+    visible: int | None = None

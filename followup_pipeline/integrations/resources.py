@@ -14,6 +14,7 @@ from typing import Generic, Protocol, TypeVar
 import dagster as dg
 from pydantic import PrivateAttr
 
+from followup_pipeline.integrations.accredible import AccredibleClient
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.company_lookup import CompanyLookupClient
 from followup_pipeline.integrations.espocrm import EspoCrmClient
@@ -182,6 +183,34 @@ class MoodleResource(dg.ConfigurableResource["MoodleResource"]):
             timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
             self._clients[key] = MoodleClient(base_url, token, timeouts=timeouts)
         return self._clients[key]
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+class AccredibleResource(dg.ConfigurableResource["AccredibleResource"]):
+    """The tenants' accounts on the credential platform, one client per key (closed with the
+    resource); ``tokens`` is the JSON map of key names to keys (``FOLLOWUP_LMS_TOKENS``)."""
+
+    _clients: dict[str, AccredibleClient] = PrivateAttr(default_factory=dict)
+    base_url: str
+    tokens: str = "{}"
+    timeout_s: float = DEFAULT_TIMEOUTS.read_s
+    connect_timeout_s: float = DEFAULT_TIMEOUTS.connect_s
+
+    def account(self, token_ref: str) -> AccredibleClient:
+        """The client of a tenant's account; ``KeyError`` naming ``token_ref`` when no key is
+        configured under it (never the key)."""
+        if token_ref not in self._clients:
+            tokens = json.loads(self.tokens or "{}")
+            key = tokens.get(token_ref) if isinstance(tokens, dict) else None
+            if not isinstance(key, str) or not key:
+                raise KeyError(f"no credential platform key {token_ref!r} in FOLLOWUP_LMS_TOKENS")
+            timeouts = Timeouts(self.timeout_s, self.connect_timeout_s)
+            self._clients[token_ref] = AccredibleClient(self.base_url, key, timeouts=timeouts)
+        return self._clients[token_ref]
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         for client in self._clients.values():

@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from followup_pipeline.sandbox import activity, persist
+from followup_pipeline.sandbox.accredible import accredible_app
 from followup_pipeline.sandbox.clickup import clickup_app, rate_limiter
 from followup_pipeline.sandbox.companies import pdl_app
 from followup_pipeline.sandbox.config import SandboxConfig
@@ -130,6 +131,7 @@ def create_app(
             Mount("/graph", app=VendorGate(graph_app(state), "graph", state)),
             Mount("/mistral", app=VendorGate(mistral_app(state), "mistral", state)),
             Mount("/pdl", app=VendorGate(pdl_app(state), "pdl", state)),
+            Mount("/accredible", app=VendorGate(accredible_app(state), "accredible", state)),
             # A Moodle site per tenant: /moodle/{site}/webservice/rest/server.php
             Mount("/moodle", app=moodle_gate(state)),
             Mount("/_sandbox", app=control_app(state)),

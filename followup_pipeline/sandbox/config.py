@@ -135,6 +135,18 @@ class SandboxConfig(BaseModel):
         }
     )
 
+    # Accredible (the credential platform): the API keys it accepts (one per academy) and its
+    # groups (a course's certificate design) by id
+    accredible_keys: dict[str, SecretStr] = Field(
+        default_factory=lambda: {
+            "academy-berlin": SecretStr("sandbox-accredible-berlin-key"),
+            "academy-newyork": SecretStr("sandbox-accredible-newyork-key"),
+        }
+    )
+    accredible_groups: dict[int, str] = Field(
+        default_factory=lambda: {9549: "Onboarding certificate", 9550: "Safety certificate"}
+    )
+
     # Sandbox
     seed: int = 0
     #: Where the world is kept across restarts (``persist.py``); None: in memory only.

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from followup_pipeline.sandbox import accredible, moodle_course
 from followup_pipeline.sandbox import moodle_demo as moodle
 from followup_pipeline.sandbox.config import WebhookSpec
 from followup_pipeline.sandbox.demo import demo_data
@@ -228,6 +229,7 @@ def control_app(state: SandboxState) -> Starlette:
     routes = [
         Route("/reset", reset, methods=["POST"]),
         *moodle_routes(state),
+        *accredible.control_routes(state),
         Route("/deals", create_deals, methods=["POST"]),
         Route("/deals", list_deals, methods=["GET"]),
         Route("/deals/{id}", patch_deal, methods=["PATCH"]),
@@ -302,6 +304,13 @@ def moodle_routes(state: SandboxState) -> list[Route]:
         params = request.path_params
         return JSONResponse(moodle.read_message(state, params["site"], params["message_id"]))
 
+    async def course(request: Request) -> Response:
+        params = request.path_params
+        body = await _body(request, {})
+        changed = moodle_course.set_course(state, params["site"], params["course_id"], body)
+        return JSONResponse(changed)
+
+    add_module = moodle_course.add_module
     quiz = "/moodle/{site}/quizzes/{quiz_id:int}"
     return [
         Route("/moodle", sites, methods=["GET"]),
@@ -310,6 +319,8 @@ def moodle_routes(state: SandboxState) -> list[Route]:
         Route("/moodle/{site}/users", adding("users", moodle.add_user), methods=["POST"]),
         Route("/moodle/{site}/enrolments", adding("enrolments", moodle.enrol), methods=["POST"]),
         Route("/moodle/{site}/quizzes", adding("quizzes", moodle.add_quiz), methods=["POST"]),
+        Route("/moodle/{site}/modules", adding("modules", add_module), methods=["POST"]),
+        Route("/moodle/{site}/courses/{course_id:int}", course, methods=["PATCH"]),
         Route(quiz, on_quiz(moodle.change_quiz), methods=["PATCH"]),
         Route(f"{quiz}/complete", on_quiz(moodle.complete_quiz, 201), methods=["POST"]),
         Route(f"{quiz}/attempts", on_quiz(moodle.attempt, 201), methods=["POST"]),

@@ -37,13 +37,21 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_COMPANY_LOOKUP_URL": f"{base}/pdl",
         "FOLLOWUP_COMPANY_LOOKUP_API_KEY": config.pdl_api_key.get_secret_value(),
         # The demo tenants' Moodle tokens, by the names their rows give (ACADEMY_BERLIN, …).
+        # and their Accredible keys (ACADEMY_BERLIN_CREDENTIALS, …).
         "FOLLOWUP_LMS_TOKENS": json.dumps(
             {
-                site.upper().replace("-", "_"): token.get_secret_value()
-                for site, token in config.moodle_tokens.items()
+                **{
+                    site.upper().replace("-", "_"): token.get_secret_value()
+                    for site, token in config.moodle_tokens.items()
+                },
+                **{
+                    site.upper().replace("-", "_") + "_CREDENTIALS": key.get_secret_value()
+                    for site, key in config.accredible_keys.items()
+                },
             },
             separators=(",", ":"),
         ),
+        "FOLLOWUP_CREDENTIALS_URL": f"{base}/accredible",
         "FOLLOWUP_ESPOCRM_WEBHOOKS": json.dumps(hooks, separators=(",", ":")),
         # The site form's and the payment provider's secrets (senders.py), so that the
         # machine's ingress accepts what the sandbox sends to `…/site-form` and `…/payment`.

@@ -156,6 +156,27 @@ def pdl_error(
     return JSONResponse(body, status, headers=headers)
 
 
+#: Accredible's published error bodies by status (its API reference, "Common Error Formats").
+_ACCREDIBLE_ERRORS: dict[int, Any] = {
+    400: {"code": 400, "message": "Bad request", "status": "invalid_request", "errors": {}},
+    403: {"errors": "Private Certificate, use key"},
+    404: {"errors": "Doesn't exist"},
+    422: {"errors": "Invalid Group"},
+    429: {"errors": "Too many requests"},
+    500: {"errors": "Internal server error"},
+}
+
+
+def accredible_error(status: int, body: Any = None) -> Response:
+    """Accredible: ``{"errors": …}`` (a text, or field → messages), and a 401 in plain text."""
+    if status == 401 and body is None:
+        return Response(b"HTTP Token: Access denied.\n", 401, media_type="text/plain")
+    if status in (502, 503, 504) and body is None:
+        return HTMLResponse(f"<html><body><h1>{status}</h1></body></html>", status)
+    chosen = body if body is not None else _ACCREDIBLE_ERRORS.get(status, {"errors": "Error"})
+    return JSONResponse(chosen, status)
+
+
 def vendor_error(
     vendor: str, status: int, retry_after: int = 1, *, legacy_mistral: bool = False
 ) -> Response:
@@ -168,5 +189,7 @@ def vendor_error(
         return clickup_error(status)
     if vendor == "graph":
         return graph_error(status, retry_after=retry_after if status in (429, 503) else None)
+    if vendor == "accredible":
+        return accredible_error(status)
     retry = retry_after if status in (429, 503) else None
     return mistral_error(status, legacy=legacy_mistral, retry_after=retry)

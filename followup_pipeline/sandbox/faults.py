@@ -31,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from followup_pipeline.sandbox.errors import ESPO_ERROR_STATUSES
 
-Vendor = Literal["espocrm", "clickup", "graph", "mistral", "pdl", "moodle", "webhooks"]
+Vendor = Literal[
+    "espocrm", "clickup", "graph", "mistral", "pdl", "moodle", "accredible", "webhooks"
+]
 FaultKind = Literal[
     "error",
     "outage",
@@ -61,6 +63,7 @@ ALLOWED_KINDS: dict[str, set[str]] = {
     "mistral": _HTTP_KINDS | {"invalid_output"},
     "pdl": _HTTP_KINDS,  # People Data Labs (company lookup)
     "moodle": _HTTP_KINDS - {"rate_limit"},  # Moodle has no rate limiting
+    "accredible": _HTTP_KINDS,  # the credential platform
     "webhooks": {"drop", "duplicate", "latency"},
 }
 

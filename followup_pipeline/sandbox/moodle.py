@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from followup_pipeline.sandbox.gate import VendorGate
+from followup_pipeline.sandbox.moodle_course import COURSE_FUNCTIONS
 from followup_pipeline.sandbox.moodle_demo import site_world
 from followup_pipeline.sandbox.moodle_functions import (
     FUNCTIONS,
@@ -36,8 +37,11 @@ from followup_pipeline.sandbox.moodle_functions import (
 )
 from followup_pipeline.sandbox.state import Record, SandboxState
 
+#: Every function the double answers.
+SERVED_FUNCTIONS = {**FUNCTIONS, **COURSE_FUNCTIONS}
 #: Functions Moodle has that the double does not serve: never in a token's service here.
 UNSERVED = (
+    "core_course_edit_module",
     "core_course_get_updates_since",
     "core_message_get_conversation_messages",
     "core_message_get_user_message_preferences",
@@ -86,6 +90,18 @@ PARAMETERS: dict[str, dict[str, tuple[Any, Any]]] = {
         "status": ("alpha", "finished"),
         "includepreviews": ("bool", False),
     },
+    "core_completion_get_course_completion_status": {
+        "courseid": ("int", REQUIRED),
+        "userid": ("int", REQUIRED),
+    },
+    "core_courseformat_update_course": {
+        "action": ("alphanumext", REQUIRED),
+        "courseid": ("int", REQUIRED),
+        "ids": (["int"], []),
+        "targetsectionid": ("int", None),
+        "targetcmid": ("int", None),
+    },
+    "core_course_get_course_module": {"cmid": ("int", REQUIRED)},
     "core_message_send_instant_messages": {"messages": ([_MESSAGE], REQUIRED)},
     "core_message_get_messages": {
         "useridto": ("int", REQUIRED),
@@ -200,13 +216,13 @@ def run(call: Call, token: Any, function: Any, params: Record) -> Any:
         raise MoodleException("sitemaintenance", SITE_MAINTENANCE)
     if not isinstance(function, str) or not function:
         raise invalid("Missing function name")
-    if function not in FUNCTIONS and function not in UNSERVED:
+    if function not in SERVED_FUNCTIONS and function not in UNSERVED:
         raise missing("external_functions")
     if function not in world["service"]:
         debuginfo = ACCESS_DEBUGINFO.format(function)
         text = "Access control exception"
         raise MoodleException("accessexception", text, "webservice_access_exception", debuginfo)
-    return FUNCTIONS[function](call, validate(PARAMETERS[function], params))
+    return SERVED_FUNCTIONS[function](call, validate(PARAMETERS[function], params))
 
 
 def moodle_app(state: SandboxState) -> Starlette:

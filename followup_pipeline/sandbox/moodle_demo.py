@@ -26,6 +26,9 @@ SERVED = (
     "mod_quiz_get_user_quiz_attempts",
     "core_message_send_instant_messages",
     "core_message_get_messages",
+    "core_completion_get_course_completion_status",
+    "core_courseformat_update_course",
+    "core_course_get_course_module",
 )
 #: Moodle's role ids of the standard roles.
 ROLES = {"manager": 1, "editingteacher": 3, "teacher": 4, "student": 5}
@@ -39,7 +42,7 @@ SITE_FLAGS: dict[str, type] = dict.fromkeys(("sitename", "lang", "timezone"), st
 SITE_FLAGS |= dict.fromkeys(("messaging", "maintenance", "debug", "readallmessages"), bool)
 #: The tables of a site's world.
 TABLES: tuple[str, ...] = ("users", "courses", "enrolments", "quizzes", "completions")
-TABLES += ("attempts", "messages", "conversations")
+TABLES += ("attempts", "messages", "conversations", "modules")
 #: The first id of each table (1 is the guest and the site course, 2 the admin).
 FIRST_IDS = {"user": 3, "course": 2, "quiz": 1, "cm": 40, "attempt": 500, "message": 100}
 

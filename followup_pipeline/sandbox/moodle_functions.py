@@ -388,5 +388,6 @@ def shown(call: Call, message: Record, to: Record | None, sender: Record | None)
 Function = Callable[[Call, Record], Any]
 _ANSWERS: tuple[Function, ...] = (site_info, enrolled_users, quizzes, completion, quiz_attempts)
 _ANSWERS += (send_messages, get_messages)
-#: The served functions by name (``moodle_demo.SERVED``, in its order).
-FUNCTIONS: dict[str, Function] = dict(zip(SERVED, _ANSWERS, strict=True))
+#: The served functions by name (``moodle_demo.SERVED``, in its order; the course functions
+#: that follow are ``moodle_course.py``'s).
+FUNCTIONS: dict[str, Function] = dict(zip(SERVED[: len(_ANSWERS)], _ANSWERS, strict=True))

@@ -44,6 +44,7 @@ def snapshot(state: SandboxState) -> dict[str, Any]:
         ],
         "senders": [message.describe() for message in state.senders.messages.values()],
         "moodle": state.moodle,
+        "credentials": state.credentials,
     }
 
 
@@ -108,6 +109,7 @@ def load(state: SandboxState, path: Path) -> bool:
         for item in data.get("senders", []):  # a file from before has none
             state.senders.restore(item)
         state.moodle.update(data.get("moodle", {}))  # the Moodle sites' worlds
+        state.credentials.update(data.get("credentials", {}))  # Accredible's
         # A seeded source would give the ids of the first run again (a new task would replace
         # an old one): after a restart, ids come from the system's randomness.
         state.rng.seed()

@@ -54,6 +54,8 @@ class SandboxState:
     #: The Moodle sites' worlds by site name (``moodle_demo.py``): courses, users, enrolments,
     #: quizzes, completions, attempts and the messages sent, as plain JSON (``persist.py``).
     moodle: dict[str, Record] = field(default_factory=dict)
+    #: Accredible's credentials by id (``accredible.py``), as plain JSON (``persist.py``).
+    credentials: dict[str, Record] = field(default_factory=dict)
     tokens: dict[str, float] = field(default_factory=dict)
     rate_windows: dict[str, RateWindow] = field(default_factory=dict)
     stats: dict[str, Counter[str]] = field(default_factory=dict)
@@ -85,6 +87,7 @@ class SandboxState:
         self.mailboxes[:] = self.config.graph_mailboxes
         self.model_requests.clear()
         self.moodle.clear()
+        self.credentials.clear()
         self.rate_windows.clear()
         self.stats.clear()
         self.writes.clear()

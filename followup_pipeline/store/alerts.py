@@ -41,9 +41,12 @@ class Signal:
     message: str
     occurred_at: datetime
     run_id: str | None = None
+    #: Whom the alert goes to besides the operations list (a catch-up item's owner and backup).
+    also_to: tuple[str, ...] = ()
 
     def params(self) -> dict[str, object]:
         return {
+            "also_to": list(self.also_to),
             "kind": self.kind,
             "source": self.source,
             "fingerprint": self.fingerprint,
@@ -231,6 +234,12 @@ def recorded(conn: psycopg.Connection[Any], sources: Sequence[str]) -> set[str]:
 def rows_of(conn: psycopg.Connection[Any], key: str) -> list[AlertRow]:
     """The rows the alert ``key`` is about."""
     return fetch_all(conn, AlertRow, query("alert_rows_of_key"), {"key": key})
+
+
+def also_to(conn: psycopg.Connection[Any], key: str) -> list[str]:
+    """Whom the alert ``key`` goes to besides the operations list."""
+    found = conn.execute(query("alert_also_to"), {"key": key}).fetchall()
+    return [str(row["address"]) for row in found]
 
 
 def held_since(conn: psycopg.Connection[Any], key: str) -> datetime | None:

@@ -18,7 +18,17 @@ from psycopg.types.json import Jsonb
 from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction, storable
 from followup_pipeline.store.queries import query
 
-Kind = Literal["task", "close_task", "task_update", "report", "alert", "crm_lead", "reminder"]
+Kind = Literal[
+    "task",
+    "close_task",
+    "task_update",
+    "report",
+    "alert",
+    "crm_lead",
+    "reminder",
+    "certificate",
+    "publication",
+]
 FinalOutcome = Literal["accepted", "confirmed", "failed", "unknown"]
 SuppressReason = Literal[
     "deal_closed",

@@ -10,6 +10,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from followup_pipeline.store.db import fetch_all
 from followup_pipeline.store.queries import query
@@ -37,13 +38,24 @@ class Tenant:
     mode: str = "dry"
     owner: str | None = None
     backup: str | None = None
+    #: The credential platform's key of the tenant: its name in FOLLOWUP_LMS_TOKENS.
+    credential_token_ref: str | None = None
+    #: Which credential group certifies each course: {"7": 12} (course id as text).
+    credential_groups: dict[str, int] = field(default_factory=dict)
     synced_at: datetime | None = None
+    certificates_checked_at: datetime | None = None
     created_at: datetime | None = None
 
     def params(self) -> dict[str, object]:
         """The upsert's parameters."""
-        names = [f.name for f in fields(self) if f.name not in ("synced_at", "created_at")]
-        return {name: getattr(self, name) for name in names}
+        names = [f.name for f in fields(self) if f.name not in NOT_SET_BY_HAND]
+        values: dict[str, object] = {name: getattr(self, name) for name in names}
+        values["credential_groups"] = Jsonb(self.credential_groups)
+        return values
+
+
+#: What a tenant's upsert leaves as the runs record it.
+NOT_SET_BY_HAND = ("synced_at", "certificates_checked_at", "created_at")
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ CREATE TABLE followup.actions (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     replayed_attempts integer DEFAULT 0 NOT NULL,
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
-    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text, 'reminder'::text]))),
+    CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text, 'reminder'::text, 'certificate'::text, 'publication'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
     CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text, 'completed'::text, 'opted_out'::text, 'expired'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
@@ -137,7 +137,8 @@ CREATE TABLE followup.alerts (
     action_key text,
     held integer DEFAULT 0 NOT NULL,
     counted_in text,
-    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text])))
+    also_to text[] DEFAULT '{}'::text[] NOT NULL,
+    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text, 'catch_up'::text])))
 );
 
 ALTER TABLE followup.alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -343,11 +344,79 @@ CREATE TABLE followup.lms_assignments (
     last_successful_action_at timestamp with time zone
 );
 
+CREATE TABLE followup.lms_certificates (
+    tenant_id text NOT NULL,
+    learner_id bigint NOT NULL,
+    course_id bigint NOT NULL,
+    group_id bigint NOT NULL,
+    learner_name text,
+    learner_email text,
+    completed_at timestamp with time zone NOT NULL,
+    generation integer DEFAULT 1 NOT NULL,
+    idempotency_key text NOT NULL,
+    state text DEFAULT 'missing'::text NOT NULL,
+    reason text,
+    credential_id text,
+    confirmed_at timestamp with time zone,
+    lost_at timestamp with time zone,
+    seen_at timestamp with time zone NOT NULL,
+    CONSTRAINT lms_certificates_generation_check CHECK ((generation > 0)),
+    CONSTRAINT lms_certificates_state_valid CHECK ((state = ANY (ARRAY['missing'::text, 'attempted'::text, 'issued'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
+    CONSTRAINT lms_certificates_suppressed_has_reason CHECK (((state = 'suppressed'::text) = (reason IS NOT NULL)))
+);
+
+CREATE TABLE followup.lms_content (
+    tenant_id text NOT NULL,
+    content_id text NOT NULL,
+    version integer NOT NULL,
+    title text NOT NULL,
+    course_id bigint NOT NULL,
+    cmid bigint NOT NULL,
+    publish_at timestamp with time zone NOT NULL,
+    approved_by text,
+    approved_at timestamp with time zone,
+    state text DEFAULT 'waiting'::text NOT NULL,
+    reason text,
+    idempotency_key text NOT NULL,
+    published_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT lms_content_approval_whole CHECK (((approved_by IS NULL) = (approved_at IS NULL))),
+    CONSTRAINT lms_content_id_valid CHECK ((content_id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$'::text)),
+    CONSTRAINT lms_content_state_valid CHECK ((state = ANY (ARRAY['waiting'::text, 'attempted'::text, 'published'::text, 'confirmed'::text, 'superseded'::text, 'failed'::text, 'unknown'::text]))),
+    CONSTRAINT lms_content_version_check CHECK ((version > 0))
+);
+
 CREATE TABLE followup.lms_opt_outs (
     tenant_id text NOT NULL,
     learner_id bigint NOT NULL,
     action_type text DEFAULT 'all'::text NOT NULL,
     opted_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE followup.lms_queue (
+    id bigint NOT NULL,
+    tenant_id text NOT NULL,
+    action_key text NOT NULL,
+    kind text NOT NULL,
+    what text NOT NULL,
+    reason text NOT NULL,
+    owner text NOT NULL,
+    backup text,
+    queued_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    closed_at timestamp with time zone,
+    closed_how text,
+    CONSTRAINT lms_queue_closed_whole CHECK (((closed_at IS NULL) = (closed_how IS NULL))),
+    CONSTRAINT lms_queue_kind_valid CHECK ((kind = ANY (ARRAY['reminder'::text, 'certificate'::text, 'publication'::text])))
+);
+
+ALTER TABLE followup.lms_queue ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.lms_queue_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 CREATE TABLE followup.lms_reminders (
@@ -460,9 +529,14 @@ CREATE TABLE followup.tenants (
     backup text,
     synced_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    credential_token_ref text,
+    credential_groups jsonb DEFAULT '{}'::jsonb NOT NULL,
+    certificates_checked_at timestamp with time zone,
     CONSTRAINT tenants_after_business_days_check CHECK (((after_business_days >= 1) AND (after_business_days <= 30))),
     CONSTRAINT tenants_before_days_check CHECK (((before_days >= 0) AND (before_days <= 30))),
     CONSTRAINT tenants_channel_valid CHECK ((channel = ANY (ARRAY['email'::text, 'moodle'::text]))),
+    CONSTRAINT tenants_credential_groups_valid CHECK ((jsonb_typeof(credential_groups) = 'object'::text)),
+    CONSTRAINT tenants_credential_token_ref_valid CHECK ((credential_token_ref ~ '^[A-Z][A-Z0-9_]{0,99}$'::text)),
     CONSTRAINT tenants_email_has_sender CHECK (((channel <> 'email'::text) OR (sender IS NOT NULL))),
     CONSTRAINT tenants_hours_end_check CHECK (((hours_end >= 1) AND (hours_end <= 24))),
     CONSTRAINT tenants_hours_start_check CHECK (((hours_start >= 0) AND (hours_start <= 23))),
@@ -611,8 +685,23 @@ ALTER TABLE ONLY followup.leads
 ALTER TABLE ONLY followup.lms_assignments
     ADD CONSTRAINT lms_assignments_pkey PRIMARY KEY (tenant_id, learner_id, quiz_id);
 
+ALTER TABLE ONLY followup.lms_certificates
+    ADD CONSTRAINT lms_certificates_key_unique UNIQUE (idempotency_key);
+
+ALTER TABLE ONLY followup.lms_certificates
+    ADD CONSTRAINT lms_certificates_pkey PRIMARY KEY (tenant_id, learner_id, course_id);
+
+ALTER TABLE ONLY followup.lms_content
+    ADD CONSTRAINT lms_content_key_unique UNIQUE (idempotency_key);
+
+ALTER TABLE ONLY followup.lms_content
+    ADD CONSTRAINT lms_content_pkey PRIMARY KEY (tenant_id, content_id, version);
+
 ALTER TABLE ONLY followup.lms_opt_outs
     ADD CONSTRAINT lms_opt_outs_pkey PRIMARY KEY (tenant_id, learner_id, action_type);
+
+ALTER TABLE ONLY followup.lms_queue
+    ADD CONSTRAINT lms_queue_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY followup.lms_reminders
     ADD CONSTRAINT lms_reminders_key_unique UNIQUE (idempotency_key);
@@ -671,6 +760,8 @@ CREATE INDEX lead_classifications_lead ON followup.lead_classifications USING bt
 
 CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
 
+CREATE UNIQUE INDEX lms_queue_one_open ON followup.lms_queue USING btree (action_key) WHERE (closed_at IS NULL);
+
 CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id, due_at) WHERE (delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'failed'::text, 'unknown'::text]));
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
@@ -713,8 +804,17 @@ ALTER TABLE ONLY followup.lead_events
 ALTER TABLE ONLY followup.lms_assignments
     ADD CONSTRAINT lms_assignments_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
 
+ALTER TABLE ONLY followup.lms_certificates
+    ADD CONSTRAINT lms_certificates_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
+
+ALTER TABLE ONLY followup.lms_content
+    ADD CONSTRAINT lms_content_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
+
 ALTER TABLE ONLY followup.lms_opt_outs
     ADD CONSTRAINT lms_opt_outs_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
+
+ALTER TABLE ONLY followup.lms_queue
+    ADD CONSTRAINT lms_queue_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
 
 ALTER TABLE ONLY followup.lms_reminders
     ADD CONSTRAINT lms_reminders_tenant_id_learner_id_assignment_id_fkey FOREIGN KEY (tenant_id, learner_id, assignment_id) REFERENCES followup.lms_assignments(tenant_id, learner_id, quiz_id);

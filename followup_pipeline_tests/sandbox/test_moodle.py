@@ -18,6 +18,8 @@ from followup_pipeline.sandbox import (
     persist,
     sandbox_state,
 )
+from followup_pipeline.sandbox.moodle import SERVED_FUNCTIONS
+from followup_pipeline.sandbox.moodle_course import COURSE_FUNCTIONS
 from followup_pipeline.sandbox.moodle_demo import SERVED, load_demo
 from followup_pipeline.sandbox.moodle_functions import FUNCTIONS
 from followup_pipeline_tests.sandbox.conftest import Sandbox, SandboxFactory
@@ -158,7 +160,9 @@ async def test_the_fixtures_request_gets_an_answer_of_the_fixtures_shape(
 
 
 def test_the_double_serves_the_functions_the_fixtures_and_the_client_name() -> None:
-    assert list(FUNCTIONS) == list(SERVED) == FUNCTION_FIXTURES
+    # The course functions' shapes are checked in integrations/test_moodle_course.py.
+    assert list(FUNCTIONS) == FUNCTION_FIXTURES
+    assert list(SERVED_FUNCTIONS) == list(SERVED) == FUNCTION_FIXTURES + list(COURSE_FUNCTIONS)
     assert set(CLIENT_FUNCTIONS) == set(SERVED)
 
 

@@ -11,6 +11,7 @@ import psycopg
 
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import lms_queue
 from followup_pipeline.store.alerts import PendingEvent, Signal
 from followup_pipeline.store.dead_letters import dead_letters
 
@@ -25,7 +26,9 @@ def dead_letter_signals(conn: psycopg.Connection[Any], settings: Settings) -> li
     own ledger action is left out: alerting never alerts about itself."""
     found = []
     for letter in dead_letters(conn, max_attempts=settings.action_max_attempts):
-        if letter.name.startswith("action:alert:"):
+        if letter.name.startswith(("action:alert:", "action:lms")):
+            # Alerting never alerts about itself; a learning action's dead letter is in the
+            # catch-up queue, alerted there with its owner (catch_up_signals).
             continue
         step = f" at step {letter.step}" if letter.step else ""
         found.append(
@@ -115,3 +118,24 @@ def stale_signal(
         message=f"no successful run for {_minutes(silence)} of business hours; {last}",
         occurred_at=now,
     )
+
+
+def catch_up_signals(conn: psycopg.Connection[Any]) -> list[Signal]:
+    """Every open item of the learning reminders' catch-up queue, one signal each, to the
+    operations list and the item's owner and backup."""
+    return [
+        Signal(
+            kind="catch_up",
+            source=f"queue:{item.id}",
+            fingerprint=f"queue:{item.action_key}",
+            subject=f"{item.tenant_id}: {item.what}",
+            message=(
+                f"{item.reason}. Owner: {item.owner}"
+                + (f", backup: {item.backup}" if item.backup else "")
+                + f". Key {item.action_key}."
+            ),
+            occurred_at=item.queued_at,
+            also_to=tuple(a for a in (item.owner, item.backup) if a and "@" in a),
+        )
+        for item in lms_queue.items(conn, closed_since=None)
+    ]

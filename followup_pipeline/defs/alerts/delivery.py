@@ -155,7 +155,10 @@ class AlertDelivery:
         mail, ids = self.render(key)
         if self.mailer.ledger.prior(clickup_key(key)).done:
             return Delivered(key, "clickup", "sent before")
+        with self.postgres.connection() as conn:
+            also = store.also_to(conn, key)
         recipients = self.settings.ops_recipients()
+        recipients += [a for a in also if a.lower() not in {r.lower() for r in recipients}]
         if recipients:
             send = partial(
                 self.mailer.send_once,

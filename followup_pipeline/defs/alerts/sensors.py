@@ -7,7 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from followup_pipeline.defs.alerts.checks import dead_letter_signals, pending_signal, stale_signal
+from followup_pipeline.defs.alerts.checks import (
+    catch_up_signals,
+    dead_letter_signals,
+    pending_signal,
+    stale_signal,
+)
 from followup_pipeline.defs.alerts.delivery import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.alerts import fingerprint, self_alert_key
@@ -176,6 +181,9 @@ def check_tick(
         for episode in (lag, silence):
             if episode is not None:
                 store.record(conn, episode, window=None)
+        # Each item of the learning reminders' catch-up queue, once, to its owner too.
+        for item in catch_up_signals(conn):
+            store.record(conn, item, window=None)
         waiting = store.unsent(conn)
     if waiting and not (settings.ops_recipients() or settings.ops_clickup_list_id):
         context.log.error(

@@ -8,6 +8,11 @@ per tenant and time zone, as durable records that survive a restart.
   re-checked, then sent once through the action ledger or suppressed with the reason
   (``remind.py``). A tenant whose Moodle or mailbox fails is counted and left for the next run;
   the others go on.
+- The same run publishes each tenant's content that is due, approved and current
+  (``publish.py``), and, once an hour per tenant, reconciles its certificates: Moodle's course
+  completions against what the credential platform confirms (``certify.py``). What can be
+  neither done nor suppressed goes to the catch-up queue with the tenant's owner
+  (``catch_up.py``).
 - ``lms_weekly``, Monday 07:00 in the team's zone: each tenant's reminders by outcome in one
   mail to the academy's owner and backup, once per tenant and ISO week.
 """
@@ -18,13 +23,19 @@ from html import escape
 
 import dagster as dg
 
+from followup_pipeline.defs.lms.certify import CHECK_EVERY, certify_tenant
+from followup_pipeline.defs.lms.publish import publish_tenant
 from followup_pipeline.defs.lms.remind import Channel, remind_tenant
 from followup_pipeline.defs.lms.sync import sync_tenant
 from followup_pipeline.engine.mailer import Mailer
 from followup_pipeline.engine.runs import SINGLETON_TAG, RunCounts, outcome_output
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.errors import IntegrationError
-from followup_pipeline.integrations.resources import MoodleResource, OutlookResource
+from followup_pipeline.integrations.resources import (
+    AccredibleResource,
+    MoodleResource,
+    OutlookResource,
+)
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms
@@ -66,7 +77,7 @@ def remind_learners(
             )
             for name, value in remind_tenant(run, postgres, tenant, channel, settings).items():
                 counts[f"{tenant.id}:{name}"] += value
-        except (IntegrationError, KeyError, NotImplementedError) as error:
+        except TENANT_ERRORS as error:
             # NotImplementedError: the holidays package knows no such country (a tenant's typo).
             problems += 1
             context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
@@ -75,13 +86,89 @@ def remind_learners(
     return outcome_output(context, "partial" if problems else "ok", dict(counts))
 
 
+#: What makes a tenant unreachable for one run (its Moodle, its key, its calendar's country):
+#: counted and left for the next run, the other tenants go on.
+TENANT_ERRORS = (IntegrationError, KeyError, NotImplementedError)
+
+
+@dg.op
+def publish_content(
+    context: dg.OpExecutionContext,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    moodle: MoodleResource,
+    clock: ClockResource,
+) -> dg.Output[RunCounts]:
+    """Each tenant's content due now: published once if approved and current, else held with
+    the reason (and queued with the owner)."""
+    run = RunScope(clock.now(), context.run_id, context.log)
+    counts: Counter[str] = Counter()
+    problems = 0
+    with postgres.connection() as conn:
+        tenants = [t for t in lms.tenants(conn) if t.mode != "off"]
+    for tenant in tenants:
+        try:
+            site = moodle.site(tenant.moodle_url, tenant.token_ref)
+            for name, value in publish_tenant(run, postgres, tenant, site, settings).items():
+                counts[f"{tenant.id}:{name}"] += value
+        except TENANT_ERRORS as error:
+            problems += 1
+            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
+            counts[f"{tenant.id}:unreachable"] += 1
+    return outcome_output(context, "partial" if problems else "ok", dict(counts))
+
+
+@dg.op
+def reconcile_certificates(
+    context: dg.OpExecutionContext,
+    settings: dg.ResourceParam[Settings],
+    postgres: PostgresResource,
+    moodle: MoodleResource,
+    accredible: AccredibleResource,
+    clock: ClockResource,
+) -> dg.Output[RunCounts]:
+    """Once an hour per tenant that certifies courses: Moodle's completions against what the
+    credential platform holds; what is missing issued and read back."""
+    run = RunScope(clock.now(), context.run_id, context.log)
+    counts: Counter[str] = Counter()
+    problems = 0
+    with postgres.connection() as conn:
+        tenants = [
+            t
+            for t in lms.tenants(conn)
+            if t.mode != "off" and t.credential_groups and t.credential_token_ref
+        ]
+    for tenant in tenants:
+        last = tenant.certificates_checked_at
+        if last is not None and run.now - last < CHECK_EVERY:
+            counts[f"{tenant.id}:checked_lately"] += 1
+            continue
+        assert tenant.credential_token_ref is not None  # filtered above
+        try:
+            site = moodle.site(tenant.moodle_url, tenant.token_ref)
+            platform = accredible.account(tenant.credential_token_ref)
+            done = certify_tenant(run, postgres, tenant, site, platform, settings)
+            for name, value in done.items():
+                counts[f"{tenant.id}:{name}"] += value
+        except TENANT_ERRORS as error:
+            problems += 1
+            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
+            counts[f"{tenant.id}:unreachable"] += 1
+    return outcome_output(context, "partial" if problems else "ok", dict(counts))
+
+
 @dg.job(
-    description="Learning reminders: sync each tenant's Moodle, send what is due, once.",
+    description=(
+        "Learning reminders: sync each tenant's Moodle, send what is due, publish approved "
+        "content, reconcile certificates; each once."
+    ),
     tags={SINGLETON_TAG: "lms_reminders", "dagster/max_runtime": str(MAX_RUNTIME_S)},
     executor_def=dg.in_process_executor,
 )
 def lms_reminders() -> None:
     remind_learners()
+    publish_content()
+    reconcile_certificates()
 
 
 def weekly_text(row: lms.TenantStatus, week: str) -> tuple[str, str]:

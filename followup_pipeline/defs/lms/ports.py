@@ -1,9 +1,10 @@
-"""What learning reminders need of an LMS site (a tenant's Moodle), as Protocols: the sync reads
-courses' learners, quizzes and completions; the send re-checks a completion and sends or reads
-back a message."""
+"""What learning reminders need of an LMS site (a tenant's Moodle) and of a credential platform,
+as Protocols: the sync reads courses' learners, quizzes and completions; the send re-checks a
+completion and sends or reads back a message; certificates read course completions and issue and
+read back credentials; publishing shows a course module and reads it back."""
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
 from typing import Protocol
 
 
@@ -80,4 +81,54 @@ class LmsSite(Protocol):
 
     def find_message(self, user_id: int, marker: str) -> Found | None:
         """The message to the learner whose text holds ``marker``."""
+        ...
+
+
+class CourseSite(Protocol):
+    """What certificates and content publishing need of a tenant's Moodle."""
+
+    def enrolled_users(self, course_id: int) -> Sequence[Learner]:
+        """The course's learners."""
+        ...
+
+    def course_completed(self, course_id: int, user_id: int) -> bool:
+        """Whether the learner met the course's completion requirements (Moodle's state)."""
+        ...
+
+    def show_module(self, cmid: int, course_id: int) -> None:
+        """Make a course module visible to learners."""
+        ...
+
+    def module_visible(self, cmid: int) -> bool:
+        """Whether the course module is visible to learners now."""
+        ...
+
+
+class Issued(Protocol):
+    """A credential on the platform: its id, recipient and whether it carries our key."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def email(self) -> str: ...
+
+    def carries(self, key: str) -> bool:
+        """Whether it was issued under our ledger ``key``."""
+        ...
+
+
+class CredentialPlatform(Protocol):
+    """A tenant's account on the credential platform."""
+
+    def issue(self, *, group_id: int, name: str, email: str, issued_on: date, key: str) -> Issued:
+        """Create a credential (no idempotency of the platform's)."""
+        ...
+
+    def credential(self, credential_id: str) -> Issued | None:
+        """The credential of this id, None when the platform has none."""
+        ...
+
+    def in_group(self, group_id: int) -> Iterable[Issued]:
+        """Every credential of the group, as the platform holds it now."""
         ...

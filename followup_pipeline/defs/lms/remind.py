@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from followup_pipeline.defs.lms.catch_up import CatchUp
 from followup_pipeline.defs.lms.ports import LmsSite
 from followup_pipeline.defs.lms.sync import CATCH_UP, tenant_calendar
 from followup_pipeline.domain.reminders import DueReminder, in_business_hours, latest_of_each
@@ -28,7 +29,7 @@ from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger as rows
-from followup_pipeline.store import lms
+from followup_pipeline.store import lms, lms_queue
 from followup_pipeline.store.lms import DueRow, Tenant
 from followup_pipeline.store.run_lock import RunLock
 
@@ -93,6 +94,7 @@ class TenantReminders:
         self.settings = settings
         self.counts: Counter[str] = Counter()
         self.ledger = ActionLedger.of(db, run, settings)
+        self.queue = CatchUp(db, tenant, settings, run.now)
 
     def run_due(self) -> Counter[str]:
         """Send, suppress or leave every reminder due now; the counts."""
@@ -154,7 +156,23 @@ class TenantReminders:
     def one(self, row: DueRow, *, overtaken: bool) -> None:
         """Settle what an earlier send left, then re-check, then send or suppress."""
         if self.ledger.dead(row.idempotency_key):
-            self.counts["dead"] += 1  # failed its every attempt: a dead letter, alerted
+            # Failed its every attempt: past its catch-up window it expires (and leaves the
+            # queue); until then it waits in the catch-up queue with the tenant's owner.
+            if self.run.now - row.due_at > CATCH_UP:
+                self.suppress(row, "expired")
+                return
+            if row.completed_at is not None:  # the learner completed it meanwhile
+                self.suppress(row, "completed")
+                return
+            self.counts["dead"] += 1
+            action = self.ledger.prior(row.idempotency_key).action
+            error = action.last_error if action is not None else None
+            who = row.learner_name or f"learner {row.learner_id}"
+            what = f"{row.action_type} reminder of {who} for {row.quiz_name}"
+            reason = f"it failed every attempt ({error or 'no error recorded'}); replay it with "
+            reason += f"`followup dead-letters replay action:{row.idempotency_key}`"
+            if self.queue.park(row.idempotency_key, "reminder", what, reason):
+                self.counts["queued"] += 1
             return
         prior = self.ledger.prior(row.idempotency_key)
         if prior.done and prior.action is not None:
@@ -231,6 +249,7 @@ class TenantReminders:
         with self.db.connection() as conn, conn.transaction():
             if rows.suppress(conn, self.spec(row), reason=reason):
                 lms.settle(conn, row.id, "suppressed", reason=reason, at=self.run.now)
+                lms_queue.close(conn, row.idempotency_key, f"suppressed: {reason}", at=self.run.now)
                 self.counts[f"suppressed_{reason}"] += 1
                 return
             action = rows.action_by_key(conn, row.idempotency_key)
@@ -243,6 +262,7 @@ class TenantReminders:
         with self.db.connection() as conn, conn.transaction():
             lms.settle(conn, row.id, outcome, at=self.run.now)
             if outcome in ("accepted", "confirmed"):
+                lms_queue.close(conn, row.idempotency_key, f"sent: {outcome}", at=self.run.now)
                 lms.mark_succeeded(
                     conn, row.tenant_id, row.learner_id, row.assignment_id, self.run.now
                 )

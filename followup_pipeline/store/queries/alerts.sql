@@ -4,9 +4,9 @@ SELECT pg_advisory_xact_lock(hashtextextended('alerts:' || %(fingerprint)s, 0));
 
 -- name: alert_insert
 -- Record what raised an alert, once per source; no row when it was recorded before.
-INSERT INTO alerts (kind, source, fingerprint, subject, message, run_id, occurred_at)
+INSERT INTO alerts (kind, source, fingerprint, subject, message, run_id, occurred_at, also_to)
 VALUES (%(kind)s, %(source)s, %(fingerprint)s, %(subject)s, %(message)s, %(run_id)s,
-        %(occurred_at)s)
+        %(occurred_at)s, %(also_to)s)
 ON CONFLICT (source) DO NOTHING
 RETURNING id;
 
@@ -92,6 +92,15 @@ SELECT source FROM alerts WHERE source = ANY(%(sources)s::text[]);
 -- The rows an alert is about, in order.
 SELECT id, kind, subject, message, run_id, occurred_at, held, counted_in
 FROM alerts WHERE action_key = %(key)s ORDER BY id;
+
+-- name: alert_also_to
+-- Whom an alert goes to besides the operations list, in the order first named.
+SELECT address FROM (
+    SELECT DISTINCT ON (lower(address)) address, id, n
+    FROM alerts, unnest(also_to) WITH ORDINALITY AS u(address, n)
+    WHERE action_key = %(key)s
+    ORDER BY lower(address), id, n
+) named ORDER BY id, n;
 
 -- name: alert_held_since
 -- When the oldest repeat counted by an alert happened.

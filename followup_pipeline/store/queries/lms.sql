@@ -6,11 +6,12 @@ SELECT * FROM tenants ORDER BY id;
 -- A tenant as the academy configures it (`followup lms tenant set`, the demo): made or changed.
 INSERT INTO tenants (id, name, moodle_url, token_ref, time_zone, holiday_country,
                      holiday_subdivision, channel, sender, course_ids, before_days,
-                     after_business_days, remind_at, hours_start, hours_end, mode, owner, backup)
+                     after_business_days, remind_at, hours_start, hours_end, mode, owner, backup,
+                     credential_token_ref, credential_groups)
 VALUES (%(id)s, %(name)s, %(moodle_url)s, %(token_ref)s, %(time_zone)s, %(holiday_country)s,
         %(holiday_subdivision)s, %(channel)s, %(sender)s, %(course_ids)s, %(before_days)s,
         %(after_business_days)s, %(remind_at)s, %(hours_start)s, %(hours_end)s, %(mode)s,
-        %(owner)s, %(backup)s)
+        %(owner)s, %(backup)s, %(credential_token_ref)s, %(credential_groups)s)
 ON CONFLICT (id) DO UPDATE
 SET name = EXCLUDED.name, moodle_url = EXCLUDED.moodle_url, token_ref = EXCLUDED.token_ref,
     time_zone = EXCLUDED.time_zone, holiday_country = EXCLUDED.holiday_country,
@@ -19,7 +20,8 @@ SET name = EXCLUDED.name, moodle_url = EXCLUDED.moodle_url, token_ref = EXCLUDED
     before_days = EXCLUDED.before_days, after_business_days = EXCLUDED.after_business_days,
     remind_at = EXCLUDED.remind_at, hours_start = EXCLUDED.hours_start,
     hours_end = EXCLUDED.hours_end, mode = EXCLUDED.mode, owner = EXCLUDED.owner,
-    backup = EXCLUDED.backup;
+    backup = EXCLUDED.backup, credential_token_ref = EXCLUDED.credential_token_ref,
+    credential_groups = EXCLUDED.credential_groups;
 
 -- name: lms_tenant_synced
 UPDATE tenants SET synced_at = %(at)s WHERE id = %(id)s;

@@ -7,7 +7,6 @@ down only the latest due reminder of an assignment goes out."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -17,109 +16,31 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs import lms as capability
-from followup_pipeline.integrations.resources import MoodleResource, OutlookResource
+from followup_pipeline.integrations.resources import (
+    AccredibleResource,
+    MoodleResource,
+    OutlookResource,
+)
 from followup_pipeline.resources import ClockResource, PostgresResource
-from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import lms
 
-SANDBOX = SandboxConfig()
-BERLIN, NEW_YORK = "academy-berlin", "academy-newyork"
-TOKENS = {
-    "ACADEMY_BERLIN": SANDBOX.moodle_tokens[BERLIN].get_secret_value(),
-    "ACADEMY_NEWYORK": SANDBOX.moodle_tokens[NEW_YORK].get_secret_value(),
-}
-
-
-#: One Dagster instance for the module's runs (making one costs about half a second a run).
-SHARED: dict[str, dg.DagsterInstance] = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _shared_instance() -> Iterator[None]:
-    with dg.instance_for_test() as instance:
-        SHARED["instance"] = instance
-        yield
-    SHARED.clear()
-
-
-def _utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
-
-
-def _control(sandbox: str, method: str, path: str, body: Any = None) -> Any:
-    response = httpx.request(method, f"{sandbox}/_sandbox{path}", json=body, timeout=10)
-    response.raise_for_status()
-    return response.json()
-
-
-def _site(sandbox: str, site: str, closes: datetime, learners: int = 2) -> dict[str, Any]:
-    """A course with ``learners`` learners and one quiz closing at ``closes``."""
-    [course] = _control(sandbox, "POST", f"/moodle/{site}/courses", {"fullname": "Onboarding"})[
-        "courses"
-    ]
-    people = [
-        {"firstname": f"Learner{n}", "lastname": "Test", "course": course["id"],
-         "email": f"learner{n}@{site}.example"}
-        for n in range(learners)
-    ]  # fmt: skip
-    users = _control(sandbox, "POST", f"/moodle/{site}/users", people)["users"]
-    [quiz] = _control(sandbox, "POST", f"/moodle/{site}/quizzes",
-                      {"course": course["id"], "name": "Safety quiz",
-                       "timeclose": int(closes.timestamp())})["quizzes"]  # fmt: skip
-    return {"course": course["id"], "users": [u["id"] for u in users], "quiz": quiz["id"]}
-
-
-def _tenant(
-    db: psycopg.Connection[Any], sandbox: str, site: str, course: int, **values: Any
-) -> lms.Tenant:
-    zone = "Europe/Berlin" if site == BERLIN else "America/New_York"
-    where = ("DE", "BE") if site == BERLIN else ("US", "NY")
-    tenant = lms.Tenant(
-        id=site,
-        name=site,
-        moodle_url=f"{sandbox}/moodle/{site}",
-        token_ref="ACADEMY_BERLIN" if site == BERLIN else "ACADEMY_NEWYORK",
-        time_zone=zone,
-        holiday_country=where[0],
-        holiday_subdivision=where[1],
-        channel=values.pop("channel", "email"),
-        sender="followup@example.com",
-        course_ids=[course],
-        mode=values.pop("mode", "live"),
-        **values,
-    )
-    with db.transaction():
-        lms.save_tenant(db, tenant)
-    return tenant
-
-
-def _run(db_url: str, sandbox: str, at: datetime, **settings: Any) -> dict[str, Any]:
-    resources = {
-        "postgres": PostgresResource(url=db_url),
-        "clock": ClockResource(start=at.isoformat(), ticking=False),
-        "moodle": MoodleResource(tokens=json.dumps(TOKENS)),
-        "outlook": OutlookResource(
-            login_url=f"{sandbox}/login",
-            graph_url=f"{sandbox}/graph",
-            tenant_id=SANDBOX.graph_tenant_id,
-            client_id=SANDBOX.graph_client_id,
-            client_secret=SANDBOX.graph_client_secret.get_secret_value(),
-            sender="followup@example.com",
-        ),
-    }
-    built = capability.build_defs(load_settings(action_in_flight_s=0, **settings))
-    job = dg.Definitions.merge(built, dg.Definitions(resources=resources)).resolve_job_def(
-        "lms_reminders"
-    )
-    result = job.execute_in_process(instance=SHARED["instance"])
-    counts: dict[str, Any] = result.output_for_node("remind_learners")
-    return counts
+from .lms_world import (
+    BERLIN,
+    NEW_YORK,
+    SANDBOX,
+    TOKENS,
+    control,
+    make_tenant,
+    run_lms,
+    seed_site,
+    utc,
+)
 
 
 def _mails(sandbox: str) -> list[str]:
     """The recipient of each mail sent, in order."""
-    messages = _control(sandbox, "GET", "/outbox")["messages"]
+    messages = control(sandbox, "GET", "/outbox")["messages"]
     return [m["message"]["toRecipients"][0]["emailAddress"]["address"] for m in messages]
 
 
@@ -135,19 +56,19 @@ def test_lms_a_reminder_due_while_the_machine_was_down_goes_out_once_when_it_is_
 ) -> None:
     # Due Wednesday 11 March 2026, 17:00 Berlin: the reminder two days before is Monday 09:00
     # (08:00 UTC). The machine is down from Monday 07:00 to 10:30 UTC (a deploy).
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16))
-    _tenant(db, sandbox, BERLIN, seeded["course"])
-    assert _run(db_url, sandbox, _utc(2026, 3, 9, 6, 45)).get(f"{BERLIN}:planned") == 6
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16))
+    make_tenant(db, sandbox, BERLIN, seeded["course"])
+    assert run_lms(db_url, sandbox, utc(2026, 3, 9, 6, 45)).get(f"{BERLIN}:planned") == 6
     assert _mails(sandbox) == []  # 07:45 in Berlin: nothing due, and before business hours
-    back = _run(db_url, sandbox, _utc(2026, 3, 9, 10, 30))
+    back = run_lms(db_url, sandbox, utc(2026, 3, 9, 10, 30))
     assert back[f"{BERLIN}:reminders_accepted"] == 2
     assert back[f"{BERLIN}:reminders_confirmed"] == 2  # read back from Sent Items
     assert sorted(_mails(sandbox)) == [
         f"learner0@{BERLIN}.example", f"learner1@{BERLIN}.example"
     ]  # fmt: skip
     # Later runs of the day send nothing more.
-    _run(db_url, sandbox, _utc(2026, 3, 9, 10, 45))
-    _run(db_url, sandbox, _utc(2026, 3, 9, 14, 0))
+    run_lms(db_url, sandbox, utc(2026, 3, 9, 10, 45))
+    run_lms(db_url, sandbox, utc(2026, 3, 9, 14, 0))
     assert len(_mails(sandbox)) == 2
     rows = _reminders(db)
     assert [r["delivery_outcome"] for r in rows if r["action_type"] == "before_due"] == [
@@ -158,21 +79,21 @@ def test_lms_a_reminder_due_while_the_machine_was_down_goes_out_once_when_it_is_
     ).fetchall()
     assert [a["outcome"] for a in actions] == ["confirmed", "confirmed"]
     last = db.execute("SELECT last_successful_action_at FROM lms_assignments").fetchall()
-    assert all(r["last_successful_action_at"] == _utc(2026, 3, 9, 10, 30) for r in last)
+    assert all(r["last_successful_action_at"] == utc(2026, 3, 9, 10, 30) for r in last)
 
 
 def test_lms_a_completed_quiz_and_an_opted_out_learner_are_suppressed_with_the_reason(
     db: psycopg.Connection[Any], db_url: str, sandbox: str
 ) -> None:
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=3)
-    _tenant(db, sandbox, BERLIN, seeded["course"])
-    _run(db_url, sandbox, _utc(2026, 3, 6, 9))  # Friday: planned, nothing due
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=3)
+    make_tenant(db, sandbox, BERLIN, seeded["course"])
+    run_lms(db_url, sandbox, utc(2026, 3, 6, 9))  # Friday: planned, nothing due
     done, out, open_ = seeded["users"]
-    _control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
+    control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
              {"userid": done})  # fmt: skip
     with db.transaction():
         lms.opt_out(db, BERLIN, out)
-    counts = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    counts = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5))
     assert counts[f"{BERLIN}:suppressed_completed"] == 1
     assert counts[f"{BERLIN}:suppressed_opted_out"] == 1
     assert _mails(sandbox) == [f"learner2@{BERLIN}.example"]
@@ -182,7 +103,7 @@ def test_lms_a_completed_quiz_and_an_opted_out_learner_are_suppressed_with_the_r
     assert rows[open_]["delivery_outcome"] == "confirmed"
     # The completed learner's later reminders are suppressed too when due, and no message
     # ever goes out (the one after the due date is still ahead).
-    _run(db_url, sandbox, _utc(2026, 3, 11, 8, 5))
+    run_lms(db_url, sandbox, utc(2026, 3, 11, 8, 5))
     later = [(r["action_type"], r["reason"]) for r in _reminders(db) if r["learner_id"] == done]
     assert later == [("before_due", "completed"), ("due_day", "completed"), ("overdue", None)]
     assert f"learner0@{BERLIN}.example" not in _mails(sandbox)
@@ -197,26 +118,26 @@ def test_lms_a_completed_quiz_and_an_opted_out_learner_are_suppressed_with_the_r
 def test_lms_a_crash_after_the_provider_accepted_sends_nothing_twice(
     db: psycopg.Connection[Any], db_url: str, sandbox: str, channel: str
 ) -> None:
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
-    _tenant(db, sandbox, BERLIN, seeded["course"], channel=channel)
-    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=1)
+    make_tenant(db, sandbox, BERLIN, seeded["course"], channel=channel)
+    run_lms(db_url, sandbox, utc(2026, 3, 6, 9))
     vendor = "graph" if channel == "email" else "moodle"
-    _control(sandbox, "POST", "/faults",
+    control(sandbox, "POST", "/faults",
              {"vendor": vendor, "kind": "apply_then_error", "method": "POST", "count": 1,
               **({"path": "sendMail"} if channel == "email"
                  else {"function": "core_message_send_instant_messages"})})  # fmt: skip
-    first = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    first = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5))
     # Attempted (committed before the request), then unclear: the provider took it, the answer
     # said it failed.
     assert (first[f"{BERLIN}:reminders_attempted"], first[f"{BERLIN}:reminders_unknown"]) == (1, 1)
     [action] = db.execute("SELECT outcome, attempts FROM actions WHERE kind = 'reminder'")
     assert action == {"outcome": "unknown", "attempts": 1}
-    second = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
+    second = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 20))
     assert second[f"{BERLIN}:reminders_accepted"] == 1  # found, not sent again
     if channel == "email":
         assert len(_mails(sandbox)) == 1
     else:
-        sent = _control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"]
+        sent = control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"]
         assert len(sent) == 1
     [row] = [r for r in _reminders(db) if r["action_type"] == "before_due"]
     assert row["delivery_outcome"] == "confirmed"
@@ -245,8 +166,8 @@ def test_lms_two_zones_send_at_nine_local_on_both_sides_of_each_dst_change(
     Monday before it: each goes out in the run after 09:00 local, not in the run before."""
     for day, offset in ((monday - timedelta(days=7), offset_before), (monday, offset_after)):
         nine = datetime.combine(day, time(9), UTC) - timedelta(hours=offset)
-        seeded = _site(sandbox, site, nine + timedelta(hours=8), learners=1)
-        _tenant(
+        seeded = seed_site(sandbox, site, nine + timedelta(hours=8), learners=1)
+        make_tenant(
             db,
             sandbox,
             site,
@@ -255,9 +176,9 @@ def test_lms_two_zones_send_at_nine_local_on_both_sides_of_each_dst_change(
             after_business_days=30,
             channel="moodle",
         )
-        before = _run(db_url, sandbox, nine - timedelta(minutes=5))
+        before = run_lms(db_url, sandbox, nine - timedelta(minutes=5))
         assert before.get(f"{site}:reminders_accepted", 0) == 0, (day, before)
-        after = _run(db_url, sandbox, nine + timedelta(minutes=5))
+        after = run_lms(db_url, sandbox, nine + timedelta(minutes=5))
         assert after[f"{site}:reminders_accepted"] == 1, (day, after)
         due = db.execute(
             "SELECT due_at, time_zone FROM lms_reminders WHERE action_type = 'due_day'"
@@ -273,10 +194,10 @@ def test_lms_after_three_days_down_each_assignment_gets_only_its_latest_due_remi
 ) -> None:
     # Due Wednesday 11 March, 22:00 Berlin: the reminders of Monday 9th and Wednesday 11th
     # 09:00 fall in the outage (Sunday 8th to Wednesday 11th, 11:00 Berlin).
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 21), learners=2)
-    _tenant(db, sandbox, BERLIN, seeded["course"])
-    _run(db_url, sandbox, _utc(2026, 3, 8, 9))
-    back = _run(db_url, sandbox, _utc(2026, 3, 11, 10))
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 21), learners=2)
+    make_tenant(db, sandbox, BERLIN, seeded["course"])
+    run_lms(db_url, sandbox, utc(2026, 3, 8, 9))
+    back = run_lms(db_url, sandbox, utc(2026, 3, 11, 10))
     assert back[f"{BERLIN}:suppressed_superseded"] == 2
     assert back[f"{BERLIN}:reminders_accepted"] == 2
     assert len(_mails(sandbox)) == 2
@@ -299,7 +220,7 @@ def test_lms_cli_sets_a_tenant_refuses_what_is_wrong_and_metrics_show_each_tenan
 
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
     monkeypatch.setenv("FOLLOWUP_LMS_TOKENS", json.dumps(TOKENS))
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=1)
     assert main(["lms", "tenant", "set", BERLIN, "--name", "Academy"]) == 2
     assert "a new tenant needs --moodle-url, --token-ref, --zone" in capsys.readouterr().out
     with pytest.raises(SystemExit):
@@ -312,7 +233,7 @@ def test_lms_cli_sets_a_tenant_refuses_what_is_wrong_and_metrics_show_each_tenan
     assert main([*args, "--sender", "followup@example.com"]) == 0
     assert "tenant academy-berlin saved: dry, Europe/Berlin, email" in capsys.readouterr().out
     # A new tenant is dry: every reminder recorded, none sent.
-    counts = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    counts = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5))
     assert counts[f"{BERLIN}:suppressed_dry_run"] == 1
     assert _mails(sandbox) == []
     assert main(["lms", "tenants"]) == 0
@@ -339,14 +260,15 @@ def test_lms_cli_sets_a_tenant_refuses_what_is_wrong_and_metrics_show_each_tenan
 def test_lms_the_academys_owner_gets_the_week_once(
     db: psycopg.Connection[Any], db_url: str, sandbox: str
 ) -> None:
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=2)
-    _tenant(db, sandbox, BERLIN, seeded["course"], owner="owner@example.com",
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=2)
+    make_tenant(db, sandbox, BERLIN, seeded["course"], owner="owner@example.com",
             backup="backup@example.com")  # fmt: skip
-    _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))  # two reminders sent
+    run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5))  # two reminders sent
     resources = {
         "postgres": PostgresResource(url=db_url),
-        "clock": ClockResource(start=_utc(2026, 3, 16, 6).isoformat(), ticking=False),
+        "clock": ClockResource(start=utc(2026, 3, 16, 6).isoformat(), ticking=False),
         "moodle": MoodleResource(tokens=json.dumps(TOKENS)),
+        "accredible": AccredibleResource(base_url=f"{sandbox}/accredible"),
         "outlook": OutlookResource(
             login_url=f"{sandbox}/login",
             graph_url=f"{sandbox}/graph",
@@ -364,7 +286,7 @@ def test_lms_the_academys_owner_gets_the_week_once(
         first = job.execute_in_process(instance=instance).output_for_node("mail_academy_owners")
         again = job.execute_in_process(instance=instance).output_for_node("mail_academy_owners")
     assert (first.get("sent"), again.get("already_sent")) == (1, 1)
-    messages = _control(sandbox, "GET", "/outbox")["messages"]
+    messages = control(sandbox, "GET", "/outbox")["messages"]
     weekly = [m["message"] for m in messages if "week 2026-W12" in m["message"]["subject"]]
     assert len(weekly) == 1
     to = [r["emailAddress"]["address"] for r in weekly[0]["toRecipients"]]
@@ -378,19 +300,19 @@ def test_lms_a_send_that_failed_is_checked_again_before_the_retry(
 ) -> None:
     """A send whose answer was an error that did not apply: read back (not there), then the
     re-check finds the learner opted out since; nothing goes out."""
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
-    _tenant(db, sandbox, BERLIN, seeded["course"], channel="moodle")
-    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
-    _control(sandbox, "POST", "/faults",
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=1)
+    make_tenant(db, sandbox, BERLIN, seeded["course"], channel="moodle")
+    run_lms(db_url, sandbox, utc(2026, 3, 6, 9))
+    control(sandbox, "POST", "/faults",
              {"vendor": "moodle", "kind": "error", "status": 503, "count": 1,
               "function": "core_message_send_instant_messages"})  # fmt: skip
-    first = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+    first = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5))
     assert first[f"{BERLIN}:reminders_unknown"] == 1  # a 5xx to a send: maybe sent
     with db.transaction():
         lms.opt_out(db, BERLIN, seeded["users"][0])
-    second = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
+    second = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 20))
     assert second[f"{BERLIN}:suppressed_opted_out"] == 1
-    assert _control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"] == []
+    assert control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"] == []
 
 
 def test_lms_a_refused_message_fails_and_a_closed_quiz_is_not_reminded_as_due(
@@ -398,17 +320,17 @@ def test_lms_a_refused_message_fails_and_a_closed_quiz_is_not_reminded_as_due(
 ) -> None:
     # The quiz closes Saturday 14 March at 12:00: the due day's reminder would go out on Monday
     # (no business hours on Saturday), after it closed: it is superseded by the overdue one.
-    course = _control(sandbox, "POST", f"/moodle/{BERLIN}/courses", {"fullname": "C"})["courses"]
+    course = control(sandbox, "POST", f"/moodle/{BERLIN}/courses", {"fullname": "C"})["courses"]
     people = [{"firstname": "Open", "lastname": "L", "course": course[0]["id"],
                "email": "open@example.com"},
               {"firstname": "Closed", "lastname": "L", "course": course[0]["id"],
                "email": "closed@example.com", "messaging": "onlycontacts"}]  # fmt: skip
-    users = _control(sandbox, "POST", f"/moodle/{BERLIN}/users", people)["users"]
+    users = control(sandbox, "POST", f"/moodle/{BERLIN}/users", people)["users"]
     quiz = {"course": course[0]["id"], "name": "Q", "timeclose": "2026-03-14T11:00:00Z"}
-    _control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes", quiz)
-    _tenant(db, sandbox, BERLIN, course[0]["id"], channel="moodle")
-    _run(db_url, sandbox, _utc(2026, 3, 11, 9))  # Wednesday: nothing due yet
-    thursday = _run(db_url, sandbox, _utc(2026, 3, 12, 8, 5))  # two days before
+    control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes", quiz)
+    make_tenant(db, sandbox, BERLIN, course[0]["id"], channel="moodle")
+    run_lms(db_url, sandbox, utc(2026, 3, 11, 9))  # Wednesday: nothing due yet
+    thursday = run_lms(db_url, sandbox, utc(2026, 3, 12, 8, 5))  # two days before
     assert (thursday[f"{BERLIN}:reminders_confirmed"], thursday[f"{BERLIN}:reminders_failed"]) == (
         1, 1
     )  # fmt: skip
@@ -419,11 +341,11 @@ def test_lms_a_refused_message_fails_and_a_closed_quiz_is_not_reminded_as_due(
     assert refused is not None
     assert refused["outcome"] == "failed"
     assert "refused" in refused["last_error"]
-    monday = _run(db_url, sandbox, _utc(2026, 3, 16, 8, 5))
+    monday = run_lms(db_url, sandbox, utc(2026, 3, 16, 8, 5))
     assert monday[f"{BERLIN}:suppressed_superseded"] >= 1
     rows = {(r["learner_id"], r["action_type"]): r for r in _reminders(db)}
     assert rows[(users[0]["id"], "due_day")]["reason"] == "superseded"
-    messages = _control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"]
+    messages = control(sandbox, "GET", f"/moodle/{BERLIN}/messages")["messages"]
     assert len(messages) == 1  # the reminder two days before, to the one who accepts messages
 
 
@@ -432,24 +354,24 @@ def test_lms_a_learner_no_longer_enrolled_is_not_reminded_and_one_run_at_a_time_
 ) -> None:
     from followup_pipeline.store.run_lock import RunLock
 
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=2)
-    _tenant(db, sandbox, BERLIN, seeded["course"])
-    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=2)
+    make_tenant(db, sandbox, BERLIN, seeded["course"])
+    run_lms(db_url, sandbox, utc(2026, 3, 6, 9))
     gone, stays = seeded["users"]
-    _control(sandbox, "POST", f"/moodle/{BERLIN}/enrolments",
+    control(sandbox, "POST", f"/moodle/{BERLIN}/enrolments",
              {"userid": gone, "courseid": seeded["course"], "active": False})  # fmt: skip
     # Another run holds the remaining learner's reminder: this one leaves it alone.
     key = f"lms:{BERLIN}:{stays}:{seeded['quiz']}:before_due:2026-03-09"
     held = RunLock.try_take(db_url, f"reminder:{key}", owner="the other run")
     try:
-        first = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 5))
+        first = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5))
     finally:
         held.release()
     assert first[f"{BERLIN}:in_flight"] == 1
     assert _mails(sandbox) == []
     reasons = {r["reason"] for r in _reminders(db) if r["learner_id"] == gone}
     assert reasons == {"unassigned"}
-    again = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
+    again = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 20))
     assert again[f"{BERLIN}:reminders_confirmed"] == 1
     assert _mails(sandbox) == [f"learner1@{BERLIN}.example"]
 
@@ -461,14 +383,14 @@ def test_lms_a_run_killed_after_graph_took_the_mail_and_before_its_commit_sends_
     key it carried, in the mailbox. The next run finds it there and sends nothing."""
     from followup_pipeline.integrations.outlook import OutlookClient
 
-    seeded = _site(sandbox, BERLIN, _utc(2026, 3, 11, 16), learners=1)
-    _tenant(db, sandbox, BERLIN, seeded["course"])
-    _run(db_url, sandbox, _utc(2026, 3, 6, 9))
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=1)
+    make_tenant(db, sandbox, BERLIN, seeded["course"])
+    run_lms(db_url, sandbox, utc(2026, 3, 6, 9))
     key = f"lms:{BERLIN}:{seeded['users'][0]}:{seeded['quiz']}:before_due:2026-03-09"
     db.execute(
         "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, attempts)"
         " VALUES (%s, 'reminder', %s, 'Europe/Berlin', 'attempted', 1)",
-        (key, _utc(2026, 3, 9, 8)),
+        (key, utc(2026, 3, 9, 8)),
     )
     graph = OutlookClient(
         f"{sandbox}/login", f"{sandbox}/graph", SANDBOX.graph_tenant_id, SANDBOX.graph_client_id,
@@ -479,7 +401,7 @@ def test_lms_a_run_killed_after_graph_took_the_mail_and_before_its_commit_sends_
                         key=key)  # fmt: skip
     finally:
         graph.close()
-    counts = _run(db_url, sandbox, _utc(2026, 3, 9, 8, 20))
+    counts = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 20))
     assert counts[f"{BERLIN}:reminders_accepted"] == 1
     assert counts[f"{BERLIN}:reminders_confirmed"] == 1
     assert len(_mails(sandbox)) == 1  # the killed run's, and no other
