@@ -54,6 +54,8 @@ def message_of(response: httpx.Response) -> str:
         return str(body)[:200]
     for name in ("errors", "error", "data", "message"):
         value = body.get(name)
+        if not value:
+            continue  # an empty "errors" beside the message (a 400's)
         if isinstance(value, dict):
             return "; ".join(
                 f"{field} {' '.join(map(str, msgs)) if isinstance(msgs, list) else msgs}"

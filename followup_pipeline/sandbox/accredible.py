@@ -58,6 +58,7 @@ def _v1(record: Record) -> Record:
         "grade": None,
         "complete": True,
         "issued_on": record["issued_on"],
+        "course_link": None,
         "expired_on": None,
         "custom_attributes": None,
         "group_name": record["group_name"],
@@ -97,6 +98,10 @@ def _v2(record: Record) -> Record:
         "updated_at": record["created_at"],
         "approve": True,
         "private": False,
+        "grade": None,
+        "issuer_id": 4897,
+        "recipient_opened": False,
+        "recipient_engaged": False,
         "group": {"id": record["group_id"], "name": record["group_name"]},
     }
 

@@ -6,7 +6,9 @@ A fault is a ``FaultSpec`` posted to ``POST /_sandbox/faults``. Kinds:
   it an error rate.
 - ``outage``: answer ``status`` (default 503) to everything for ``seconds``.
 - ``rate_limit``: answer 429 (a burst of ``count`` of them, or all while active).
-- ``latency``: wait ``latency_s`` before answering (webhooks: before delivering).
+- ``latency``: wait ``latency_s`` before answering (webhooks: before delivering); with
+  ``applied`` the work is done (committed) first and only the answer waits: a process killed
+  meanwhile dies after the vendor accepted and before it heard so.
 - ``malformed``: answer the real status with a truncated body.
 - ``drop_answer``: do the work (commit), then drop the connection without a full answer.
 - ``apply_then_error``: do the work (commit), then answer ``status`` (default 500) in the
@@ -96,6 +98,7 @@ class FaultSpec(BaseModel):
     count: int | None = Field(default=None, ge=1)
     seconds: float | None = Field(default=None, gt=0)
     latency_s: float = Field(default=0.0, ge=0.0, le=120.0)
+    applied: bool = False
     retry_after: int = Field(default=1, ge=0)
     path: str | None = None
     method: str | None = None

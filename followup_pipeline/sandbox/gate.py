@@ -61,8 +61,9 @@ class VendorGate:
         path = scope.get("path", "")
         text = scope.get("query_string", b"").decode("latin-1") + body.decode("utf-8", "replace")
         fired = self.state.faults.fire(self.vendor, scope["method"], path, text)
+        late = [f.spec.latency_s for f in fired if f.spec.kind == "latency" and f.spec.applied]
         for fault in fired:
-            if fault.spec.kind == "latency":
+            if fault.spec.kind == "latency" and not fault.spec.applied:
                 await asyncio.sleep(fault.spec.latency_s)
         for fault in fired:
             spec = fault.spec
@@ -112,6 +113,17 @@ class VendorGate:
                 await send({**start, "headers": [*headers, (b"content-length", b"1024")]})
                 raise DroppedAnswer()
             await _send_truncated(messages, counted)
+            return
+        if late:  # the work is done at once; its answer waits
+            answer: list[Message] = []
+
+            async def hold(message: Message) -> None:
+                answer.append(message)
+
+            await self.app(scope, replay, hold)
+            await asyncio.sleep(max(late))
+            for message in answer:
+                await counted(message)
             return
         await self.app(scope, replay, counted)
 

@@ -48,7 +48,7 @@ def course_completion(call: Call, params: Record) -> Any:
     if course is None or user is None:
         raise _unknown_record()
     if not course.get("enablecompletion", True):
-        raise MoodleException("cannotviewreport", "Can not view report")
+        raise MoodleException("cannotviewreport", "You cannot view this report")
     if course["id"] not in call.enrolled(user["id"]):
         raise MoodleException("usernotenroled", "User is not enrolled in this course")
     criteria = []
