@@ -39,13 +39,14 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     print("overdue, failed and planned as they stand; the rest over the last 7 days")
     print(
         f"{'tenant':<20} {'mode':<5} {'zone':<20} {'overdue':>7} {'failed':>6} {'overtaken':>9} "
-        f"{'opted out':>9} {'completed':>9} {'sent':>5} {'confirmed':>9} {'planned':>7}"
+        f"{'opted out':>9} {'completed':>9} {'sent':>5} {'confirmed':>9} {'planned':>7} "
+        f"{'queued':>6}"
     )
     for row in rows:
         print(
             f"{row.tenant_id:<20} {row.mode:<5} {row.time_zone:<20} {row.overdue:>7} "
             f"{row.failures:>6} {row.superseded:>9} {row.opted_out:>9} {row.completed:>9} "
-            f"{row.sent:>5} {row.confirmed:>9} {row.planned:>7}"
+            f"{row.sent:>5} {row.confirmed:>9} {row.planned:>7} {row.queued:>6}"
         )
     return 1 if any(row.failures for row in rows) else 0
 

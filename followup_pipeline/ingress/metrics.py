@@ -115,7 +115,8 @@ class Metrics:
                     "followup_lms_reminders",
                     "gauge",
                     "Learning reminders per tenant: overdue (due, not settled), failures, "
-                    "superseded, opted_out, completed, sent, confirmed.",
+                    "superseded, opted_out, completed, sent, confirmed; queued (open in the "
+                    "catch-up queue).",
                 )
             for key in tenants:
                 _, tenant, state = key.split("|")

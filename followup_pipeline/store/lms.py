@@ -114,13 +114,24 @@ class TenantStatus:
     sent: int
     confirmed: int
     planned: int
+    #: Open items of the catch-up queue (reminders, certificates, publications).
+    queued: int = 0
 
 
 #: The window of the settled counts that ``followup lms status``, /metrics and the weekly mail
 #: show (overdue, failures and planned are as they stand).
 STATUS_WINDOW = timedelta(days=7)
 #: What ``/metrics`` shows of each tenant's reminders (``followup_lms_reminders``).
-LMS_STATES = ("overdue", "failures", "superseded", "opted_out", "completed", "sent", "confirmed")
+LMS_STATES = (
+    "overdue",
+    "failures",
+    "superseded",
+    "opted_out",
+    "completed",
+    "sent",
+    "confirmed",
+    "queued",
+)
 
 
 def tenants(conn: psycopg.Connection[Any]) -> list[Tenant]:

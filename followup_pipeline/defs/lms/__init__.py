@@ -183,6 +183,7 @@ def weekly_text(row: lms.TenantStatus, week: str) -> tuple[str, str]:
         ("Sent", row.sent),
         ("Confirmed (read back)", row.confirmed),
         ("Planned", row.planned),
+        ("Waiting for you in the catch-up queue (followup lms queue)", row.queued),
     ]
     cells = "".join(f"<tr><td>{escape(name)}</td><td>{value}</td></tr>" for name, value in lines)
     html = (

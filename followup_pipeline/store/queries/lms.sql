@@ -123,7 +123,7 @@ ON CONFLICT DO NOTHING;
 -- name: lms_status
 -- Per tenant: now, reminders overdue (due and not settled), delivery failures (failed or
 -- unclear) and planned ahead; since a moment, the duplicates suppressed (overtaken), opted out,
--- completed first, dry, sent and confirmed.
+-- completed first, dry, sent and confirmed; the catch-up queue's open items.
 SELECT t.id AS tenant_id, t.mode, t.time_zone,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
                            AND r.due_at <= %(now)s)::int AS overdue,
@@ -141,6 +141,8 @@ SELECT t.id AS tenant_id, t.mode, t.time_zone,
        count(r.id) FILTER (WHERE r.delivery_outcome = 'confirmed'
                            AND r.settled_at >= %(since)s)::int AS confirmed,
        count(r.id) FILTER (WHERE r.delivery_outcome = 'planned' AND r.due_at > %(now)s)::int
-           AS planned
+           AS planned,
+       (SELECT count(*) FROM lms_queue q
+        WHERE q.tenant_id = t.id AND q.closed_at IS NULL)::int AS queued
 FROM tenants t LEFT JOIN lms_reminders r ON r.tenant_id = t.id
 GROUP BY t.id ORDER BY t.id;

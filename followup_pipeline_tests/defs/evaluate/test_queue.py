@@ -178,6 +178,7 @@ def stack(
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
         os.environ.pop("FOLLOWUP_DAGSTER_PG_URL", None)
 
 
