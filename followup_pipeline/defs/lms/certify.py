@@ -26,7 +26,11 @@ from followup_pipeline.defs.lms.ports import CourseSite, CredentialPlatform, Iss
 from followup_pipeline.engine.ledger import ActionLedger, DryRun
 from followup_pipeline.engine.mailer import LockableDatabase
 from followup_pipeline.engine.scope import RunScope
-from followup_pipeline.integrations.errors import IntegrationError, TransientError
+from followup_pipeline.integrations.errors import (
+    IntegrationError,
+    PermanentError,
+    TransientError,
+)
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger as rows
 from followup_pipeline.store import lms_certificates as certs
@@ -68,7 +72,13 @@ class TenantCertificates:
         """Read the completions and the platform, then settle each certificate."""
         courses = certified_courses(self.tenant)
         for course_id, group_id in courses.items():
-            self.read_completions(course_id, group_id)
+            try:
+                self.read_completions(course_id, group_id)
+            except PermanentError as error:
+                # This course cannot tell (no completion criteria, completion off): its
+                # certificates recorded before are still settled, the other courses go on.
+                self.counts["completions_unreadable"] += 1
+                self.run.log.warning("%s course %s: %s", self.tenant.id, course_id, error)
         held = {group: list(self.platform.in_group(group)) for group in set(courses.values())}
         with self.db.connection() as conn:
             listed = certs.rows(conn, self.tenant.id)

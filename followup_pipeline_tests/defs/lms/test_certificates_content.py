@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.defs.alerts.checks import catch_up_signals
+from followup_pipeline.defs.alerts.checks import catch_up_signals, dead_letter_signals
+from followup_pipeline.settings import load_settings
 from followup_pipeline.store import alerts as alert_store
 from followup_pipeline.store import lms_queue
 
@@ -94,6 +95,12 @@ def test_lms_a_completed_course_gets_one_export_confirmed_and_a_lost_one_is_issu
     ).fetchall()
     assert [(a["outcome"], a["attempts"]) for a in actions] == [("confirmed", 1), ("confirmed", 1)]
     assert not_done not in {r["learner_id"] for r in db.execute("SELECT * FROM lms_certificates")}
+    # Moodle cannot report the course's completion any more: what was recorded is still settled.
+    control(sandbox, "PATCH", f"/moodle/{BERLIN}/courses/{seeded['course']}",
+            {"enablecompletion": False})  # fmt: skip
+    fourth = _certify(db_url, sandbox, MONDAY + timedelta(hours=3))
+    assert fourth[f"{BERLIN}:completions_unreadable"] == 1
+    assert fourth[f"{BERLIN}:held"] == 1
 
 
 @pytest.mark.parametrize("kind", ["drop_answer", "apply_then_error"])
@@ -234,3 +241,32 @@ def test_lms_approved_current_content_is_published_once_and_an_outdated_version_
     ]
     third = _publish(db_url, sandbox, MONDAY + timedelta(minutes=30))
     assert not any(name.endswith(":published") for name in third)
+
+
+def test_lms_a_reminder_that_failed_every_attempt_waits_with_its_owner_until_it_is_settled(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=0)
+    [nobody] = control(sandbox, "POST", f"/moodle/{BERLIN}/users",
+                       [{"firstname": "No", "lastname": "Address", "email": None,
+                         "course": seeded["course"]}])["users"]  # fmt: skip
+    make_tenant(db, sandbox, BERLIN, seeded["course"], owner=OWNER, backup=BACKUP)
+    once = {"action_max_attempts": 1}
+    first = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 5), **once)  # Monday: before the due day
+    assert first[f"{BERLIN}:reminders_failed"] == 1  # no address: a failed attempt, no request
+    second = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 20), **once)
+    assert second[f"{BERLIN}:queued"] == 1
+    [item] = lms_queue.items(db, closed_since=None)
+    assert (item.kind, item.owner, item.backup) == ("reminder", OWNER, BACKUP)
+    assert "no e-mail address" in item.reason
+    assert f"followup dead-letters replay action:{item.action_key}" in item.reason
+    # Alerted once as a catch-up item to the owner, not a second time as a dead letter.
+    assert [s.fingerprint for s in catch_up_signals(db)] == [f"queue:{item.action_key}"]
+    assert dead_letter_signals(db, load_settings(**once)) == []
+    # The learner completes the quiz: the next day's sync sees it, and the item closes.
+    control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
+            {"userid": nobody["id"]})  # fmt: skip
+    run_lms(db_url, sandbox, utc(2026, 3, 10, 8, 5), **once)
+    assert lms_queue.items(db, closed_since=None) == []
+    [closed] = lms_queue.items(db, closed_since=utc(2026, 3, 1))
+    assert closed.closed_how == "suppressed: completed"
