@@ -111,6 +111,8 @@ def _set(args: argparse.Namespace, settings: Settings) -> int:
             tenant = lms.Tenant(id=args.id, **given)
         else:
             tenant = replace(known, **given)
+        if tenant.credential_token_ref == "":
+            tenant = replace(tenant, credential_token_ref=None)
         if tenant.channel == "email" and not tenant.sender:
             print("a tenant reminded by e-mail needs --sender (the mailbox they come from)")
             return 2
@@ -119,6 +121,14 @@ def _set(args: argparse.Namespace, settings: Settings) -> int:
     print(f"tenant {tenant.id} saved: {tenant.mode}, {tenant.time_zone}, {tenant.channel}")
     if not settings.lms_token(tenant.token_ref):
         print(f"note: no token {tenant.token_ref!r} in FOLLOWUP_LMS_TOKENS yet")
+    if tenant.credential_groups:
+        groups = ", ".join(f"course {c} by group {g}" for c, g in tenant.credential_groups.items())
+        print(f"certificates: {groups}")
+        if tenant.credential_token_ref is None:
+            print("note: no certificates are issued until --credential-token-ref names its key")
+        elif not settings.lms_token(tenant.credential_token_ref):
+            ref = tenant.credential_token_ref
+            print(f"note: no credential platform key {ref!r} in FOLLOWUP_LMS_TOKENS yet")
     return 0
 
 
@@ -143,18 +153,22 @@ OPTION = {"time_zone": "--zone", "course_ids": "--courses", "remind_at": "--at"}
 
 
 def _groups(text: str) -> dict[str, int]:
-    """``7=9549,8=9550``: course id → credential group id."""
+    """``7=9549,8=9550``: course id → credential group id (an empty text: none)."""
     try:
         pairs = [part.split("=") for part in text.split(",") if part.strip()]
-        return {str(int(course)): int(group) for course, group in pairs}
+        groups = {str(int(course)): int(group) for course, group in pairs}
     except ValueError:
         raise argparse.ArgumentTypeError(
             "course=group pairs, e.g. 7=9549,8=9550 (none: an empty text)"
         ) from None
+    if len(groups) != len(pairs):
+        raise argparse.ArgumentTypeError("each course once: a course has one credential group")
+    return groups
 
 
 def _ref(text: str) -> str:
-    if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,99}", text):
+    """A name in FOLLOWUP_LMS_TOKENS (an empty text: none)."""
+    if text and not re.fullmatch(r"[A-Z][A-Z0-9_]{0,99}", text):
         raise argparse.ArgumentTypeError(f"a name like ACADEMY_BERLIN_CREDENTIALS, not {text!r}")
     return text
 

@@ -14,6 +14,9 @@ content and certificates.
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -21,7 +24,8 @@ from zoneinfo import ZoneInfo
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms, lms_certificates, lms_content, lms_queue
 from followup_pipeline.store.db import connect, resolve_database_url
-from followup_pipeline.store.lms_content import ContentVersion
+from followup_pipeline.store.lms_content import ContentVersion, content_lock
+from followup_pipeline.store.run_lock import RunLock
 
 
 def _age(since: datetime, now: datetime) -> str:
@@ -62,8 +66,40 @@ def _when(text: str) -> datetime:
         ) from None
 
 
+#: A content id as the table takes it.
+CONTENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _content_id(text: str) -> str:
+    if not CONTENT_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"a content id of letters, digits, '.', '_' and '-' (e.g. week-1), not {text!r}"
+        )
+    return text
+
+
+@contextmanager
+def _content_held(url: str, tenant_id: str, content_id: str) -> Iterator[bool]:
+    """The lock a publishing run holds on a piece of content; False when a run holds it."""
+    lock = RunLock.try_take(url, content_lock(tenant_id, content_id), owner="followup lms")
+    try:
+        if not lock.held:
+            print(
+                f"a run is publishing {content_id} of {tenant_id} right now; try again in a minute"
+            )
+        yield lock.held
+    finally:
+        lock.release()
+
+
 def _content_add(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(resolve_database_url(settings), autocommit=True) as conn:
+    url = resolve_database_url(settings)
+    with (
+        _content_held(url, args.tenant, args.content) as held,
+        connect(url, autocommit=True) as conn,
+    ):
+        if not held:
+            return 1
         tenant = lms.tenant(conn, args.tenant)
         if tenant is None:
             print(f"no tenant {args.tenant!r}")
@@ -83,7 +119,7 @@ def _content_add(args: argparse.Namespace, settings: Settings) -> int:
         with conn.transaction():
             saved = lms_content.save(conn, row)
     if saved is None:
-        print(f"{args.content} v{args.version}: published or settled already; left as it is")
+        print(f"{args.content} v{args.version}: published or superseded already; left as it is")
         return 1
     print(
         f"{args.content} v{args.version} {'added' if saved else 'changed (approval withdrawn)'}: "
@@ -94,7 +130,14 @@ def _content_add(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _content_approve(args: argparse.Namespace, settings: Settings) -> int:
-    with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
+    url = resolve_database_url(settings)
+    with (
+        _content_held(url, args.tenant, args.content) as held,
+        connect(url, autocommit=True) as conn,
+        conn.transaction(),
+    ):
+        if not held:
+            return 1
         done = lms_content.approve(
             conn, args.tenant, args.content, args.version, by=args.by, at=datetime.now(UTC)
         )
@@ -132,8 +175,8 @@ def _certificates(args: argparse.Namespace, settings: Settings) -> int:
         lost = f", a lost one issued again ({row.lost_at:%Y-%m-%d})" if row.lost_at else ""
         why = f" ({row.reason})" if row.reason else ""
         print(
-            f"{row.tenant_id} {who} course {row.course_id}: {row.state}{why}, export "
-            f"{row.generation}{credential}{lost}"
+            f"{row.tenant_id} {who} course {row.course_id}: {row.state}{why}, issue "
+            f"#{row.generation}{credential}{lost}"
         )
     print(f"{len(listed)} certificate(s)")
     return 0
@@ -150,7 +193,7 @@ def register_work(sub: Any) -> None:
     csub = content.add_subparsers(dest="content_command", required=True)
     add = csub.add_parser("add", help="a version of a piece of content (waits for approval)")
     add.add_argument("tenant")
-    add.add_argument("content")
+    add.add_argument("content", type=_content_id)
     add.add_argument("--version", type=int, required=True)
     add.add_argument("--title", required=True)
     add.add_argument("--course", type=int, required=True)

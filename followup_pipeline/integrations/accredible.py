@@ -173,8 +173,12 @@ class AccredibleClient:
         answer = self._http.json(response)
         return Credential.read(answer.get("credential") if isinstance(answer, dict) else answer)
 
-    def in_group(self, group_id: int) -> Iterator[Credential]:
-        """Every credential of the group, as the platform holds it now (paged by cursor)."""
+    def in_group(
+        self, group_id: int, *, invalid: list[SchemaError] | None = None
+    ) -> Iterator[Credential]:
+        """Every credential of the group, as the platform holds it now (paged by cursor). An
+        item that breaks the schema raises a ``SchemaError``; with ``invalid``, it is kept there
+        (its raw record and the field) and the listing goes on."""
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             page: dict[str, Any] = {"size": PAGE_SIZE}
@@ -195,7 +199,12 @@ class AccredibleClient:
                     raw=answer,
                 )
             for item in items:
-                yield Credential.read(item)
+                try:
+                    yield Credential.read(item)
+                except SchemaError as error:
+                    if invalid is None:
+                        raise
+                    invalid.append(error)
             meta = _object(answer.get("meta"))
             following = meta.get("cursor")
             if not items or not following or following == cursor:
@@ -216,5 +225,7 @@ def _path_id(value: str) -> str:
     have (a ``/`` or ``..`` would reach another path)."""
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.-")
     if not value or set(value) - allowed or value in (".", ".."):
-        raise ValueError(f"not a credential id: {value!r}")
+        raise SchemaError(
+            vendor=VENDOR, record_id=None, field="id", problem="not a credential id", raw=value
+        )
     return value

@@ -295,9 +295,9 @@ class MoodleClient:
                     raise schema_error(raw, exc, vendor=VENDOR) from None
         return None
 
-    def course_completed(self, course_id: int, user_id: int) -> bool:
-        """Whether the learner met the course's completion requirements (Moodle's course
-        completion state). A course without criteria or with completion off is a
+    def course_completion(self, course_id: int, user_id: int) -> CourseCompletion:
+        """The learner's completion of the course's requirements (Moodle's course completion
+        state) and when. A course without criteria or with completion off is a
         ``MoodleError`` (``nocriteriaset``, ``cannotviewreport``)."""
         body = self._call(
             "core_completion_get_course_completion_status",
@@ -305,9 +305,13 @@ class MoodleClient:
         )
         raw = body.get("completionstatus") if isinstance(body, dict) else body
         try:
-            return CourseCompletion.model_validate(raw).completed
+            return CourseCompletion.model_validate(raw)
         except ValidationError as exc:
             raise schema_error(raw, exc, vendor=VENDOR) from None
+
+    def course_completed(self, course_id: int, user_id: int) -> bool:
+        """Whether the learner met the course's completion requirements."""
+        return self.course_completion(course_id, user_id).completed
 
     def course_module(self, cmid: int) -> CourseModule:
         """A course module as the token's user sees it."""

@@ -182,12 +182,28 @@ def quiz_is_complete(statuses: Sequence[ActivityCompletion], coursemodule: int) 
     return None
 
 
+class CompletionCriterion(_Record):
+    """One criterion of a course's completion, and when the learner met it (None: not yet)."""
+
+    type: int
+    complete: bool
+    timecompleted: UnixTime = None
+
+
 class CourseCompletion(_Record):
     """A learner's course completion (``core_completion_get_course_completion_status``'s
-    ``completionstatus``): whether they met the course's requirements."""
+    ``completionstatus``): whether they met the course's requirements, and when."""
 
     completed: bool
     aggregation: int
+    completions: tuple[CompletionCriterion, ...] = ()
+
+    @property
+    def completed_at(self) -> datetime | None:
+        """When the course was completed: its last criterion met (None when not, or when
+        Moodle says no time)."""
+        times = [c.timecompleted for c in self.completions if c.timecompleted is not None]
+        return max(times) if self.completed and times else None
 
 
 class CourseModule(_Record):

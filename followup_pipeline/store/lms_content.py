@@ -14,6 +14,12 @@ from followup_pipeline.store.db import fetch_all, fetch_one
 from followup_pipeline.store.queries import query
 
 
+def content_lock(tenant_id: str, content_id: str) -> str:
+    """The name of the lock on a piece of content, every version of it: a run holds it from the
+    re-check to Moodle's answer, ``followup lms content add`` and ``approve`` while they write."""
+    return f"content:{tenant_id}:{content_id}"
+
+
 def publish_key(tenant_id: str, content_id: str, version: int) -> str:
     """The idempotency key of a version's publication."""
     return f"lms-publish:{tenant_id}:{content_id}:v{version}"
@@ -58,8 +64,9 @@ class ContentRow:
 
 
 def save(conn: psycopg.Connection[Any], row: ContentVersion) -> bool | None:
-    """Add a version (or change one that still waits, withdrawing its approval); True: new,
-    False: changed, None: it was published or settled already and stays as it is."""
+    """Add a version (or change one that waits or that Moodle refused, withdrawing its
+    approval); True: new, False: changed, None: it was published or settled already and stays
+    as it is."""
     params = {
         "tenant_id": row.tenant_id,
         "content_id": row.content_id,
@@ -95,15 +102,11 @@ def approve(
 
 
 def rows(
-    conn: psycopg.Connection[Any],
-    tenant_id: str | None = None,
-    *,
-    due: datetime | None = None,
-    confirm_since: datetime | None = None,
+    conn: psycopg.Connection[Any], tenant_id: str | None = None, *, due: datetime | None = None
 ) -> list[ContentRow]:
     """The content (of a tenant); with ``due``, what is due by then and not settled, and what
-    was published since ``confirm_since`` and not read back."""
-    params = {"tenant_id": tenant_id, "due": due, "confirm_since": confirm_since}
+    was published and not read back."""
+    params = {"tenant_id": tenant_id, "due": due}
     return fetch_all(conn, ContentRow, query("lms_content_rows"), params)
 
 

@@ -85,3 +85,8 @@ def open_keys(conn: psycopg.Connection[Any], tenant_id: str, kind: QueueKind) ->
     """The keys of the tenant's open items of ``kind``."""
     params = {"tenant_id": tenant_id, "kind": kind}
     return {row["action_key"] for row in conn.execute(query("lms_queue_open_keys"), params)}
+
+
+def open_action_keys(conn: psycopg.Connection[Any]) -> set[str]:
+    """The keys of every open item."""
+    return {row["action_key"] for row in conn.execute(query("lms_queue_all_open_keys"))}

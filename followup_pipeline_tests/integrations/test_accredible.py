@@ -114,6 +114,22 @@ def test_the_published_create_get_and_search_answers_parse_with_text_ids() -> No
     assert not credential.carries("l002")
 
 
+def test_a_search_item_that_breaks_the_schema_is_kept_aside_and_the_listing_goes_on(
+    make_client: Callable[..., AccredibleClient],
+) -> None:
+    page = published("search_v2_response")
+    broken = {**page["credentials"][0], "id": 7, "recipient_email": None}
+    body = {"credentials": [broken, *page["credentials"]], "meta": {"count": 2}}
+    invalid: list[SchemaError] = []
+    found = list(make_client(answering(body, [])).in_group(12345, invalid=invalid))
+    assert [c.id for c in found] == ["12345678"]
+    [error] = invalid
+    assert (error.record_id, error.field) == ("7", "email")
+    assert error.raw == broken  # kept for an operator
+    with pytest.raises(SchemaError, match="email"):  # without a place for them: an error
+        list(make_client(answering(body, [])).in_group(12345))
+
+
 def test_a_search_pages_by_the_cursor_until_none_is_left(
     make_client: Callable[..., AccredibleClient],
 ) -> None:
@@ -212,7 +228,7 @@ def test_an_id_that_would_reach_another_path_is_refused_before_any_request(
     make_client: Callable[..., AccredibleClient], wanted: str
 ) -> None:
     client = make_client(lambda request: pytest.fail("nothing may be sent"))
-    with pytest.raises(ValueError, match="credential id"):
+    with pytest.raises(SchemaError, match="credential id"):
         client.credential(wanted)
 
 

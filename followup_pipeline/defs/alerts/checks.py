@@ -3,6 +3,7 @@ pending too long, and business hours without a successful ``evaluate``."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -21,14 +22,27 @@ def _minutes(delta: timedelta) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-def dead_letter_signals(conn: psycopg.Connection[Any], settings: Settings) -> list[Signal]:
+#: The learning reminders' own actions: their dead letters go to the catch-up queue.
+LEARNING_ACTION = re.compile(r"^action:(lms:(?!weekly:)|lms-cert:|lms-publish:)")
+#: How long a learning action's dead letter waits for its run to queue it (every 15 minutes)
+#: before it is alerted as a dead letter after all (its tenant off, its course dropped).
+QUEUE_GRACE = timedelta(hours=1)
+
+
+def dead_letter_signals(
+    conn: psycopg.Connection[Any], settings: Settings, *, now: datetime | None = None
+) -> list[Signal]:
     """Every dead letter, one signal each, named by its ``event:``/``action:`` name. An alert's
-    own ledger action is left out: alerting never alerts about itself."""
+    own ledger action is left out: alerting never alerts about itself; so is a learning
+    action's, which the catch-up queue alerts with its owner (``catch_up_signals``), unless no
+    run queued it within an hour."""
     found = []
+    queued = {f"action:{key}" for key in lms_queue.open_action_keys(conn)}
     for letter in dead_letters(conn, max_attempts=settings.action_max_attempts):
-        if letter.name.startswith(("action:alert:", "action:lms")):
-            # Alerting never alerts about itself; a learning action's dead letter is in the
-            # catch-up queue, alerted there with its owner (catch_up_signals).
+        if letter.name.startswith("action:alert:") or letter.name in queued:
+            continue
+        waits = now is None or now - letter.since < QUEUE_GRACE
+        if LEARNING_ACTION.match(letter.name) and waits:
             continue
         step = f" at step {letter.step}" if letter.step else ""
         found.append(
@@ -122,17 +136,20 @@ def stale_signal(
 
 def catch_up_signals(conn: psycopg.Connection[Any]) -> list[Signal]:
     """Every open item of the learning reminders' catch-up queue, one signal each, to the
-    operations list and the item's owner and backup."""
+    operations list and the item's owner and backup. One fingerprint per tenant and kind: a
+    bulk of them (every learner of a course without an address) is one mail a window, the
+    rest counted in the next (``followup lms queue`` lists them all)."""
     return [
         Signal(
             kind="catch_up",
             source=f"queue:{item.id}",
-            fingerprint=f"queue:{item.action_key}",
+            fingerprint=f"queue:{item.tenant_id}:{item.kind}",
             subject=f"{item.tenant_id}: {item.what}",
             message=(
                 f"{item.reason}. Owner: {item.owner}"
                 + (f", backup: {item.backup}" if item.backup else "")
-                + f". Key {item.action_key}."
+                + f". Key {item.action_key}. All that waits: followup lms queue --tenant "
+                + f"{item.tenant_id}."
             ),
             occurred_at=item.queued_at,
             also_to=tuple(a for a in (item.owner, item.backup) if a and "@" in a),

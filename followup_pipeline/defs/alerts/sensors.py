@@ -155,7 +155,7 @@ def check_tick(
         # held for a digest an hour after the last such mail. On the first tick, the dead
         # letters already there are not news: on the record, without an alert
         # (`followup dead-letters list` has them).
-        letters = dead_letter_signals(conn, settings)
+        letters = dead_letter_signals(conn, settings, now=now)
         store.record_dead_letters(
             conn,
             letters,
@@ -183,7 +183,7 @@ def check_tick(
                 store.record(conn, episode, window=None)
         # Each item of the learning reminders' catch-up queue, once, to its owner too.
         for item in catch_up_signals(conn):
-            store.record(conn, item, window=None)
+            store.record(conn, item, window=settings.alert_window())
         waiting = store.unsent(conn)
     if waiting and not (settings.ops_recipients() or settings.ops_clickup_list_id):
         context.log.error(

@@ -29,6 +29,7 @@ from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.errors import (
     IntegrationError,
     PermanentError,
+    SchemaError,
     TransientError,
 )
 from followup_pipeline.settings import Settings
@@ -40,6 +41,8 @@ from followup_pipeline.store.run_lock import RunLock
 
 #: How often a tenant's certificates are reconciled with Moodle and the platform.
 CHECK_EVERY = timedelta(hours=1)
+#: Moodle's answers that are about the whole course, not one learner.
+COURSE_LEVEL = ("nocriteriaset", "cannotviewreport")
 
 
 def certified_courses(tenant: Tenant) -> dict[int, int]:
@@ -71,22 +74,27 @@ class TenantCertificates:
     def reconcile(self) -> Counter[str]:
         """Read the completions and the platform, then settle each certificate."""
         courses = certified_courses(self.tenant)
+        with self.db.connection() as conn:
+            recorded = {(r.course_id, r.learner_id) for r in certs.rows(conn, self.tenant.id)}
         for course_id, group_id in courses.items():
-            try:
-                self.read_completions(course_id, group_id)
-            except PermanentError as error:
-                # This course cannot tell (no completion criteria, completion off): its
-                # certificates recorded before are still settled, the other courses go on.
-                self.counts["completions_unreadable"] += 1
-                self.run.log.warning("%s course %s: %s", self.tenant.id, course_id, error)
-        held = {group: list(self.platform.in_group(group)) for group in set(courses.values())}
+            self.read_completions(course_id, group_id, recorded)
+        held: dict[int, list[Issued]] = {}
+        unreadable: set[int] = set()
+        for group in set(courses.values()):
+            invalid: list[SchemaError] = []
+            held[group] = list(self.platform.in_group(group, invalid=invalid))
+            for error in invalid:
+                # Kept in the log with its field; such a group issues nothing this run: the
+                # unreadable item may be the learner's credential.
+                self.run.log.warning("%s group %s: %s", self.tenant.id, group, error)
+                unreadable.add(group)
         with self.db.connection() as conn:
             listed = certs.rows(conn, self.tenant.id)
         for row in listed:
             if row.course_id not in courses:
                 continue  # the course is no longer certified
             try:
-                self.guarded(row, held.get(row.group_id, []))
+                self.guarded(row, held.get(row.group_id, []), row.group_id in unreadable)
             except IntegrationError as error:
                 self.counts["left_for_next_run"] += 1
                 self.run.log.warning("%s: left for the next run: %s", row.idempotency_key, error)
@@ -94,32 +102,60 @@ class TenantCertificates:
             certs.set_checked(conn, self.tenant.id, self.run.now)
         return self.counts
 
-    def read_completions(self, course_id: int, group_id: int) -> None:
-        """Record every learner of the course who met its completion requirements."""
-        for learner in self.site.enrolled_users(course_id):
-            if not self.site.course_completed(course_id, learner.id):
-                continue
-            completion = Completion(
-                tenant_id=self.tenant.id,
-                learner_id=learner.id,
-                course_id=course_id,
-                group_id=group_id,
-                learner_name=learner.fullname,
-                learner_email=learner.email,
-                completed_at=self.run.now,
-            )
-            with self.db.connection() as conn, conn.transaction():
-                self.counts["completions_new"] += certs.seen(conn, completion, at=self.run.now)
+    def read_completions(
+        self, course_id: int, group_id: int, recorded: set[tuple[int, int]]
+    ) -> None:
+        """Record every learner of the course who met its completion requirements (those
+        recorded before are not asked again). A course Moodle cannot report on (no criteria,
+        completion off) is queued with the owner; one learner it cannot tell is skipped."""
+        key = f"lms-cert-course:{self.tenant.id}:{course_id}"
+        try:
+            learners = self.site.enrolled_users(course_id)
+            for learner in learners:
+                if (course_id, learner.id) in recorded:
+                    continue
+                try:
+                    status = self.site.course_completion(course_id, learner.id)
+                except PermanentError as error:
+                    if getattr(error, "errorcode", None) in COURSE_LEVEL:
+                        raise
+                    self.counts["completion_unreadable"] += 1
+                    self.run.log.warning("%s learner %s: %s", key, learner.id, error)
+                    continue
+                if not status.completed:
+                    continue
+                completion = Completion(
+                    tenant_id=self.tenant.id,
+                    learner_id=learner.id,
+                    course_id=course_id,
+                    group_id=group_id,
+                    learner_name=learner.fullname,
+                    learner_email=learner.email,
+                    completed_at=status.completed_at or self.run.now,
+                )
+                with self.db.connection() as conn, conn.transaction():
+                    new = certs.seen(conn, completion, at=self.run.now)
+                self.counts["completions_new"] += new
+        except PermanentError as error:
+            # Its certificates recorded before are still settled, the other courses go on.
+            self.counts["completions_unreadable"] += 1
+            self.run.log.warning("%s: %s", key, error)
+            what = f"certificates of course {course_id}"
+            reason = f"Moodle cannot report the course's completions: {error}"
+            self.queue.park(key, "certificate", what, reason[:500])
+            return
+        self.queue.close(key, "the course's completions are readable again")
 
-    def guarded(self, row: CertificateRow, held: Sequence[Issued]) -> None:
-        """One certificate, under a lock on the learner's course: two runs cannot both issue."""
+    def guarded(self, row: CertificateRow, held: Sequence[Issued], unreadable: bool) -> None:
+        """One certificate, under a lock on the learner's course: two runs cannot both issue.
+        ``unreadable``: the platform's listing had items that broke the schema."""
         name = f"certificate:{row.tenant_id}:{row.learner_id}:{row.course_id}"
         lock = RunLock.try_take(self.db.url, name, owner=self.run.run_id or "lms")
         try:
             if not lock.held:
                 self.counts["in_flight"] += 1
                 return
-            self.one(row, held)
+            self.one(row, held, unreadable)
         finally:
             lock.release()
 
@@ -153,11 +189,14 @@ class TenantCertificates:
                     return credential
         return None
 
-    def one(self, row: CertificateRow, held: Sequence[Issued]) -> None:
+    def one(self, row: CertificateRow, held: Sequence[Issued], unreadable: bool) -> None:
         """Confirm what the platform holds; issue again what it lost; issue what is missing."""
         found = self.match(row, held)
         if found is not None:
             self.confirmed(row, found)
+            return
+        if unreadable:
+            self.counts["left_listing_unreadable"] += 1  # it may be the unreadable item
             return
         prior = self.ledger.prior(row.idempotency_key)
         if row.state in ("issued", "confirmed") or prior.done:
@@ -206,6 +245,13 @@ class TenantCertificates:
         if self.ledger.in_flight(prior):
             self.counts["in_flight"] += 1
             return
+        if prior.maybe_done:
+            # Its answer was lost and the search did not show it: ask by our key before a
+            # second create.
+            landed = self.platform.credential(key)
+            if landed is not None:
+                self.confirmed(row, landed)
+                return
         if not row.learner_email:
             self.park(row, "the learner has no e-mail address in Moodle")
             return
@@ -230,7 +276,10 @@ class TenantCertificates:
                 key=key,
             )
         except IntegrationError as error:
-            maybe = isinstance(error, TransientError) and error.ambiguous
+            # A lost answer, or a 2xx whose body we could not read: it may have been made.
+            maybe = (isinstance(error, TransientError) and error.ambiguous) or isinstance(
+                error, SchemaError
+            )
             self.ledger.fail(attempt, str(error)[:500], maybe_done=maybe)
             self.set_state(row, "unknown" if maybe else "failed")
             self.counts["issue_failed"] += 1

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from typing import Protocol
 
+from followup_pipeline.integrations.errors import SchemaError
+
 
 class Learner(Protocol):
     """An enrolled user."""
@@ -84,6 +86,16 @@ class LmsSite(Protocol):
         ...
 
 
+class CourseStatus(Protocol):
+    """A learner's completion of a course: met or not, and when (None: not said)."""
+
+    @property
+    def completed(self) -> bool: ...
+
+    @property
+    def completed_at(self) -> datetime | None: ...
+
+
 class CourseSite(Protocol):
     """What certificates and content publishing need of a tenant's Moodle."""
 
@@ -91,8 +103,8 @@ class CourseSite(Protocol):
         """The course's learners."""
         ...
 
-    def course_completed(self, course_id: int, user_id: int) -> bool:
-        """Whether the learner met the course's completion requirements (Moodle's state)."""
+    def course_completion(self, course_id: int, user_id: int) -> CourseStatus:
+        """The learner's completion of the course's requirements (Moodle's state)."""
         ...
 
     def show_module(self, cmid: int, course_id: int) -> None:
@@ -129,6 +141,9 @@ class CredentialPlatform(Protocol):
         """The credential of this id, None when the platform has none."""
         ...
 
-    def in_group(self, group_id: int) -> Iterable[Issued]:
-        """Every credential of the group, as the platform holds it now."""
+    def in_group(
+        self, group_id: int, *, invalid: list[SchemaError] | None = None
+    ) -> Iterable[Issued]:
+        """Every credential of the group, as the platform holds it now; with ``invalid``, the
+        items that broke the schema are kept there and the listing goes on."""
         ...

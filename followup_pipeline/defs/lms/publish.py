@@ -23,10 +23,11 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store import ledger as rows
 from followup_pipeline.store import lms_content
 from followup_pipeline.store.lms import Tenant
-from followup_pipeline.store.lms_content import ContentRow
+from followup_pipeline.store.lms_content import ContentRow, content_lock
 from followup_pipeline.store.run_lock import RunLock
 
-#: How long a publication not read back yet is asked about again.
+#: How long a publication not read back yet waits before it is queued with the owner (it is
+#: asked about again at every run).
 RECONFIRM = timedelta(days=2)
 
 
@@ -52,12 +53,14 @@ class TenantContent:
     def run_due(self) -> Counter[str]:
         """Publish, hold or leave every version due now; the counts."""
         with self.db.connection() as conn:
-            due = lms_content.rows(
-                conn, self.tenant.id, due=self.run.now, confirm_since=self.run.now - RECONFIRM
-            )
+            due = lms_content.rows(conn, self.tenant.id, due=self.run.now)
         for row in due:
+            # One lock per piece of content, which `followup lms content add` and `approve` take
+            # too: no version is added or approved between the re-check and Moodle's answer.
             lock = RunLock.try_take(
-                self.db.url, f"publish:{row.idempotency_key}", owner=self.run.run_id or "lms"
+                self.db.url,
+                content_lock(row.tenant_id, row.content_id),
+                owner=self.run.run_id or "lms",
             )
             try:
                 if not lock.held:
@@ -91,7 +94,7 @@ class TenantContent:
         """Settle what an earlier run left, then re-check, then publish once."""
         key = row.idempotency_key
         if row.state == "published":
-            self.read_back(row)
+            self.published_not_confirmed(row)
             return
         if self.ledger.dead(key):
             self.park(row, f"its publication failed every attempt: replay it with "
@@ -167,16 +170,33 @@ class TenantContent:
             self.counts[f"held_{self.tenant.mode}"] += 1
         return None
 
-    def read_back(self, row: ContentRow) -> None:
-        """``confirmed`` when Moodle shows the module visible (else a later run asks again)."""
+    def published_not_confirmed(self, row: ContentRow) -> None:
+        """Read back a version Moodle took; after ``RECONFIRM`` without a read-back, queue it
+        with the owner (a token that may not see ``visible``, a module hidden again)."""
+        try:
+            confirmed = self.read_back(row)
+        except IntegrationError as error:
+            self.park_unconfirmed(row, f"Moodle cannot be asked: {error}")
+            raise
+        if not confirmed:
+            self.park_unconfirmed(row, "Moodle shows its module hidden")
+
+    def park_unconfirmed(self, row: ContentRow, why: str) -> None:
+        if row.published_at is not None and self.run.now - row.published_at >= RECONFIRM:
+            self.park(row, f"published {row.published_at:%Y-%m-%d %H:%M}Z, not read back: {why}")
+
+    def read_back(self, row: ContentRow) -> bool:
+        """``confirmed`` when Moodle shows the module visible (else a later run asks again);
+        whether it was."""
         if not self.site.module_visible(row.cmid):
             self.counts["not_read_back"] += 1
-            return
+            return False
         with self.db.connection() as conn, conn.transaction():
             rows.confirm(conn, row.idempotency_key, str(row.cmid))
             lms_content.set_state(conn, row, "confirmed", at=self.run.now)
         self.queue.close(row.idempotency_key, "published and read back")
         self.counts["confirmed"] += 1
+        return True
 
     def mark(self, row: ContentRow, state: str, *, reason: str | None = None) -> None:
         with self.db.connection() as conn, conn.transaction():

@@ -1,14 +1,16 @@
 -- name: lms_content_save
 -- A version of a piece of content (`followup lms content add`): made, or changed while it waits
--- (its approval is withdrawn by a change: what was approved is not what is there now).
+-- or after Moodle refused it (its approval is withdrawn by a change: what was approved is not
+-- what is there now).
 INSERT INTO lms_content (tenant_id, content_id, version, title, course_id, cmid, publish_at,
                          idempotency_key)
 VALUES (%(tenant_id)s, %(content_id)s, %(version)s, %(title)s, %(course_id)s, %(cmid)s,
         %(publish_at)s, %(key)s)
 ON CONFLICT (tenant_id, content_id, version) DO UPDATE
 SET title = EXCLUDED.title, course_id = EXCLUDED.course_id, cmid = EXCLUDED.cmid,
-    publish_at = EXCLUDED.publish_at, approved_by = NULL, approved_at = NULL
-WHERE lms_content.state = 'waiting'
+    publish_at = EXCLUDED.publish_at, approved_by = NULL, approved_at = NULL,
+    state = 'waiting', reason = NULL
+WHERE lms_content.state IN ('waiting', 'failed')
 RETURNING (xmax = 0) AS new;
 
 -- name: lms_content_approve
@@ -21,7 +23,7 @@ RETURNING version;
 -- name: lms_content_rows
 -- A tenant's content (every tenant's: NULL), each version with the current (highest) version of
 -- its content id; with `due`, only what is due by then and not settled, and what was published
--- lately and not read back yet.
+-- and not read back yet.
 SELECT c.tenant_id, c.content_id, c.version, c.title, c.course_id, c.cmid, c.publish_at,
        c.approved_by, c.approved_at, c.state, c.reason, c.idempotency_key, c.published_at,
        (SELECT max(v.version) FROM lms_content v
@@ -30,8 +32,7 @@ FROM lms_content c
 WHERE (%(tenant_id)s::text IS NULL OR c.tenant_id = %(tenant_id)s)
   AND (%(due)s::timestamptz IS NULL
        OR (c.publish_at <= %(due)s
-           AND (c.state IN ('waiting', 'attempted', 'failed', 'unknown')
-                OR (c.state = 'published' AND c.published_at >= %(confirm_since)s))))
+           AND c.state IN ('waiting', 'attempted', 'failed', 'unknown', 'published')))
 ORDER BY c.tenant_id, c.publish_at, c.content_id, c.version;
 
 -- name: lms_content_lock

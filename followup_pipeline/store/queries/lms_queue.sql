@@ -29,3 +29,7 @@ ORDER BY closed_at IS NOT NULL, queued_at, id;
 -- The open items' keys of a tenant, by kind.
 SELECT action_key FROM lms_queue
 WHERE tenant_id = %(tenant_id)s AND kind = %(kind)s AND closed_at IS NULL;
+
+-- name: lms_queue_all_open_keys
+-- The keys of every open item (their dead letters are alerted as catch-up items).
+SELECT action_key FROM lms_queue WHERE closed_at IS NULL;

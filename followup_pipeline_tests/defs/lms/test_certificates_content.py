@@ -19,6 +19,8 @@ from followup_pipeline.defs.alerts.checks import catch_up_signals, dead_letter_s
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import alerts as alert_store
 from followup_pipeline.store import lms_queue
+from followup_pipeline.store.lms_content import content_lock
+from followup_pipeline.store.run_lock import RunLock
 
 from .lms_world import BERLIN, TOKENS, control, make_tenant, run_lms, seed_site, utc
 
@@ -220,6 +222,15 @@ def test_lms_approved_current_content_is_published_once_and_an_outdated_version_
     assert "week-1 v1 (week-1): superseded" in listed
     assert "never published" in listed
     assert "week-1 v2 (W1): waiting, not approved" in listed
+    # While a run publishes week 1 (it holds the content's lock), no version is added to it.
+    held = RunLock.try_take(db_url, content_lock(BERLIN, "week-1"), owner="a run")
+    try:
+        third = ["--version", "3", "--title", "W", "--course", str(course), "--cmid", "1"]
+        added = main(["lms", "content", "add", BERLIN, "week-1", *third, "--publish-at", yesterday])
+        assert added == 1
+    finally:
+        held.release()
+    assert "a run is publishing week-1" in capsys.readouterr().out
     # The outdated version cannot be approved any more; the new one is, and goes out.
     assert main(["lms", "content", "approve", BERLIN, "week-1", "1", "--by", "Dana"]) == 2
     assert main(["lms", "content", "approve", BERLIN, "week-1", "2", "--by", "Dana"]) == 0
@@ -261,7 +272,7 @@ def test_lms_a_reminder_that_failed_every_attempt_waits_with_its_owner_until_it_
     assert "no e-mail address" in item.reason
     assert f"followup dead-letters replay action:{item.action_key}" in item.reason
     # Alerted once as a catch-up item to the owner, not a second time as a dead letter.
-    assert [s.fingerprint for s in catch_up_signals(db)] == [f"queue:{item.action_key}"]
+    assert [s.fingerprint for s in catch_up_signals(db)] == [f"queue:{BERLIN}:reminder"]
     assert dead_letter_signals(db, load_settings(**once)) == []
     # The learner completes the quiz: the next day's sync sees it, and the item closes.
     control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
