@@ -189,13 +189,16 @@ def test_backup_and_restore_into_a_new_embedded_machine(
     assert "--force" in err
     with psycopg.connect(new_url, autocommit=True) as conn:
         conn.execute("DELETE FROM followup.action_attempts")
-    status, out, err = _followup(capsys, "restore", "--force", str(backup))
+    status, out, err = _followup(capsys, "restore", "--force", "--by", "dana", str(backup))
     assert status == 0, err
     assert _rows(new_url) == _rows(source_url)
     assert _run_ids() == runs
     with psycopg.connect(new_url) as conn:
         schemas = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'followup%'")
         assert schemas.fetchall() == [("followup",)]  # the set-aside schema is gone
+        # The restores are in the audit (of the restored machine), with their actor.
+        restores = conn.execute("SELECT actor, action FROM followup.audit_log ORDER BY id")
+        assert restores.fetchall()[-1] == ("dana", "restore")
 
 
 def _with_password(url: str, *, driver: str = "postgresql") -> str:

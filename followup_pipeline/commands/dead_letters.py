@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.db import connect, resolve_database_url, translated_errors
 from followup_pipeline.store.dead_letters import (
     DeadEventRecord,
@@ -80,6 +81,11 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
             requeued, refused = requeue_events(conn, events)
         with conn.transaction():
             replayed, refused_actions = replay_actions(conn, keys)
+        with conn.transaction():
+            subjects = [f"event:{e}" for e in requeued] + [f"action:{k}" for k in replayed]
+            for subject in subjects:
+                audit.record(conn, actor=args.by, action="dead_letter.replay", subject=subject,
+                             reason=args.reason)  # fmt: skip
     for event_id in requeued:
         print(f"event:{event_id}: queued for its pipeline's next run (original id kept)")
     for event_id, why in refused.items():
@@ -101,4 +107,6 @@ def register(commands: Any) -> None:
     show.set_defaults(handler=_show)
     replay = actions.add_parser("replay", help="re-process dead letters by their original id")
     replay.add_argument("names", nargs="+", help="event:<id> or action:<key>")
+    replay.add_argument("--by", default=audit.os_user(), help="who replays (default: you)")
+    replay.add_argument("--reason", help="why (kept in the audit)")
     replay.set_defaults(handler=_replay)

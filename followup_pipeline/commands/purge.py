@@ -16,6 +16,7 @@ from typing import Any
 from followup_pipeline.clock import build_clock
 from followup_pipeline.machine import NoInstance, dagster_home, open_instance
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.db import connect, resolve_database_url, translated_errors
 from followup_pipeline.store.retention import (
     DEFAULT_BATCH,
@@ -92,8 +93,16 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
     total = sum(counts)
     if dry_run:
         print(f"{'total':<15} {total:>7} would go (dry run: nothing was changed)")
-    else:
-        print(f"{'total':<15} {total:>7} removed")
+        return 0
+    print(f"{'total':<15} {total:>7} removed")
+    with translated_errors(), connect(url, autocommit=True) as conn, conn.transaction():
+        audit.record(
+            conn,
+            actor=args.by,
+            action="purge",
+            detail=f"{total} removed: bodies, e-mail texts, runs " + "/".join(map(str, counts)),
+            reason=args.reason,
+        )
     return 0
 
 
@@ -121,4 +130,6 @@ def register(commands: Any) -> None:
         help=f"rows (or runs) per transaction (default {DEFAULT_BATCH})",
     )
     purge.add_argument("--dry-run", action="store_true", help="count what would go, change nothing")
+    purge.add_argument("--by", default=audit.os_user(), help="who purges (default: you)")
+    purge.add_argument("--reason", help="why (kept in the audit)")
     purge.set_defaults(handler=_purge)

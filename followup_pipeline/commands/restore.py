@@ -32,6 +32,7 @@ from followup_pipeline.commands.archive import (
 )
 from followup_pipeline.machine import NoInstance, dagster_home, install_dagster_home, open_instance
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.db import SCHEMA, connect, translated_errors
 from followup_pipeline.store.migrate import current_version, migrate
 from followup_pipeline.store.queries import query
@@ -87,13 +88,13 @@ def run_restore(args: argparse.Namespace, settings: Settings) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(prefix=".followup-restore-", dir=settings.home) as tmp:
-            return _restore_from(Path(tmp), source, settings, force=args.force)
+            return _restore_from(Path(tmp), source, settings, force=args.force, by=args.by)
     except BackupError as error:
         print(f"followup: {error}", file=sys.stderr)
         return 1
 
 
-def _restore_from(folder: Path, source: Path, settings: Settings, *, force: bool) -> int:
+def _restore_from(folder: Path, source: Path, settings: Settings, *, force: bool, by: str) -> int:
     manifest = read_archive(source, folder)
     app_url, app, storage = machine_databases(settings, create=True)
     with translated_errors(), connect(app_url, autocommit=True) as conn:
@@ -138,6 +139,10 @@ def _restore_from(folder: Path, source: Path, settings: Settings, *, force: bool
     print(f"  {'followup':<9} {holds(now)}")
     restored_runs = _dagster_after_restore(settings, manifest)
     print(f"  {'dagster':<9} {restored_runs} runs (Dagster's instance opens)")
+    with translated_errors(), connect(app_url, autocommit=True) as conn, conn.transaction():
+        audit.record(
+            conn, actor=by, action="restore", detail=f"{source.name}, made {made}: {holds(now)}"
+        )
     expected = manifest.get("counts", {})
     found = {**now, "dagster_runs": restored_runs}
     differ = [k for k, n in expected.items() if found.get(k) != n]

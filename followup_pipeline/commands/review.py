@@ -7,6 +7,7 @@ from typing import Any
 
 from followup_pipeline.clock import build_clock
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.enrichments import ReviewItem, review_item, review_items
 from followup_pipeline.store.lead_review import LEAD_SUBJECT
@@ -68,6 +69,15 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
         except ReviewError as error:
             print(f"followup: {error}")
             return 1
+        audit.record(
+            conn,
+            actor=args.by,
+            action=f"review.{args.action}",
+            subject=f"review:{args.item_id}",
+            detail=said,
+            reason=args.reason,
+            at=now,
+        )
     print(said)
     return 0
 
@@ -91,10 +101,12 @@ def register(commands: Any) -> None:
     accept.add_argument("--line1", help="a summary's first line, corrected")
     accept.add_argument("--line2", help="a summary's second line, corrected")
     accept.add_argument("--answer", help="a lead's classification, corrected (lead.v2 JSON)")
+    accept.add_argument("--by", default=audit.os_user(), help="who decides (default: you)")
     accept.set_defaults(handler=_decide, action="accept", reason=None)
     reject = sub.add_parser(
         "reject", help="no summary until the deal's e-mails change; a lead's classification ends"
     )
     reject.add_argument("item_id", type=int)
-    reject.add_argument("--reason", help="why (kept with a lead's event)")
+    reject.add_argument("--reason", help="why (kept with a lead's event, and in the audit)")
+    reject.add_argument("--by", default=audit.os_user(), help="who decides (default: you)")
     reject.set_defaults(handler=_decide, action="reject", line1=None, line2=None, answer=None)

@@ -1,4 +1,5 @@
-"""``followup watches list | show ID | pause ID | resume ID | explain DEAL_ID``."""
+"""``followup watches list | show ID | explain DEAL_ID``; ``watch``, ``unwatch``, ``pause`` and
+``resume`` are ``watch_steering.py``'s."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from followup_pipeline.clock import build_clock
+from followup_pipeline.commands.watch_steering import register_steering
 from followup_pipeline.domain.calendar import BusinessCalendar, next_business_hour
 from followup_pipeline.domain.explain import CrmAnswer, explain
 from followup_pipeline.domain.localtime import for_people, local_date
@@ -15,12 +17,12 @@ from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.enrichments import latest_summary
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.ledger import actions_of_watch
 from followup_pipeline.store.steps import steps_of
-from followup_pipeline.store.watch_control import WatchControlError, pause_watch, resume_watch
 from followup_pipeline.store.watches import latest_watch_of, list_watches, watch_by_id
 
 
@@ -88,26 +90,6 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _control(args: argparse.Namespace, settings: Settings) -> int:
-    now = build_clock(settings.now).now()
-    with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
-        try:
-            if args.command_name == "pause":
-                pause_watch(conn, watch_id=args.watch_id, now=now)
-                print(f"watch {args.watch_id} paused")
-            else:
-                calendar = load_calendar(
-                    conn, settings.holiday_country, settings.holiday_subdivision
-                )
-                planned = resume_watch(conn, watch_id=args.watch_id, now=now, calendar=calendar)
-                dates = ", ".join(f"step {p.step_no} on {p.due_on}" for p in planned)
-                print(f"watch {args.watch_id} resumed: {dates or 'no step left'}")
-        except WatchControlError as error:
-            print(f"followup: {error}")
-            return 1
-    return 0
-
-
 def _explain(args: argparse.Namespace, settings: Settings) -> int:
     if not DEAL_ID.fullmatch(args.deal_id):
         print(f"followup: {args.deal_id!r} is no CRM id (up to 64 of A-Z a-z 0-9 _ -)")
@@ -115,7 +97,14 @@ def _explain(args: argparse.Namespace, settings: Settings) -> int:
     now = build_clock(settings.now).now()
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         lines = explain_deal(conn, args.deal_id, settings=settings, now=now)
+        done = audit.entries(conn, subject=f"deal:{args.deal_id}", limit=20)
     print("\n".join(lines))
+    if done:
+        print("What operators did (newest first):")
+    for entry in done:
+        why = f" (why: {entry.reason})" if entry.reason else ""
+        when = for_people(entry.at, settings.timezone)
+        print(f"  {when}  {entry.actor}  {entry.action}: {entry.detail or ''}{why}")
     return 0
 
 
@@ -170,7 +159,9 @@ def ask_crm(
 
 def register(commands: Any) -> None:
     """Add ``watches`` and its sub-commands."""
-    watches = commands.add_parser("watches", help="list, show, pause, resume, explain watches")
+    watches = commands.add_parser(
+        "watches", help="list, show, explain, watch, unwatch, pause and resume watches"
+    )
     sub = watches.add_subparsers(dest="watches_command", required=True)
     listing = sub.add_parser("list", help="open watches (all with --all)")
     listing.add_argument("--all", action="store_true", help="include closed watches")
@@ -178,10 +169,7 @@ def register(commands: Any) -> None:
     show = sub.add_parser("show", help="one watch with its steps and ledger")
     show.add_argument("watch_id", type=int)
     show.set_defaults(handler=_show)
-    for name in ("pause", "resume"):
-        control = sub.add_parser(name, help=f"{name} a watch")
-        control.add_argument("watch_id", type=int)
-        control.set_defaults(handler=_control, command_name=name)
+    register_steering(sub)
     why = sub.add_parser("explain", help="why a deal has or has no task today")
     why.add_argument("deal_id")
     why.set_defaults(handler=_explain)

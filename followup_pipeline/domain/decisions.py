@@ -6,13 +6,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-CloseReason = Literal["won", "lost", "exhausted", "subject_gone", "out_of_scope"]
+CloseReason = Literal["won", "lost", "exhausted", "subject_gone", "out_of_scope", "unwatched"]
 CLOSE_REASONS: tuple[CloseReason, ...] = (
     "won",
     "lost",
     "exhausted",
     "subject_gone",
     "out_of_scope",
+    "unwatched",
 )
 
 

@@ -14,6 +14,11 @@ The rules, for a deal observed in a stage (or gone) at a moment:
   received is not closed by it, and a watch closed after it was received is not reopened by it
   (both ``superseded``). A reading of the CRM (reconciliation, re-check) is current by
   definition and is never stale.
+- A watch an operator opened (``registered_by`` ``operator``: a deal the stages would not catch)
+  is kept while its deal is in any other stage (``kept_by_operator``); won, lost or gone close it
+  as any watch.
+- ``unwatched`` (an operator's decision) is final for that stage like ``exhausted``: no new watch
+  while the deal stays in the stage it was unwatched in (``not_reopened_unwatched``).
 - ``exhausted`` is final for that stage: a deal whose latest watch closed ``exhausted`` gets no
   new watch while it is in the stage it was exhausted in (``not_reopened_exhausted``), and a new
   one once it is seen in another watched stage (it moved on). The rule is the same whoever sees
@@ -84,6 +89,9 @@ class WatchState(Protocol):
     @property
     def stage(self) -> str: ...
 
+    @property
+    def registered_by(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -119,6 +127,8 @@ def decide_one(
     if isinstance(decision, Close):
         if open_now is None:
             return Registration(subject, "none", "nothing_to_close")
+        if decision.reason == "out_of_scope" and open_now.registered_by == "operator":
+            return Registration(subject, "none", "kept_by_operator", open_now.id)
         if event and open_now.registered_at > at:
             return Registration(subject, "none", "superseded", open_now.id)
         reason = decision.reason
@@ -130,6 +140,8 @@ def decide_one(
             return Registration(subject, "none", "superseded")
         if latest.closed_reason == "exhausted" and latest.stage == observation.stage:
             return Registration(subject, "none", "not_reopened_exhausted")
+        if latest.closed_reason == "unwatched" and latest.stage == observation.stage:
+            return Registration(subject, "none", "not_reopened_unwatched")
     return Registration(subject, "open", "registered")
 
 

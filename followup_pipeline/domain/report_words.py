@@ -64,6 +64,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "exhausted": "alle Schritte erledigt, seitdem kein Kontakt",
         "subject_gone": "im CRM gelöscht",
         "out_of_scope": "in keiner nachverfolgten Phase mehr",
+        "unwatched": "von Hand nicht mehr nachverfolgt",
         # the Friday overview
         "week_subject": "Wochenüberblick {start} – {end}",
         "week_title": "Wochenüberblick {start} – {end}",
@@ -164,6 +165,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "exhausted": "every step done, no contact since",
         "subject_gone": "deleted in the CRM",
         "out_of_scope": "no longer in a followed-up stage",
+        "unwatched": "no longer followed up, by an operator's decision",
         "week_subject": "Weekly overview {start} – {end}",
         "week_title": "Weekly overview {start} – {end}",
         "week_table": "The week in figures",

@@ -48,6 +48,7 @@ CLOSE_WORDS = {
     "exhausted": "every follow-up step was done and the deal went quiet",
     "subject_gone": "the deal was deleted in the CRM",
     "out_of_scope": "the deal left the watched stages",
+    "unwatched": "an operator stopped the follow-up of this deal",
 }
 #: The comment on a task that Followup closes, after ``CLOSED_BY``: its watch closed (by close
 #: reason), a later step's task superseded it, or activity overtook it.
@@ -58,6 +59,7 @@ CLOSE_COMMENTS: dict[Language, dict[str, str]] = {
         "exhausted": "Alle Schritte sind erledigt, und seitdem gab es keinen Kontakt mehr.",
         "subject_gone": "Der Deal wurde im CRM gelöscht.",
         "out_of_scope": "Der Deal ist in keiner beobachteten Phase mehr.",
+        "unwatched": "Die Nachverfolgung dieses Deals wurde von Hand beendet.",
         "superseded": "Schritt {step} von {count} ist jetzt fällig und hat eine eigene Aufgabe.",
         "contact": "Es gab Kontakt ({contact} am {day}); die Nachverfolgung beginnt von dort neu.",
     },

@@ -80,3 +80,14 @@ def cadence_offsets(conn: psycopg.Connection[Any], name: str) -> tuple[int, ...]
             "add the row, or set FOLLOWUP_CADENCE to define it (followup migrate writes it)"
         )
     return tuple(row["offsets"])
+
+
+def cadences(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, ...]]:
+    """Every named cadence and its offsets."""
+    rows = conn.execute(query("cadence_list")).fetchall()
+    return {str(row["name"]): tuple(row["offsets"]) for row in rows}
+
+
+def set_cadence(conn: psycopg.Connection[Any], name: str, offsets: tuple[int, ...]) -> None:
+    """Define the cadence ``name`` (plans made before keep their offsets)."""
+    conn.execute(query("upsert_cadence"), {"name": name, "offsets": list(offsets)})

@@ -51,7 +51,7 @@ def decide(
     lead = item.subject_type == LEAD_SUBJECT
     if lead and lines is not None:
         raise ReviewError(f"review item {item_id} is a lead's: correct it with --answer, not lines")
-    if not lead and (answer is not None or reason is not None):
+    if not lead and answer is not None:  # a deal's reason is kept in the audit only
         raise ReviewError(
             f"review item {item_id} is a deal's summary: correct it with --line1/--line2"
         )

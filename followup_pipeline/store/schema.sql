@@ -150,6 +150,27 @@ ALTER TABLE followup.alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE followup.audit_log (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    subject text,
+    detail text,
+    reason text,
+    CONSTRAINT audit_log_action_valid CHECK ((action ~ '^[a-z][a-z_.]*$'::text)),
+    CONSTRAINT audit_log_actor_given CHECK ((length(btrim(actor)) > 0))
+);
+
+ALTER TABLE followup.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.audit_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE followup.cadences (
     name text NOT NULL,
     offsets integer[] NOT NULL,
@@ -604,8 +625,9 @@ CREATE TABLE followup.watches (
     last_reset_kind text,
     amount numeric,
     amount_currency text,
+    paused_until date,
     CONSTRAINT watches_closed_has_reason CHECK (((closed_at IS NULL) = (closed_reason IS NULL))),
-    CONSTRAINT watches_closed_reason_valid CHECK ((closed_reason = ANY (ARRAY['won'::text, 'lost'::text, 'exhausted'::text, 'subject_gone'::text, 'out_of_scope'::text]))),
+    CONSTRAINT watches_closed_reason_valid CHECK ((closed_reason = ANY (ARRAY['won'::text, 'lost'::text, 'exhausted'::text, 'subject_gone'::text, 'out_of_scope'::text, 'unwatched'::text]))),
     CONSTRAINT watches_last_reset_kind_valid CHECK ((last_reset_kind = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text, 'task'::text]))),
     CONSTRAINT watches_registered_by_valid CHECK ((registered_by = ANY (ARRAY['webhook'::text, 'reconcile'::text, 'operator'::text])))
 );
@@ -636,6 +658,9 @@ ALTER TABLE ONLY followup.alerts
 
 ALTER TABLE ONLY followup.alerts
     ADD CONSTRAINT alerts_unique_source UNIQUE (source);
+
+ALTER TABLE ONLY followup.audit_log
+    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY followup.cadences
     ADD CONSTRAINT cadences_pkey PRIMARY KEY (name);
@@ -743,6 +768,10 @@ CREATE INDEX actions_open ON followup.actions USING btree (outcome) WHERE (outco
 CREATE INDEX alerts_action_key ON followup.alerts USING btree (action_key) WHERE (action_key IS NOT NULL);
 
 CREATE INDEX alerts_fingerprint ON followup.alerts USING btree (fingerprint, occurred_at DESC);
+
+CREATE INDEX audit_log_at ON followup.audit_log USING btree (at);
+
+CREATE INDEX audit_log_subject ON followup.audit_log USING btree (subject, at);
 
 CREATE INDEX enrich_queue_oldest ON followup.enrich_queue USING btree (changed_at);
 

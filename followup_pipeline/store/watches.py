@@ -55,6 +55,8 @@ class Watch:
     last_error_at: datetime | None
     amount: Decimal | None
     amount_currency: str | None
+    #: The day a pause ends (the first evaluate of that day resumes it); None: until resumed.
+    paused_until: date | None
 
     @property
     def active_since(self) -> datetime:
@@ -293,10 +295,22 @@ def mark_reset(conn: psycopg.Connection[Any], *, watch_id: int, at: datetime) ->
     conn.execute(query("mark_reset"), {"watch_id": watch_id, "reset_at": at})
 
 
-def set_paused(conn: psycopg.Connection[Any], *, watch_id: int, at: datetime | None) -> bool:
-    """Pause (``at``) or resume (None) an open watch; False if it is not open."""
-    row = conn.execute(query("set_paused"), {"watch_id": watch_id, "paused_at": at}).fetchone()
-    return row is not None
+def set_paused(
+    conn: psycopg.Connection[Any],
+    *,
+    watch_id: int,
+    at: datetime | None,
+    until: date | None = None,
+) -> bool:
+    """Pause (``at``, to the day ``until`` if given) or resume (None) an open watch; False if it
+    is not open."""
+    params = {"watch_id": watch_id, "paused_at": at, "until": until if at else None}
+    return conn.execute(query("set_paused"), params).fetchone() is not None
+
+
+def pauses_ended(conn: psycopg.Connection[Any], *, now: datetime) -> list[Watch]:
+    """Open watches whose pause ended by today (each in its zone)."""
+    return fetch_all(conn, Watch, query("pauses_ended"), {"now": now})
 
 
 def set_watch_error(

@@ -24,6 +24,7 @@ class Watch:
     closed_at: datetime | None
     closed_reason: str | None
     stage: str
+    registered_by: str = "webhook"
 
 
 moments = st.integers(min_value=-3, max_value=3).map(lambda h: T0 + timedelta(hours=h))
@@ -34,8 +35,11 @@ watches = st.one_of(
         id=st.integers(1, 1000),
         registered_at=moments,
         closed_at=st.one_of(st.none(), moments),
-        closed_reason=st.sampled_from(["won", "lost", "exhausted", "subject_gone", "out_of_scope"]),
+        closed_reason=st.sampled_from(
+            ["won", "lost", "exhausted", "subject_gone", "out_of_scope", "unwatched"]
+        ),
         stage=st.sampled_from(["Proposal", "Negotiation"]),
+        registered_by=st.sampled_from(["webhook", "reconcile", "operator"]),
     ),
 )
 sources = st.sampled_from(["webhook", "reconcile", "recheck"])
@@ -74,7 +78,7 @@ def test_registration_rules_hold_for_every_observation(case: list) -> None:
             # Only a deal in a watched stage with no open watch opens one.
             assert observation.stage in POLICY.watched
             assert not is_open
-            if watch is not None and watch.closed_reason == "exhausted":
+            if watch is not None and watch.closed_reason in ("exhausted", "unwatched"):
                 assert observation.stage != watch.stage  # a new stay only in another stage
         elif registration.action == "close":
             # Only the open watch closes, with the reason the stage gives.
@@ -83,6 +87,11 @@ def test_registration_rules_hold_for_every_observation(case: list) -> None:
             assert registration.watch_id == watch.id
             assert registration.outcome == f"closed_{registration.reason}"
             assert observation.stage not in POLICY.watched
+            if watch.registered_by == "operator":  # only won, lost or gone close it
+                assert registration.reason != "out_of_scope"
+        if registration.outcome == "kept_by_operator":
+            assert watch is not None
+            assert watch.registered_by == "operator"
         if registration.outcome == "superseded":
             # Only an event is ever stale, and only against something newer.
             assert observation.source == "webhook"
@@ -102,6 +111,34 @@ def test_registration_after_exhausted_one_rule_whoever_sees_the_deal(
     exhausted = Watch(1, T0 - timedelta(days=30), T0 - timedelta(days=1), "exhausted", "Proposal")
     seen = Observation("d1", stage, T0, source)  # type: ignore[arg-type]
     assert decide_one(seen, exhausted, POLICY).outcome == outcome
+
+
+@pytest.mark.parametrize(
+    ("stage", "outcome"),
+    [
+        ("Prospecting", "kept_by_operator"),
+        ("Closed Lost", "closed_lost"),
+        (None, "closed_subject_gone"),
+    ],
+)
+def test_registration_a_watch_an_operator_opened_stays_in_any_other_stage(
+    stage: str | None, outcome: str
+) -> None:
+    by_hand = Watch(1, T0 - timedelta(days=3), None, None, "Prospecting", "operator")
+    seen = Observation("d1", stage, T0, "reconcile")
+    assert decide_one(seen, by_hand, POLICY).outcome == outcome
+
+
+@pytest.mark.parametrize(
+    ("stage", "outcome"),
+    [("Proposal", "not_reopened_unwatched"), ("Negotiation", "registered")],
+)
+def test_registration_an_unwatched_deal_comes_back_only_in_another_stage(
+    stage: str, outcome: str
+) -> None:
+    unwatched = Watch(1, T0 - timedelta(days=9), T0 - timedelta(days=1), "unwatched", "Proposal")
+    seen = Observation("d1", stage, T0, "webhook")
+    assert decide_one(seen, unwatched, POLICY).outcome == outcome
 
 
 def test_registration_one_list_cannot_name_a_deal_twice() -> None:

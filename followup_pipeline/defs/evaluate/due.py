@@ -31,8 +31,9 @@ from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import steps, watches
+from followup_pipeline.store import audit, steps, watches
 from followup_pipeline.store.steps import TaskSummary
+from followup_pipeline.store.watch_control import resume_watch
 from followup_pipeline.store.watches import Watch
 
 GONE: Literal["gone"] = "gone"
@@ -65,11 +66,32 @@ class DueSteps:
         The watches in ``unreadable`` (their activity could not be read) wait.
         """
         self.tally = Tally(self.tally.log)
+        self.resume_ended_pauses()
         with self.db.connection() as conn:
             due = watches.due_watches(conn, now=self.now)
         for watch in due:
             self._process(watch.id, watch.id in unreadable)
         return self.tally
+
+    def resume_ended_pauses(self) -> None:
+        """Resume each watch whose pause ended by today (``watches pause --until``), recorded
+        in the audit as the machine's own doing."""
+        with self.db.connection() as conn, conn.transaction():
+            for watch in watches.pauses_ended(conn, now=self.now):
+                planned = resume_watch(
+                    conn, watch_id=watch.id, now=self.now, calendar=self.calendar
+                )
+                dates = ", ".join(f"step {p.step_no} on {p.due_on}" for p in planned)
+                audit.record(
+                    conn,
+                    actor="followup",
+                    action="watch.resume",
+                    subject=f"deal:{watch.subject_id}",
+                    detail=f"watch {watch.id} resumed, its pause ended on {watch.paused_until}: "
+                    f"{dates or 'no step left'}",
+                    at=self.now,
+                )
+                self.tally.count("pauses_ended")
 
     def _process(self, watch_id: int, unreadable: bool) -> None:
         # Read fresh: an operator may have paused the watch while this run was going.

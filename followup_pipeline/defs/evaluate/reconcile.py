@@ -145,7 +145,7 @@ class Reconciler:
     def register(self, deals: Sequence[Deal]) -> int:
         """Decide and apply the watches of ``deals`` as the CRM lists them now, a page at a
         time; closed watches have their open steps skipped. How many were not reopened
-        because their latest watch closed ``exhausted``."""
+        because their latest watch closed ``exhausted`` or ``unwatched``."""
         quiet = 0
         for start in range(0, len(deals), PAGE):
             page = deals[start : start + PAGE]
@@ -168,9 +168,9 @@ class Reconciler:
             for registration in ended.values():
                 if registration.outcome == "registered":
                     self.tally.count("registered")
-                elif registration.outcome == "not_reopened_exhausted":
+                elif registration.outcome in ("not_reopened_exhausted", "not_reopened_unwatched"):
                     quiet += 1
-                    self.tally.count("not_reopened_exhausted")
+                    self.tally.count(registration.outcome)
                 elif registration.action == "close" and registration.reason is not None:
                     self.tasks.closed(latest[registration.subject_id], registration.reason)
         return quiet

@@ -7,3 +7,7 @@ SELECT offsets FROM cadences WHERE name = %(name)s;
 INSERT INTO cadences (name, offsets) VALUES (%(name)s, %(offsets)s)
 ON CONFLICT (name) DO UPDATE SET offsets = EXCLUDED.offsets
 WHERE cadences.offsets IS DISTINCT FROM EXCLUDED.offsets;
+
+-- name: cadence_list
+-- Every named cadence, by name.
+SELECT name, offsets FROM cadences ORDER BY name;

@@ -73,9 +73,17 @@ RETURNING w.id;
 UPDATE watches SET last_reset_at = %(reset_at)s WHERE id = %(watch_id)s;
 
 -- name: set_paused
--- Pause (an instant) or resume (NULL) an open watch.
-UPDATE watches SET paused_at = %(paused_at)s WHERE id = %(watch_id)s AND closed_at IS NULL
+-- Pause (an instant, and the day it ends, if any) or resume (NULL) an open watch.
+UPDATE watches SET paused_at = %(paused_at)s, paused_until = %(until)s
+WHERE id = %(watch_id)s AND closed_at IS NULL
 RETURNING id;
+
+-- name: pauses_ended
+-- Open watches whose pause ended by today in their own zone.
+SELECT * FROM watches
+WHERE closed_at IS NULL AND paused_at IS NOT NULL AND paused_until IS NOT NULL
+  AND paused_until <= (%(now)s::timestamptz AT TIME ZONE time_zone)::date
+ORDER BY id;
 
 -- name: set_watch_error
 -- Remember (or clear, with NULL) the CRM error that holds a watch's due step back.
