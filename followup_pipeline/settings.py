@@ -95,6 +95,14 @@ class Settings(VendorSettings, CoreSettings):
     retain_email_text_days: int = Field(default=90, ge=1)
     #: Days finished Dagster runs (and their event logs) are kept.
     retain_runs_days: int = Field(default=90, ge=1)
+    #: Where the nightly backups go (``housekeeping_backup``); unset: ``FOLLOWUP_HOME/backups``.
+    backup_dir: Path | None = None
+    #: How many nightly backups are kept (the oldest beyond go).
+    backup_keep: int = Field(default=7, ge=1, le=365)
+
+    def backups(self) -> Path:
+        """The folder of the nightly backups."""
+        return self.backup_dir or self.home / "backups"
 
     # --- the vendor clients ----------------------------------------------------------------------
     #: Seconds a vendor client waits for an answer (and to send a body).

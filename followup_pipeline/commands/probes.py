@@ -219,3 +219,33 @@ def alerts(settings: Settings) -> Check:
         f"mail to {', '.join(owners)}; ClickUp list {ops_list} when mail fails; run links to "
         f"{ui_url(settings)} (FOLLOWUP_UI_URL)",
     )
+
+
+def clickup_users(settings: Settings) -> Check:
+    """Each salesperson of ``FOLLOWUP_CLICKUP_USER_MAP`` is a member of the list (else their
+    tasks cannot be assigned to them)."""
+    if not settings.clickup_user_map:
+        return ok("clickup users", "no FOLLOWUP_CLICKUP_USER_MAP: tasks are not assigned")
+    token = settings.clickup_token
+    client = ClickUpClient(
+        str(settings.clickup_url),
+        token.get_secret_value() if token else "",
+        settings.clickup_list_id,
+        settings.clickup_key_field_id,
+        sleep=_no_wait,
+        timeouts=_timeouts(settings),
+    )
+    try:
+        members = client.list_members()
+    finally:
+        client.close()
+    strangers = {crm: cu for crm, cu in settings.clickup_user_map.items() if cu not in members}
+    if strangers:
+        named = ", ".join(f"CRM user {crm} -> ClickUp {cu}" for crm, cu in strangers.items())
+        return fail(
+            "clickup users",
+            f"FOLLOWUP_CLICKUP_USER_MAP names no member of list {settings.clickup_list_id}: "
+            f"{named} (their tasks cannot be assigned to them)",
+        )
+    names = ", ".join(members[cu] for cu in settings.clickup_user_map.values())
+    return ok("clickup users", f"{len(settings.clickup_user_map)} mapped to members: {names}")

@@ -19,6 +19,7 @@ from followup_pipeline.defs import (
     alerts,
     enrich,
     evaluate,
+    housekeeping,
     lead_intake,
     lms,
     register,
@@ -56,6 +57,7 @@ CAPABILITIES = (
     watch_control,
     lead_intake,
     lms,
+    housekeeping,
 )
 #: The handler of each event source, from the capabilities that consume events.
 EVENT_HANDLERS = EventHandlers({**register.EVENT_HANDLERS, **lead_intake.EVENT_HANDLERS})

@@ -144,6 +144,14 @@ class Ingress:
             for tenant in await cursor.fetchall():
                 for state in LMS_STATES:
                     values[f"lms|{tenant.tenant_id}|{state}"] = float(getattr(tenant, state))
+        async with (
+            self.pool.connection() as conn,
+            conn.cursor(row_factory=typed_row(events.Series)) as cursor,
+        ):
+            params = {"max_attempts": self.settings.action_max_attempts}
+            await cursor.execute(query("operator_gauges"), params)
+            for one in await cursor.fetchall():
+                values[f"op|{one.name}|{one.label}"] = float(one.value)
         return values
 
     async def _ping(self) -> None:

@@ -122,4 +122,34 @@ class Metrics:
                 _, tenant, state = key.split("|")
                 line = f'followup_lms_reminders{{tenant="{tenant}",state="{state}"}}'
                 lines.append(f"{line} {_number(gauges[key])}")
+            lines.extend(_operator_lines(gauges))
         return "\n".join(lines) + "\n"
+
+
+#: The operator's series (``operator_gauges``): name, type, help, and the label a row's label
+#: fills (none: no label).
+OPERATOR_SERIES = (
+    ("steps_overdue", "followup_steps_overdue", None,
+     "Follow-up steps of open, unpaused watches due before today and neither fired nor skipped."),
+    ("actions", "followup_actions", "state",
+     "Ledger actions waiting in the in-flight window (in_flight) or dead (failed, no attempt "
+     "left)."),
+    ("alerts_unsent", "followup_alerts_unsent", None,
+     "Alerts that reached nobody yet (neither their mail nor their ClickUp task)."),
+    ("evaluate_age", "followup_evaluate_last_finished_age_seconds", None,
+     "Seconds since an evaluate run last finished (absent: none ever did)."),
+    ("watches_open", "followup_watches_open", "stage", "Open watches by the deal's stage."),
+)  # fmt: skip
+
+
+def _operator_lines(gauges: Mapping[str, float]) -> list[str]:
+    """The operator's series, as Prometheus lines."""
+    lines: list[str] = []
+    for name, metric, label, help_text in OPERATOR_SERIES:
+        rows = sorted((k, v) for k, v in gauges.items() if k.startswith(f"op|{name}|"))
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        for key, value in rows:
+            labelled = key.split("|", 2)[2]
+            where = f'{{{label}="{labelled}"}}' if label else ""
+            lines.append(f"{metric}{where} {_number(value)}")
+    return lines

@@ -320,6 +320,17 @@ class ClickUpClient:
             if isinstance(s, dict) and s.get("status")
         }
 
+    def list_members(self) -> dict[int, str]:
+        """Who may be assigned the list's tasks: ClickUp user id → username (``GET
+        /v2/list/{id}/member``)."""
+        body = self._http.json(self._http.request("GET", f"v2/list/{self.list_id}/member"))
+        members = body.get("members") if isinstance(body, dict) else None
+        return {
+            int(m["id"]): str(m.get("username") or m.get("email") or m["id"])
+            for m in members or []
+            if isinstance(m, dict) and isinstance(m.get("id"), int)
+        }
+
     def list_closed_status(self, statuses: Mapping[str, str] | None = None) -> str:
         """The list's status of type ``closed`` (statuses belong to each list; a new list's is
         ``complete``), read once (or from ``statuses`` already read); ``PermanentError`` if the

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Scope
 
+from followup_pipeline.sandbox.demo import SALESPEOPLE
 from followup_pipeline.sandbox.errors import clickup_error
 from followup_pipeline.sandbox.gate import RateDecision
 from followup_pipeline.sandbox.state import SandboxState
@@ -101,6 +102,17 @@ def clickup_app(state: SandboxState) -> Starlette:
         ]
         return JSONResponse({"id": list_id, "name": lists[list_id], "statuses": statuses})
 
+    async def list_members(request: Request) -> Response:
+        """Who may be assigned the list's tasks (ClickUp's "Get List Members"): the demo's
+        salespeople, as the sandbox's workspace has them."""
+        known_list(request.path_params["list_id"])
+        members = [
+            {"id": clickup_id, "username": name, "email": address, "color": "#7b68ee",
+             "initials": "".join(part[0] for part in name.split()), "profilePicture": None}
+            for _, name, clickup_id, address in SALESPEOPLE
+        ]  # fmt: skip
+        return JSONResponse({"members": members})
+
     async def list_tasks(request: Request) -> Response:
         known_list(request.path_params["list_id"])
         tasks = [
@@ -152,6 +164,7 @@ def clickup_app(state: SandboxState) -> Starlette:
     return Starlette(
         routes=[
             Route("/v2/list/{list_id}", guarded(get_list), methods=["GET"]),
+            Route("/v2/list/{list_id}/member", guarded(list_members), methods=["GET"]),
             Route("/v2/list/{list_id}/task", guarded(create), methods=["POST"]),
             Route("/v2/list/{list_id}/task", guarded(list_tasks), methods=["GET"]),
             Route("/v2/task/{task_id}", guarded(get_task), methods=["GET"]),

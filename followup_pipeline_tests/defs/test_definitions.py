@@ -36,6 +36,8 @@ JOBS = [
     "crm_changes",
     "lms_reminders",
     "lms_weekly",
+    "housekeeping_purge",
+    "housekeeping_backup",
 ]
 SCHEDULES = [
     "evaluate_business_hours",
@@ -45,6 +47,8 @@ SCHEDULES = [
     "crm_changes_nightly",
     "lms_reminders_every_15_min",
     "lms_weekly_monday",
+    "purge_nightly",
+    "backup_nightly",
 ]
 SENSORS = ["crm_events", "alerts", "alert_checks", "lead_events"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import MONDAY, SANDBOX, Machine
 
-KILLS = 10
+KILLS = 5
 #: ClickUp takes this long to answer a create: longer than a new run needs to reach the search.
 LATENCY_S = 6.0
 IN_FLIGHT_S = LATENCY_S + 3.0

@@ -267,3 +267,38 @@ def test_steering_an_erased_person_leaves_no_address_name_or_message(
     assert _audit(machine)[-1] == ("dana", "erase.person", "person:[erased]")
     assert cli("erase", "person", "wanda.vortex@example.org")[0] == 1  # nothing left to erase
     assert cli("erase", "person", "no-address")[0] == 2
+
+
+def test_steering_metrics_an_operator_graphs(machine: Machine) -> None:
+    import httpx
+
+    from followup_pipeline.ingress.app import create_app
+    from followup_pipeline_tests.ingress.conftest import ingress_settings
+    from followup_pipeline_tests.support import served
+
+    for name in ("One", "Two"):
+        machine.deal(name=name)
+    machine.deal(name="Later", stage="Negotiation")
+    machine.evaluate(MONDAY)  # three watches, their steps due in March: overdue by now
+    machine.db.execute(
+        "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, attempts)"
+        " VALUES ('x:1', 'report', now(), 'UTC', 'attempted', 1),"
+        " ('x:2', 'report', now(), 'UTC', 'failed', 9)"
+    )
+    with served(create_app(ingress_settings(), machine.db_url)) as base:
+        metrics = httpx.get(f"{base}/metrics", timeout=15).text
+    for line in (
+        'followup_watches_open{stage="Proposal"} 2',
+        'followup_watches_open{stage="Negotiation"} 1',
+        "followup_steps_overdue 9",
+        'followup_actions{state="in_flight"} 1',
+        'followup_actions{state="dead"} 1',
+        "followup_alerts_unsent 0",
+    ):
+        assert line in metrics, metrics
+    [age] = [
+        float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("followup_evaluate_last_finished_age_seconds ")
+    ]
+    assert 0 <= age < 120

@@ -260,6 +260,24 @@ def test_daemon_schedule_ticks_unattended(machine: Machine) -> None:
     rows = _poll(launched, 150, "a run launched by the evaluate schedule's tick")
     assert rows[0][0] in {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "SUCCESS"}
 
+    # The nightly purge and backup tick the same way (here every minute), and succeed: a backup
+    # file in the machine's backups folder, the purge in the audit as the machine's own.
+    def housekeeping() -> set[str]:
+        found = machine.dagster_rows(
+            "SELECT pipeline_name FROM runs WHERE status = 'SUCCESS'"
+            " AND pipeline_name IN ('housekeeping_purge', 'housekeeping_backup')"
+        )
+        return {row[0] for row in found}
+
+    _poll(lambda: len(housekeeping()) == 2, 150, "the nightly purge and backup to succeed")
+    backups = Path(machine.env["FOLLOWUP_HOME"]) / "backups"
+    assert sorted(backups.glob("followup-*.tar"))
+    with psycopg.connect(machine.db_url) as conn:
+        purged = conn.execute(
+            "SELECT actor FROM followup.audit_log WHERE action = 'purge' LIMIT 1"
+        ).fetchone()
+    assert purged == ("followup",)
+
 
 def _doctor(
     machine: Machine,
@@ -299,7 +317,7 @@ def test_daemon_doctor_all_green_then_exactly_each_fault(
 
     wrong = {"FOLLOWUP_CLICKUP_TOKEN": "pk_wrong_token"}
     status, faults, out = _doctor(machine, monkeypatch, capsys, **wrong)
-    assert (status, faults) == (1, {"clickup", "alerts"}), out  # the alert list is ClickUp's too
+    assert (status, faults) == (1, {"clickup", "clickup users", "alerts"}), out  # ClickUp's too
     assert "pk_wrong_token" not in out
     misspelt = {"FOLLOWUP_WATCHED_STAGES": "Proposal,Negociation"}
     status, faults, out = _doctor(machine, monkeypatch, capsys, **misspelt)
