@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# The tests in two processes, each test file in one of them (its module-wide machines kept
+# whole): most of the suite's time is spent waiting on daemons, sensors and timers, not on the CPU.
+PARALLEL ?= -n 2 --dist loadfile
+
 .PHONY: run test test-fast browser schema lint typecheck pytest bench clean
 
 # The install's own output goes to a log (the console stays short); its tail is shown if it fails.
@@ -22,7 +26,7 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/pytest $(PARALLEL)
 
 # The same checks without the tests marked slow (those that start Dagster or other processes).
 test-fast: $(STAMP)
@@ -30,7 +34,7 @@ test-fast: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest $(PARALLEL) -m "not slow"
 
 # The browser test drives Debian's Chromium (Playwright downloads none): installed with apt when
 # missing and this runs as root; otherwise the test is skipped and says so. Never fails the build.

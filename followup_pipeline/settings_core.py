@@ -53,6 +53,9 @@ class CoreSettings(BaseSettings):
     cadence_name: str = Field(default="default", min_length=1)
     #: When set, defines the offsets of the cadence ``cadence_name`` (written to its row).
     cadence: Annotated[list[int], NoDecode] = [5, 12, 21]
+    #: A cadence per stage, when the admin wants one: JSON map stage → the name of a row of
+    #: ``cadences`` (``followup cadences set``); a stage not named plans by ``cadence_name``.
+    stage_cadences: Annotated[dict[str, str], NoDecode] = {}
     exhaust_after: int = Field(default=5, ge=0)
 
     # --- the deals we watch ----------------------------------------------------------------------
@@ -80,7 +83,7 @@ class CoreSettings(BaseSettings):
     def _lists(cls, value: Any) -> Any:
         return split_list(value)
 
-    @field_validator("salesperson_addresses", mode="before")
+    @field_validator("salesperson_addresses", "stage_cadences", mode="before")
     @classmethod
     def _address_map(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -180,6 +183,10 @@ class CoreSettings(BaseSettings):
         day = today or datetime.now(zoneinfo.ZoneInfo(self.timezone)).date()
         previous = day.replace(day=1) - timedelta(days=1)
         return previous.replace(day=1)
+
+    def cadence_for(self, stage: str) -> str:
+        """The cadence that plans a new watch of a deal in ``stage``."""
+        return self.stage_cadences.get(stage, self.cadence_name)
 
     def configured_cadence(self) -> tuple[int, ...] | None:
         """The offsets of ``FOLLOWUP_CADENCE`` when it was set, else None (the table decides)."""

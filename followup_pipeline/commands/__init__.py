@@ -13,3 +13,11 @@ from collections.abc import Callable
 from followup_pipeline.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def add_by(parser: argparse.ArgumentParser, who: str = "who does it") -> None:
+    """``--by NAME``: who does an operator action (default: the user running the command; never
+    blank), kept in the audit."""
+    from followup_pipeline.store.audit import actor, os_user
+
+    parser.add_argument("--by", type=actor, default=os_user(), help=f"{who} (default: you)")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from followup_pipeline.clock import build_clock
+from followup_pipeline.commands import add_by
 from followup_pipeline.commands.archive import (
     APP_DUMP,
     DAGSTER_DUMP,
@@ -30,7 +31,6 @@ from followup_pipeline.commands.archive import (
 )
 from followup_pipeline.commands.restore import run_restore
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.audit import os_user
 from followup_pipeline.store.db import SCHEMA, connect, translated_errors
 from followup_pipeline.store.migrate import current_version
 from followup_pipeline.store.retention import dagster_run_count, machine_counts
@@ -136,5 +136,6 @@ def register(commands: Any) -> None:
     restore.add_argument(
         "--force", action="store_true", help="replace the data of a machine that has some"
     )
-    restore.add_argument("--by", default=os_user(), help="who restores (default: you)")
+    add_by(restore, "who restores")
+    restore.add_argument("--reason", help="why (kept in the audit)")
     restore.set_defaults(handler=run_restore)

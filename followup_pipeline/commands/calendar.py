@@ -15,7 +15,9 @@ import argparse
 from datetime import date
 from typing import Any
 
+from followup_pipeline.clock import build_clock
 from followup_pipeline.domain.cadence import validate_offsets
+from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit, cadences, holidays
 from followup_pipeline.store.db import connect, resolve_database_url
@@ -53,6 +55,13 @@ def _holidays_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def _holidays_add(args: argparse.Namespace, settings: Settings) -> int:
     kind = "workday" if args.workday else "holiday"
+    today = local_date(build_clock(settings.now).now(), settings.timezone)
+    if args.day < today:
+        print(
+            f"followup: {args.day} has passed: a correction changes what is planned or checked "
+            "from now on"
+        )
+        return 2
     with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
         new = holidays.put_override(conn, args.day, kind, args.name)
         audit.record(
@@ -120,7 +129,9 @@ def _cadences_set(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _operator(parser: Any) -> None:
-    parser.add_argument("--by", default=audit.os_user(), help="who does it (default: you)")
+    parser.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who does it (default: you)"
+    )
     parser.add_argument("--reason", help="why (kept in the audit)")
 
 

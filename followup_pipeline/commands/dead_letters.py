@@ -107,6 +107,8 @@ def register(commands: Any) -> None:
     show.set_defaults(handler=_show)
     replay = actions.add_parser("replay", help="re-process dead letters by their original id")
     replay.add_argument("names", nargs="+", help="event:<id> or action:<key>")
-    replay.add_argument("--by", default=audit.os_user(), help="who replays (default: you)")
+    replay.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who replays (default: you)"
+    )
     replay.add_argument("--reason", help="why (kept in the audit)")
     replay.set_defaults(handler=_replay)

@@ -11,7 +11,7 @@ from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit
 from followup_pipeline.store.db import connect, resolve_database_url
-from followup_pipeline.store.erasure import Erased, erase_deal, erase_person
+from followup_pipeline.store.erasure import Erased, WatchOpen, erase_deal, erase_person
 
 
 def _deal_id(text: str) -> str:
@@ -34,8 +34,8 @@ def _said(what: str, erased: Erased) -> int:
     print(f"erased what is kept of {what}: {done}; the rows, keys and counts stay")
     if erased.pending_events:
         print(
-            f"note: {erased.pending_events} event(s) still to be processed name it: erase again "
-            "once they are done"
+            f"note: {erased.pending_events} event(s) still to be processed, or dead letters, hold "
+            "it: erase again once they are settled"
         )
     if erased.elsewhere:
         print("not erased here (it lives with a vendor; erase it there):")
@@ -47,7 +47,11 @@ def _said(what: str, erased: Erased) -> int:
 def _erase(args: argparse.Namespace, settings: Settings) -> int:
     with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
         if args.kind == "deal":
-            erased = erase_deal(conn, args.target)
+            try:
+                erased = erase_deal(conn, args.target)
+            except WatchOpen as error:
+                print(f"followup: {error}")
+                return 1
             subject, what = f"deal:{args.target}", f"deal {args.target}"
         else:
             erased = erase_person(conn, args.target)
@@ -73,6 +77,8 @@ def register(commands: Any) -> None:
     for kind, kind_type, meta in (("deal", _deal_id, "DEAL_ID"), ("person", _email, "EMAIL")):
         one = sub.add_parser(kind, help=f"erase a {kind}'s names, texts and addresses")
         one.add_argument("target", type=kind_type, metavar=meta)
-        one.add_argument("--by", default=audit.os_user(), help="who erases (default: you)")
+        one.add_argument(
+            "--by", type=audit.actor, default=audit.os_user(), help="who erases (default: you)"
+        )
         one.add_argument("--reason", help="why (e.g. the request's reference)")
         one.set_defaults(handler=_erase, kind=kind)

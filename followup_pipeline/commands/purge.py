@@ -130,6 +130,8 @@ def register(commands: Any) -> None:
         help=f"rows (or runs) per transaction (default {DEFAULT_BATCH})",
     )
     purge.add_argument("--dry-run", action="store_true", help="count what would go, change nothing")
-    purge.add_argument("--by", default=audit.os_user(), help="who purges (default: you)")
+    purge.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who purges (default: you)"
+    )
     purge.add_argument("--reason", help="why (kept in the audit)")
     purge.set_defaults(handler=_purge)

@@ -88,13 +88,17 @@ def run_restore(args: argparse.Namespace, settings: Settings) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(prefix=".followup-restore-", dir=settings.home) as tmp:
-            return _restore_from(Path(tmp), source, settings, force=args.force, by=args.by)
+            return _restore_from(
+                Path(tmp), source, settings, force=args.force, by=args.by, reason=args.reason
+            )
     except BackupError as error:
         print(f"followup: {error}", file=sys.stderr)
         return 1
 
 
-def _restore_from(folder: Path, source: Path, settings: Settings, *, force: bool, by: str) -> int:
+def _restore_from(
+    folder: Path, source: Path, settings: Settings, *, force: bool, by: str, reason: str | None
+) -> int:
     manifest = read_archive(source, folder)
     app_url, app, storage = machine_databases(settings, create=True)
     with translated_errors(), connect(app_url, autocommit=True) as conn:
@@ -141,7 +145,11 @@ def _restore_from(folder: Path, source: Path, settings: Settings, *, force: bool
     print(f"  {'dagster':<9} {restored_runs} runs (Dagster's instance opens)")
     with translated_errors(), connect(app_url, autocommit=True) as conn, conn.transaction():
         audit.record(
-            conn, actor=by, action="restore", detail=f"{source.name}, made {made}: {holds(now)}"
+            conn,
+            actor=by,
+            action="restore",
+            detail=f"{source.name}, made {made}: {holds(now)}",
+            reason=reason,
         )
     expected = manifest.get("counts", {})
     found = {**now, "dagster_runs": restored_runs}

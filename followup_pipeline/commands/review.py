@@ -64,7 +64,7 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
                 max_chars=settings.enrich_line_max_chars,
                 now=now,
                 answer=args.answer,
-                reason=args.reason,
+                reason=args.reason if args.action == "reject" else None,
             )
         except ReviewError as error:
             print(f"followup: {error}")
@@ -76,7 +76,6 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
             subject=f"review:{args.item_id}",
             detail=said,
             reason=args.reason,
-            at=now,
         )
     print(said)
     return 0
@@ -101,12 +100,17 @@ def register(commands: Any) -> None:
     accept.add_argument("--line1", help="a summary's first line, corrected")
     accept.add_argument("--line2", help="a summary's second line, corrected")
     accept.add_argument("--answer", help="a lead's classification, corrected (lead.v2 JSON)")
-    accept.add_argument("--by", default=audit.os_user(), help="who decides (default: you)")
-    accept.set_defaults(handler=_decide, action="accept", reason=None)
+    accept.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who decides (default: you)"
+    )
+    accept.add_argument("--reason", help="why (kept in the audit)")
+    accept.set_defaults(handler=_decide, action="accept")
     reject = sub.add_parser(
         "reject", help="no summary until the deal's e-mails change; a lead's classification ends"
     )
     reject.add_argument("item_id", type=int)
     reject.add_argument("--reason", help="why (kept with a lead's event, and in the audit)")
-    reject.add_argument("--by", default=audit.os_user(), help="who decides (default: you)")
+    reject.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who decides (default: you)"
+    )
     reject.set_defaults(handler=_decide, action="reject", line1=None, line2=None, answer=None)

@@ -30,7 +30,7 @@ from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit
-from followup_pipeline.store.cadences import load_plan
+from followup_pipeline.store.cadences import UnknownCadence, cadences, load_plan, load_plans
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watch_control import (
@@ -96,12 +96,17 @@ def _watch(args: argparse.Namespace, settings: Settings) -> int:
             print(f"deal {deal.id} is followed up already (watch {latest.id})")
             return 1
         calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
-        plan = load_plan(
-            conn,
-            cadence_name=settings.cadence_name,
-            time_zone=settings.timezone,
-            calendar=calendar,
-        )
+        if args.cadence is not None:
+            try:
+                plan = load_plan(
+                    conn, cadence_name=args.cadence, time_zone=settings.timezone, calendar=calendar
+                )
+            except UnknownCadence:
+                known = ", ".join(cadences(conn)) or "none"
+                print(f"followup: no cadence {args.cadence!r} (cadences: {known})")
+                return 2
+        else:
+            plan = load_plans(conn, settings, calendar=calendar).for_stage(deal.stage)
         decided = Registration(deal.id, "open", "registered")
         ended = apply_registrations(
             conn,
@@ -123,7 +128,6 @@ def _watch(args: argparse.Namespace, settings: Settings) -> int:
             subject=f"deal:{deal.id}",
             detail=f"watch {watch.id} opened in stage {deal.stage}: {steps}",
             reason=args.reason,
-            at=now,
         )
     print(f"deal {deal.id} ({deal.name}, {deal.stage}) is followed up: watch {watch.id}, {steps}")
     return 0
@@ -144,7 +148,6 @@ def _unwatch(args: argparse.Namespace, settings: Settings) -> int:
             subject=f"deal:{watch.subject_id}",
             detail=f"watch {watch.id} closed unwatched in stage {watch.stage}",
             reason=args.reason,
-            at=now,
         )
     print(
         f"deal {args.deal_id} is no longer followed up (watch {watch.id}); it is not followed up "
@@ -190,14 +193,15 @@ def _control(args: argparse.Namespace, settings: Settings) -> int:
             subject=f"deal:{watch.subject_id}",
             detail=detail,
             reason=args.reason,
-            at=now,
         )
     print(detail)
     return 0
 
 
 def _operator(parser: Any, *, reason_required: bool = False) -> None:
-    parser.add_argument("--by", default=audit.os_user(), help="who does it (default: you)")
+    parser.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who does it (default: you)"
+    )
     parser.add_argument("--reason", required=reason_required, help="why (kept in the audit)")
 
 
@@ -205,6 +209,7 @@ def register_steering(sub: Any) -> None:
     """Add ``watches watch``, ``unwatch``, ``pause`` and ``resume``."""
     watch = sub.add_parser("watch", help="follow up a deal the stages would not catch")
     watch.add_argument("deal_id", type=_deal_id)
+    watch.add_argument("--cadence", help="the cadence that plans it (default: its stage's)")
     _operator(watch)
     watch.set_defaults(handler=_watch)
     stop = sub.add_parser("unwatch", help="stop following up a deal (while it stays in its stage)")

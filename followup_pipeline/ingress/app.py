@@ -39,6 +39,7 @@ from followup_pipeline.ingress.signatures import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
+from followup_pipeline.store.gauges import Series
 from followup_pipeline.store.lms import LMS_STATES, STATUS_WINDOW, TenantStatus
 from followup_pipeline.store.queries import query
 
@@ -146,7 +147,7 @@ class Ingress:
                     values[f"lms|{tenant.tenant_id}|{state}"] = float(getattr(tenant, state))
         async with (
             self.pool.connection() as conn,
-            conn.cursor(row_factory=typed_row(events.Series)) as cursor,
+            conn.cursor(row_factory=typed_row(Series)) as cursor,
         ):
             params = {"max_attempts": self.settings.action_max_attempts}
             await cursor.execute(query("operator_gauges"), params)

@@ -137,7 +137,7 @@ OPERATOR_SERIES = (
     ("alerts_unsent", "followup_alerts_unsent", None,
      "Alerts that reached nobody yet (neither their mail nor their ClickUp task)."),
     ("evaluate_age", "followup_evaluate_last_finished_age_seconds", None,
-     "Seconds since an evaluate run last finished (absent: none ever did)."),
+     "Seconds since an evaluate run last finished without a problem (absent: none ever did)."),
     ("watches_open", "followup_watches_open", "stage", "Open watches by the deal's stage."),
 )  # fmt: skip
 
@@ -149,7 +149,7 @@ def _operator_lines(gauges: Mapping[str, float]) -> list[str]:
         rows = sorted((k, v) for k, v in gauges.items() if k.startswith(f"op|{name}|"))
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
         for key, value in rows:
-            labelled = key.split("|", 2)[2]
+            labelled = key.split("|", 2)[2].replace("\\", "\\\\").replace('"', '\\"')
             where = f'{{{label}="{labelled}"}}' if label else ""
             lines.append(f"{metric}{where} {_number(value)}")
     return lines

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,11 +29,22 @@ class Entry:
 
 
 def os_user() -> str:
-    """Who runs this command, as the operating system knows them (``--by``'s default)."""
+    """Who runs this command, as the operating system knows them (``--by``'s default): under
+    ``sudo``, the person who ran it."""
+    by_sudo = os.environ.get("SUDO_USER", "").strip()
+    if by_sudo:
+        return by_sudo
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container's bare user)
         return "unknown"
+
+
+def actor(text: str) -> str:
+    """A ``--by`` value: a name, not blank (``ValueError`` otherwise, which argparse reports)."""
+    if not text.strip():
+        raise ValueError("who does it, not blank")
+    return text.strip()
 
 
 def record(

@@ -35,6 +35,19 @@ class Plan:
         return self._steps[base_on]
 
 
+@dataclass(frozen=True)
+class Plans:
+    """How new watches are planned, by the stage their deal is in: the stage's cadence
+    (``FOLLOWUP_STAGE_CADENCES``), else the default one."""
+
+    default: Plan
+    by_stage: dict[str, Plan] = field(default_factory=dict)
+
+    def for_stage(self, stage: str) -> Plan:
+        """The plan of a new watch of a deal in ``stage``."""
+        return self.by_stage.get(stage, self.default)
+
+
 class UnknownCadence(ConfigError):
     """The configured cadence name has no row in ``cadences``."""
 
@@ -69,6 +82,30 @@ def load_plan(
     A plan is fixed when made: a changed row applies to plans made after the change.
     """
     return Plan(cadence_name, cadence_offsets(conn, cadence_name), time_zone, calendar)
+
+
+def load_plans(
+    conn: psycopg.Connection[Any], settings: Settings, *, calendar: BusinessCalendar
+) -> Plans:
+    """How new watches are planned now, per stage (each cadence read once); ``UnknownCadence``
+    naming the setting when a stage names a cadence the table has not."""
+    default = load_plan(
+        conn, cadence_name=settings.cadence_name, time_zone=settings.timezone, calendar=calendar
+    )
+    plans = {settings.cadence_name: default}
+    by_stage: dict[str, Plan] = {}
+    for stage, name in settings.stage_cadences.items():
+        if name not in plans:
+            try:
+                offsets = cadence_offsets(conn, name)
+            except UnknownCadence:
+                raise UnknownCadence(
+                    f"FOLLOWUP_STAGE_CADENCES: stage {stage!r} names the cadence {name!r}, which "
+                    "the table cadences has not; add it with `followup cadences set`"
+                ) from None
+            plans[name] = Plan(name, offsets, settings.timezone, calendar)
+        by_stage[stage] = plans[name]
+    return Plans(default, by_stage)
 
 
 def cadence_offsets(conn: psycopg.Connection[Any], name: str) -> tuple[int, ...]:

@@ -368,15 +368,6 @@ class Gauges:
         }
 
 
-@dataclass(frozen=True)
-class Series:
-    """A row of ``operator_gauges``: a series of /metrics, its label's value, its value."""
-
-    name: str
-    label: str
-    value: float
-
-
 def gauges(conn: psycopg.Connection[Any]) -> dict[str, float]:
     """Dead letters, pending events, the age in seconds of the oldest pending one, and the open
     review items."""

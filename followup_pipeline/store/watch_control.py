@@ -70,7 +70,9 @@ def resume_watch(
 
 
 def _open(conn: psycopg.Connection[Any], watch_id: int) -> Watch:
-    watch = watch_by_id(conn, watch_id)
+    """The open watch, locked until the transaction ends (a pause, resume or unwatch at the same
+    time waits, then sees what the first did)."""
+    watch = watch_by_id(conn, watch_id, lock=True)
     if watch is None:
         raise WatchControlError(f"no watch {watch_id}")
     if watch.closed_at is not None:

@@ -19,7 +19,7 @@ import psycopg
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.registration import Registration, Subject, subjects_to_close
-from followup_pipeline.store.cadences import Plan
+from followup_pipeline.store.cadences import Plan, Plans
 from followup_pipeline.store.db import fetch_all, fetch_one, storable
 from followup_pipeline.store.queries import query
 
@@ -141,7 +141,7 @@ def apply_registrations(
     registrations: Sequence[Registration],
     *,
     subjects: Mapping[str, Subject],
-    plan: Plan | None,
+    plan: Plan | Plans | None,
     at: datetime,
     registered_by: RegisteredBy,
     source_event_id: int | None = None,
@@ -151,8 +151,9 @@ def apply_registrations(
     ``open`` that found a watch opened meanwhile reports ``already_open``, a ``close`` of a
     watch closed meanwhile reports ``nothing_to_close``. New watches copy ``subjects`` and are
     registered when each deal entered its stage (``entered``, by deal; else ``at``), planned by
-    ``plan`` from that moment, from which on activity counts too: one statement per moment of
-    entry. Closes are stamped ``at``."""
+    ``plan`` (with ``Plans``, the plan of each deal's stage) from that moment, from which on
+    activity counts too: one statement per moment of entry and cadence. Closes are stamped
+    ``at``."""
     ended = {r.subject_id: r for r in registrations}
     closing = subjects_to_close(registrations)
     closed = close_watches(conn, closing, closed_at=at)
@@ -162,16 +163,17 @@ def apply_registrations(
     opening = [subjects[r.subject_id] for r in registrations if r.action == "open"]
     if opening:
         assert plan is not None, "opening watches needs a plan"
-        by_moment: dict[datetime, list[Subject]] = {}
+        by_moment: dict[tuple[datetime, str], tuple[Plan, list[Subject]]] = {}
         for subject in opening:
             moment = (entered or {}).get(subject.subject_id, at)
-            by_moment.setdefault(moment, []).append(subject)
+            chosen = plan.for_stage(subject.stage) if isinstance(plan, Plans) else plan
+            by_moment.setdefault((moment, chosen.cadence_name), (chosen, []))[1].append(subject)
         opened: dict[str, int] = {}
-        for moment, group in by_moment.items():
+        for (moment, _), (chosen, members) in by_moment.items():
             opened |= insert_watches(
                 conn,
-                subjects=group,
-                plan=plan,
+                subjects=members,
+                plan=chosen,
                 registered_at=moment,
                 registered_by=registered_by,
                 source_event_id=source_event_id,
@@ -216,9 +218,12 @@ def latest_watches_of(
     return {watch.subject_id: watch for watch in found}
 
 
-def watch_by_id(conn: psycopg.Connection[Any], watch_id: int) -> Watch | None:
-    """One watch."""
-    return fetch_one(conn, Watch, query("watch_by_id"), {"watch_id": watch_id})
+def watch_by_id(
+    conn: psycopg.Connection[Any], watch_id: int, *, lock: bool = False
+) -> Watch | None:
+    """One watch (with ``lock``, locked until the transaction ends)."""
+    name = "watch_by_id_locked" if lock else "watch_by_id"
+    return fetch_one(conn, Watch, query(name), {"watch_id": watch_id})
 
 
 def open_watch_of(conn: psycopg.Connection[Any], subject_id: str) -> Watch | None:

@@ -18,6 +18,7 @@ from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import EspoCrmResource, MistralResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.review import ReviewError, decide
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
@@ -34,6 +35,8 @@ class ReviewConfig(dg.Config):
     line2: str | None = None
     answer: str | None = None
     reason: str | None = None
+    #: Who decides (kept in the audit): the Launchpad has no login of its own to tell.
+    by: str = "the Dagster UI"
 
 
 @dg.op
@@ -84,6 +87,14 @@ def settle_review_item(
                 max_chars=settings.enrich_line_max_chars,
                 now=clock.now(),
                 answer=config.answer,
+                reason=config.reason,
+            )
+            audit.record(
+                conn,
+                actor=config.by.strip() or "the Dagster UI",
+                action=f"review.{config.action}",
+                subject=f"review:{config.item_id}",
+                detail=said,
                 reason=config.reason,
             )
     except ReviewError as error:

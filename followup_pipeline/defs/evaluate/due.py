@@ -33,7 +33,7 @@ from followup_pipeline.integrations.espocrm_models import Deal
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit, steps, watches
 from followup_pipeline.store.steps import TaskSummary
-from followup_pipeline.store.watch_control import resume_watch
+from followup_pipeline.store.watch_control import WatchControlError, resume_watch
 from followup_pipeline.store.watches import Watch
 
 GONE: Literal["gone"] = "gone"
@@ -74,24 +74,29 @@ class DueSteps:
         return self.tally
 
     def resume_ended_pauses(self) -> None:
-        """Resume each watch whose pause ended by today (``watches pause --until``), recorded
-        in the audit as the machine's own doing."""
-        with self.db.connection() as conn, conn.transaction():
-            for watch in watches.pauses_ended(conn, now=self.now):
-                planned = resume_watch(
-                    conn, watch_id=watch.id, now=self.now, calendar=self.calendar
-                )
-                dates = ", ".join(f"step {p.step_no} on {p.due_on}" for p in planned)
-                audit.record(
-                    conn,
-                    actor="followup",
-                    action="watch.resume",
-                    subject=f"deal:{watch.subject_id}",
-                    detail=f"watch {watch.id} resumed, its pause ended on {watch.paused_until}: "
-                    f"{dates or 'no step left'}",
-                    at=self.now,
-                )
-                self.tally.count("pauses_ended")
+        """Resume each watch whose pause ended by today (``watches pause --until``), each in its
+        own transaction under the watch's lock, recorded in the audit as the machine's doing; one
+        an operator resumed or closed meanwhile is left as it is."""
+        with self.db.connection() as conn:
+            ended = watches.pauses_ended(conn, now=self.now)
+        for watch in ended:
+            try:
+                with self.db.connection() as conn, conn.transaction():
+                    planned = resume_watch(
+                        conn, watch_id=watch.id, now=self.now, calendar=self.calendar
+                    )
+                    dates = ", ".join(f"step {p.step_no} on {p.due_on}" for p in planned)
+                    audit.record(
+                        conn,
+                        actor="followup (evaluate)",
+                        action="watch.resume",
+                        subject=f"deal:{watch.subject_id}",
+                        detail=f"watch {watch.id} resumed, its pause ended on "
+                        f"{watch.paused_until}: {dates or 'no step left'}",
+                    )
+            except WatchControlError:
+                continue  # resumed or closed by an operator meanwhile
+            self.tally.count("pauses_ended")
 
     def _process(self, watch_id: int, unreadable: bool) -> None:
         # Read fresh: an operator may have paused the watch while this run was going.

@@ -25,7 +25,7 @@ from followup_pipeline.store.enrichments import cursor_of, set_cursor
 LOCK_HELD_ELSEWHERE = "another evaluate run holds the lock"
 #: The cursor of the activity ``evaluate`` has read (``job_cursors``).
 CURSOR = "evaluate"
-#: When an evaluate run last finished (its age on /metrics).
+#: When an evaluate run last finished without a problem (its age on /metrics).
 FINISHED = "evaluate_finished"
 #: When the machine's first ``evaluate`` ran: no deal's cadence starts before it.
 WATCHING_SINCE = "watching_since"
@@ -152,7 +152,8 @@ def evaluate_due(
         # Only a run that read every change moves the cursor: to when its reading began.
         with postgres.connection() as conn:
             set_cursor(conn, CURSOR, synced.now)
-    with postgres.connection() as conn:
-        # When a run last finished, by the wall clock (/metrics: its age).
-        set_cursor(conn, FINISHED, datetime.now(UTC))
+    if not tally.problems:
+        with postgres.connection() as conn:
+            # When a run last finished without a problem, by the wall clock (/metrics: its age).
+            set_cursor(conn, FINISHED, datetime.now(UTC))
     return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())

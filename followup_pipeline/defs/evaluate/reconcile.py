@@ -28,7 +28,7 @@ from followup_pipeline.integrations.errors import IntegrationError, NotFoundErro
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import watches
-from followup_pipeline.store.cadences import Plan, load_plan
+from followup_pipeline.store.cadences import Plans, load_plans
 from followup_pipeline.store.watches import Watch
 
 #: Deals decided and written in one transaction.
@@ -55,7 +55,7 @@ class Reconciler:
         self.tasks = tasks
         self.settings = settings
         self.calendar = calendar
-        self._plan: Plan | None = None
+        self._plan: Plans | None = None
         self.now = run.now
         self.policy = stage_policy(settings)
         self.tally = Tally(run.log)
@@ -129,17 +129,12 @@ class Reconciler:
             )
         return listing
 
-    def plan(self) -> Plan:
-        """How new watches are planned, read when the first one opens (a missing cadence row
-        fails the openings, not the runs that only follow existing watches)."""
+    def plan(self) -> Plans:
+        """How new watches are planned (per stage), read when the first one opens (a missing
+        cadence row fails the openings, not the runs that only follow existing watches)."""
         if self._plan is None:
             with self.db.connection() as conn:
-                self._plan = load_plan(
-                    conn,
-                    cadence_name=self.settings.cadence_name,
-                    time_zone=self.settings.timezone,
-                    calendar=self.calendar,
-                )
+                self._plan = load_plans(conn, self.settings, calendar=self.calendar)
         return self._plan
 
     def register(self, deals: Sequence[Deal]) -> int:

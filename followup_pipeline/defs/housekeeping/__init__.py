@@ -8,13 +8,15 @@ purge and the backup as Dagster schedules, on by default, every night in the tea
   kept. A backup that fails fails its run, and the ``alerts`` sensor mails the failure to the
   operations list like any failed run.
 
-Each op runs the machine's own command in a process of its own (the same code an operator runs by
-hand, with the run's environment), so what a nightly purge or backup does is what the CLI does.
+Each op runs the machine's own command (``python -m followup_pipeline.cli``) in a process of its
+own, with the run's environment: what a nightly purge or backup does is what the CLI does.
 """
 
+import os
+import re
+import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import dagster as dg
 
@@ -24,16 +26,27 @@ from followup_pipeline.settings import Settings
 
 #: The longest a nightly purge or backup may take before its run is failed.
 MAX_RUNTIME_S = 3 * 3600
-#: The name of a nightly backup: sortable by time.
+#: The name of a nightly backup: sortable by time (only such files are ever removed).
 BACKUP_NAME = "followup-{:%Y%m%d-%H%M%S}.tar"
+NIGHTLY = re.compile(r"followup-\d{8}-\d{6}\.tar")
 
 
 def followup(*argv: str) -> subprocess.CompletedProcess[str]:
-    """Run the machine's ``followup`` command (of this environment) with ``argv``."""
-    command = str(Path(sys.executable).with_name("followup"))
-    return subprocess.run(
-        [command, *argv], capture_output=True, text=True, check=False, timeout=MAX_RUNTIME_S
+    """Run the machine's ``followup`` command, as this interpreter's module, with ``argv``, in
+    a process group of its own: a run past ``MAX_RUNTIME_S`` is stopped with what it started
+    (``pg_dump``) and fails."""
+    command = [sys.executable, "-m", "followup_pipeline.cli", *argv]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    try:
+        out, err = process.communicate(timeout=MAX_RUNTIME_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        err = f"stopped after {MAX_RUNTIME_S} s\n{err}"
+        return subprocess.CompletedProcess(command, -signal.SIGKILL, out, err)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def _done(
@@ -50,7 +63,7 @@ def _done(
 @dg.op
 def purge_old(context: dg.OpExecutionContext) -> dg.Output[RunCounts]:
     """``followup purge`` with the retention settings."""
-    done = followup("purge", "--by", "followup", "--reason", "nightly housekeeping")
+    done = followup("purge", "--by", "followup (schedule)", "--reason", "nightly housekeeping")
     _done(context, "purge", done)
     return outcome_output(context, "ok", {"purged": 1})
 
@@ -64,7 +77,7 @@ def back_up(
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / BACKUP_NAME.format(clock.now())
     _done(context, "backup", followup("backup", str(target)))
-    kept = sorted(folder.glob("followup-*.tar"))
+    kept = sorted(p for p in folder.glob("followup-*.tar") if NIGHTLY.fullmatch(p.name))
     removed = 0
     for old in kept[: max(0, len(kept) - settings.backup_keep)]:
         old.unlink(missing_ok=True)

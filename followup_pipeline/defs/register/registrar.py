@@ -42,7 +42,7 @@ from followup_pipeline.integrations.espocrm_webhooks import (
 )
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
-from followup_pipeline.store.cadences import Plan, load_plan
+from followup_pipeline.store.cadences import Plans, load_plans
 from followup_pipeline.store.db import lost_connection, storable
 from followup_pipeline.store.events import Event
 from followup_pipeline.store.holidays import load_calendar
@@ -58,20 +58,18 @@ class Registrar:
         self.settings = settings
         self.policy = stage_policy(settings)
         self.counts: Counter[str] = Counter()
-        self._plan: Plan | None = None
+        self._plan: Plans | None = None
         self.deals: dict[str, Deal] = {}
         self.broken: dict[str, str] = {}
         self.unread: str | None = None
 
-    def plan(self) -> Plan:
-        """How new watches are planned, read when the first one opens: a missing cadence row
-        fails the items that open watches (they wait, named), not the closes."""
+    def plan(self) -> Plans:
+        """How new watches are planned (per stage), read when the first one opens: a missing
+        cadence row fails the items that open watches (they wait, named), not the closes."""
         if self._plan is None:
             s = self.settings
             calendar = load_calendar(self.conn, s.holiday_country, s.holiday_subdivision)
-            self._plan = load_plan(
-                self.conn, cadence_name=s.cadence_name, time_zone=s.timezone, calendar=calendar
-            )
+            self._plan = load_plans(self.conn, s, calendar=calendar)
         return self._plan
 
     def handle(self, event: Event, done: set[str]) -> bool:

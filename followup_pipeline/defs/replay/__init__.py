@@ -20,6 +20,7 @@ from followup_pipeline.integrations.resources import (
 )
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.dead_letters import parse_name, replay_actions, requeue_events
 
 
@@ -27,6 +28,9 @@ class ReplayConfig(dg.Config):
     """Names as ``event:<id>`` or ``action:<key>``."""
 
     names: list[str]
+    #: Who replays (kept in the audit): the Launchpad has no login of its own to tell.
+    by: str = "the Dagster UI"
+    reason: str | None = None
 
 
 @dg.op
@@ -51,6 +55,10 @@ def replay_dead_letters(
     with postgres.connection() as conn:
         with conn.transaction():
             requeued, refused = requeue_events(conn, ids)
+            for event_id in requeued:
+                audit.record(conn, actor=config.by.strip() or "the Dagster UI",
+                             action="dead_letter.replay", subject=f"event:{event_id}",
+                             reason=config.reason)  # fmt: skip
         for event_id, why in refused.items():
             context.log.warning("event:%s not replayed: %s", event_id, why)
         vendors = {
@@ -63,6 +71,10 @@ def replay_dead_letters(
         counts: RunCounts = dict(EventWorker(conn, handler, settings, sources=()).run(ids=requeued))
     with postgres.connection() as conn, conn.transaction():
         replayed, refused_actions = replay_actions(conn, keys)
+        for key in replayed:
+            audit.record(conn, actor=config.by.strip() or "the Dagster UI",
+                         action="dead_letter.replay", subject=f"action:{key}",
+                         reason=config.reason)  # fmt: skip
     for key, why in refused_actions.items():
         context.log.warning("action:%s not replayed: %s", key, why)
     refused_count = len(refused) + len(refused_actions)

@@ -7,7 +7,9 @@ import dagster as dg
 from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit
 from followup_pipeline.store.watch_control import WatchControlError, pause_watch, resume_watch
+from followup_pipeline.store.watches import watch_by_id
 
 
 class WatchControlConfig(dg.Config):
@@ -15,6 +17,9 @@ class WatchControlConfig(dg.Config):
 
     watch_id: int
     action: Literal["pause", "resume"]
+    #: Who does it (kept in the audit): the Launchpad has no login of its own to tell.
+    by: str = "the Dagster UI"
+    reason: str | None = None
 
 
 @dg.op
@@ -39,6 +44,16 @@ def control_watch(
                 planned = len(resumed)
         except WatchControlError as error:
             raise dg.Failure(description=str(error)) from error
+        watch = watch_by_id(conn, config.watch_id)
+        audit.record(
+            conn,
+            actor=config.by.strip() or "the Dagster UI",
+            action=f"watch.{config.action}",
+            subject=f"deal:{watch.subject_id}" if watch else f"watch:{config.watch_id}",
+            detail=f"watch {config.watch_id}: {config.action} from the Launchpad (run "
+            f"{context.run_id})",
+            reason=config.reason,
+        )
     counts = {"watch_id": config.watch_id, "action": config.action, "steps_planned": planned}
     return outcome_output(context, "ok", counts)
 

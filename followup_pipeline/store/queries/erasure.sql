@@ -25,29 +25,63 @@ WHERE subject_id = %(deal)s
 RETURNING id;
 
 -- name: erase_event_bodies_naming
--- Webhook bodies that name the text (an id, an address): emptied, the rows kept. A pending
--- event is left (it is still to be processed: erase again once it is done).
+-- Processed webhook bodies that hold the text (a deal's id, an address, as written or in lower
+-- case): emptied, the rows kept. A pending event is left (still to be processed), and so is a
+-- dead letter (an operator may replay it): both are counted, to be erased once settled.
 UPDATE events SET body = ''::bytea, headers = '{}'::jsonb
-WHERE status <> 'pending' AND octet_length(body) > 0
-  AND position(convert_to(%(text)s, 'UTF8') IN body) > 0
+WHERE status IN ('done', 'unhandled') AND octet_length(body) > 0
+  AND (position(convert_to(%(text)s, 'UTF8') IN body) > 0
+       OR position(convert_to(lower(%(text)s), 'UTF8') IN body) > 0)
 RETURNING id;
 
--- name: erase_pending_events_naming
+-- name: erase_waiting_events_naming
 SELECT count(*)::int AS n FROM events
-WHERE status = 'pending' AND position(convert_to(%(text)s, 'UTF8') IN body) > 0;
+WHERE status IN ('pending', 'dead')
+  AND (position(convert_to(%(text)s, 'UTF8') IN body) > 0
+       OR position(convert_to(lower(%(text)s), 'UTF8') IN body) > 0);
 
 -- name: erase_text_in_alerts
--- An alert's subject and message, the text replaced.
-UPDATE alerts SET subject = replace(subject, %(text)s, '[erased]'),
-                  message = replace(message, %(text)s, '[erased]')
-WHERE strpos(subject, %(text)s) > 0 OR strpos(message, %(text)s) > 0
+-- An alert's subject and message, the text replaced (in any case).
+UPDATE alerts SET subject = regexp_replace(subject, %(pattern)s, '[erased]', 'gi'),
+                  message = regexp_replace(message, %(pattern)s, '[erased]', 'gi')
+WHERE strpos(lower(subject), lower(%(text)s)) > 0 OR strpos(lower(message), lower(%(text)s)) > 0
 RETURNING id;
+
+-- name: erase_text_in_errors
+-- The errors a vendor's answer put on the ledger (an address echoed back), the text replaced.
+WITH actions_done AS (
+    UPDATE actions SET last_error = regexp_replace(last_error, %(pattern)s, '[erased]', 'gi')
+    WHERE strpos(lower(last_error), lower(%(text)s)) > 0
+    RETURNING id
+), attempts_done AS (
+    UPDATE action_attempts SET error = regexp_replace(error, %(pattern)s, '[erased]', 'gi')
+    WHERE strpos(lower(error), lower(%(text)s)) > 0
+    RETURNING action_id
+)
+SELECT id FROM actions_done UNION ALL SELECT action_id FROM attempts_done;
 
 -- name: erase_text_in_review_items
 UPDATE review_items SET source_text = NULL, raw_output = '', deal_name = NULL
-WHERE strpos(coalesce(source_text, ''), %(text)s) > 0 OR strpos(raw_output, %(text)s) > 0
-   OR strpos(coalesce(deal_name, ''), %(text)s) > 0
+WHERE strpos(lower(coalesce(source_text, '')), lower(%(text)s)) > 0
+   OR strpos(lower(raw_output), lower(%(text)s)) > 0
+   OR strpos(lower(coalesce(deal_name, '')), lower(%(text)s)) > 0
 RETURNING id;
+
+-- name: erase_lead_review_items
+-- A lead's review items (one per lead event): its text, the model's answer and the company.
+UPDATE review_items SET source_text = NULL, raw_output = '', deal_name = NULL
+WHERE subject_type = 'LeadEvent' AND subject_id = ANY(%(events)s::text[])
+RETURNING id;
+
+-- name: erase_text_in_queue
+-- What the learning reminders' catch-up queue says of an item (a learner's name).
+UPDATE lms_queue SET what = regexp_replace(what, %(pattern)s, '[erased]', 'gi'),
+                     reason = regexp_replace(reason, %(pattern)s, '[erased]', 'gi')
+WHERE strpos(lower(what), lower(%(text)s)) > 0 OR strpos(lower(reason), lower(%(text)s)) > 0
+RETURNING id;
+
+-- name: erase_open_watch
+SELECT id FROM watches WHERE subject_id = %(deal)s AND closed_at IS NULL;
 
 -- name: erase_deal_vendor_objects
 -- What lives with a vendor and cannot be erased from here: the deal's ClickUp tasks.
@@ -94,9 +128,17 @@ WHERE kind = 'crm_lead' AND idempotency_key = ANY(%(keys)s::text[])
 RETURNING id;
 
 -- name: erase_person_learners
-UPDATE lms_assignments SET learner_name = NULL, learner_email = NULL
-WHERE lower(learner_email) = lower(%(email)s)
-RETURNING tenant_id, learner_id;
+-- A learner's name and address on their assignments; the names as they were (to find them in
+-- free text).
+WITH old AS (
+    SELECT tenant_id, learner_id, quiz_id, learner_name FROM lms_assignments
+    WHERE lower(learner_email) = lower(%(email)s)
+    FOR UPDATE
+)
+UPDATE lms_assignments a SET learner_name = NULL, learner_email = NULL
+FROM old
+WHERE (a.tenant_id, a.learner_id, a.quiz_id) = (old.tenant_id, old.learner_id, old.quiz_id)
+RETURNING a.tenant_id, a.learner_id, old.learner_name;
 
 -- name: erase_person_certificates
 UPDATE lms_certificates SET learner_name = NULL, learner_email = NULL

@@ -72,6 +72,10 @@ RETURNING w.id;
 -- Remember when a watch's cadence was last reset by activity.
 UPDATE watches SET last_reset_at = %(reset_at)s WHERE id = %(watch_id)s;
 
+-- name: watch_by_id_locked
+-- One watch, locked for an operator's change (pause, resume, unwatch).
+SELECT * FROM watches WHERE id = %(watch_id)s FOR UPDATE;
+
 -- name: set_paused
 -- Pause (an instant, and the day it ends, if any) or resume (NULL) an open watch.
 UPDATE watches SET paused_at = %(paused_at)s, paused_until = %(until)s

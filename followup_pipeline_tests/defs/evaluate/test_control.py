@@ -49,6 +49,12 @@ def test_control_pause_skips_due_steps_and_resume_replans_them(machine: Machine)
     [action] = machine.actions()
     assert (action["outcome"], action["reason"]) == ("confirmed", None)
     assert len(machine.tasks()) == 1
+    # From the Launchpad too, each in the audit (the UI has no login: "the Dagster UI").
+    audited = machine.db.execute("SELECT actor, action, subject FROM audit_log ORDER BY id")
+    assert [tuple(row.values()) for row in audited] == [
+        ("the Dagster UI", "watch.pause", f"deal:{deal}"),
+        ("the Dagster UI", "watch.resume", f"deal:{deal}"),
+    ]
 
 
 def test_control_cli_refuses_to_resume_an_open_watch(

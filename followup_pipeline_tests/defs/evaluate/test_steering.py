@@ -60,6 +60,10 @@ def test_steering_watch_a_deal_by_hand_pause_it_to_a_day_and_unwatch_it(
     early = machine.deal(name="Early", stage="Qualification")  # no watched stage
     machine.evaluate(MONDAY)
     assert _watches(machine) == []
+    status, said = cli("watches", "watch", early, "--cadence", "nope")
+    assert status == 2
+    assert "no cadence 'nope' (cadences: default)" in said
+    assert cli("watches", "watch", early, "--by", " ")[0] == 2  # who did it is never blank
     status, said = cli("watches", "watch", early, "--by", "dana", "--reason", "big customer")
     assert status == 0, said
     [watch] = _watches(machine)
@@ -84,8 +88,12 @@ def test_steering_watch_a_deal_by_hand_pause_it_to_a_day_and_unwatch_it(
     assert resumed["paused_at"] is None
     assert resumed["paused_until"] is None
     assert machine.steps(early)[0]["due_on"] == calendar.add_business_days(thursday, 5)
+    later = MONDAY + timedelta(days=3, hours=1)
+    assert cli("watches", "resume", early, at=later)[0] == 1  # not paused
+    assert cli("watches", "pause", early, "--by", "ole", at=later)[0] == 0
+    assert cli("watches", "resume", early, "--by", "ole", at=later)[0] == 0
     status, said = cli("watches", "unwatch", early, "--by", "dana", "--reason", "lost interest",
-                       at=MONDAY + timedelta(days=3, hours=1))  # fmt: skip
+                       at=later)  # fmt: skip
     assert status == 0, said
     assert machine.watch(early)["closed_reason"] == "unwatched"
     assert cli("watches", "unwatch", early, "--reason", "again")[0] == 1  # none open
@@ -97,7 +105,9 @@ def test_steering_watch_a_deal_by_hand_pause_it_to_a_day_and_unwatch_it(
     assert _audit(machine) == [
         ("dana", "watch.watch", f"deal:{early}"),
         ("dana", "watch.pause", f"deal:{early}"),
-        ("followup", "watch.resume", f"deal:{early}"),
+        ("followup (evaluate)", "watch.resume", f"deal:{early}"),
+        ("ole", "watch.pause", f"deal:{early}"),
+        ("ole", "watch.resume", f"deal:{early}"),
         ("dana", "watch.unwatch", f"deal:{early}"),
     ]
     status, said = cli("watches", "explain", early, at=MONDAY + timedelta(days=3, hours=2))
@@ -129,6 +139,9 @@ def test_steering_days_off_and_cadences_from_the_cli_and_every_action_in_the_aud
     assert "2026-12-24 Thu  day off" in said
     assert "worked (a public holiday)" in said
     assert cli("holidays", "add", "24.12.2026", "--name", "x")[0] == 2  # not a day
+    status, said = cli("holidays", "add", "2026-01-06", "--name", "Past", at=MONDAY)
+    assert status == 2
+    assert "has passed" in said
     assert cli("holidays", "remove", "2026-12-25", "--by", "dana")[0] == 2  # nothing there
     assert cli("holidays", "remove", "2026-12-08", "--by", "dana")[0] == 0
     assert cli("cadences", "set", "fast", "12,5")[0] == 2  # not increasing
@@ -214,6 +227,10 @@ def test_steering_an_erased_deal_leaves_no_name_text_or_summary_and_keeps_its_co
         " 'Dear Mr Plimsoll, about the tower')",
         (deal,),
     )
+    status, said = cli("erase", "deal", deal, "--by", "dana")
+    assert status == 1  # still followed up: its name would come back from the CRM
+    assert "watches unwatch" in said
+    assert cli("watches", "unwatch", deal, "--reason", "erasure request 17")[0] == 0
     counts = "SELECT (SELECT count(*) FROM watches) AS w, (SELECT count(*) FROM actions) AS a"
     before = db.execute(counts).fetchone()
     status, said = cli("erase", "deal", deal, "--by", "dana", "--reason", "request 17")
@@ -302,3 +319,21 @@ def test_steering_metrics_an_operator_graphs(machine: Machine) -> None:
         if line.startswith("followup_evaluate_last_finished_age_seconds ")
     ]
     assert 0 <= age < 120
+
+
+def test_steering_a_stage_planned_by_its_own_cadence(
+    machine: Machine, cli: Callable[..., tuple[int, str]]
+) -> None:
+    from followup_pipeline.store.cadences import UnknownCadence, load_plans
+
+    assert cli("cadences", "set", "fast", "2,4", "--by", "dana")[0] == 0
+    machine.settings["stage_cadences"] = {"Negotiation": "fast"}
+    offer = machine.deal(name="Offer")
+    talks = machine.deal(name="Talks", stage="Negotiation")
+    machine.evaluate(MONDAY)
+    assert [s["offset_days"] for s in machine.steps(offer)] == [5, 12, 21]
+    assert [s["offset_days"] for s in machine.steps(talks)] == [2, 4]
+    assert machine.watch(talks)["cadence_name"] == "fast"
+    wrong = machine.loaded_settings().model_copy(update={"stage_cadences": {"Proposal": "nope"}})
+    with pytest.raises(UnknownCadence, match="FOLLOWUP_STAGE_CADENCES: stage 'Proposal'"):
+        load_plans(machine.db, wrong, calendar=BusinessCalendar("DE"))

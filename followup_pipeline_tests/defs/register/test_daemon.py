@@ -276,7 +276,7 @@ def test_daemon_schedule_ticks_unattended(machine: Machine) -> None:
         purged = conn.execute(
             "SELECT actor FROM followup.audit_log WHERE action = 'purge' LIMIT 1"
         ).fetchone()
-    assert purged == ("followup",)
+    assert purged == ("followup (schedule)",)
 
 
 def _doctor(
