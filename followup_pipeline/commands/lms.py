@@ -22,10 +22,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import holidays
 
+from followup_pipeline.commands import add_by
 from followup_pipeline.commands.lms_work import register_work
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import lms
+from followup_pipeline.store import audit, lms
 from followup_pipeline.store.db import connect, resolve_database_url
 
 
@@ -139,6 +140,14 @@ def _opt_out(args: argparse.Namespace, settings: Settings) -> int:
             return 2
         with conn.transaction():
             lms.opt_out(conn, args.tenant, args.learner, args.type)
+            audit.record(
+                conn,
+                actor=args.by,
+                action="lms.opt_out",
+                subject=f"learner:{args.tenant}:{args.learner}",
+                detail=f"no more reminders ({args.type})",
+                reason=args.reason,
+            )
     print(f"learner {args.learner} of {args.tenant}: no more reminders ({args.type})")
     return 0
 
@@ -219,5 +228,7 @@ def register(commands: Any) -> None:
     out.add_argument("tenant")
     out.add_argument("learner", type=int)
     out.add_argument("--type", default="all", choices=("all", "before_due", "due_day", "overdue"))
+    add_by(out)
+    out.add_argument("--reason", help="why (kept in the audit)")
     out.set_defaults(handler=_opt_out)
     register_work(sub)

@@ -21,8 +21,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from followup_pipeline.commands import add_by
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import lms, lms_certificates, lms_content, lms_queue
+from followup_pipeline.store import audit, lms, lms_certificates, lms_content, lms_queue
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.lms_content import ContentVersion, content_lock
 from followup_pipeline.store.run_lock import RunLock
@@ -118,6 +119,15 @@ def _content_add(args: argparse.Namespace, settings: Settings) -> int:
         )
         with conn.transaction():
             saved = lms_content.save(conn, row)
+            if saved is not None:
+                audit.record(
+                    conn,
+                    actor=args.by,
+                    action="content.add" if saved else "content.change",
+                    subject=f"content:{tenant.id}:{args.content}",
+                    detail=f"v{args.version} {args.title!r}, module {args.cmid}, due {when}",
+                    reason=args.reason,
+                )
     if saved is None:
         print(f"{args.content} v{args.version}: published or superseded already; left as it is")
         return 1
@@ -141,6 +151,15 @@ def _content_approve(args: argparse.Namespace, settings: Settings) -> int:
         done = lms_content.approve(
             conn, args.tenant, args.content, args.version, by=args.by, at=datetime.now(UTC)
         )
+        if done:
+            audit.record(
+                conn,
+                actor=args.by,
+                action="content.approve",
+                subject=f"content:{args.tenant}:{args.content}",
+                detail=f"v{args.version} approved",
+                reason=args.reason,
+            )
         current = [r for r in lms_content.rows(conn, args.tenant) if r.content_id == args.content]
     if not done:
         print(f"no version {args.version} of {args.content!r} of {args.tenant!r} that waits")
@@ -200,12 +219,15 @@ def register_work(sub: Any) -> None:
     add.add_argument("--cmid", type=int, required=True, help="its course module in Moodle")
     when = "when it goes out (ISO; without an offset: the tenant's zone)"
     add.add_argument("--publish-at", dest="publish_at", type=_when, required=True, help=when)
+    add_by(add)
+    add.add_argument("--reason", help="why (kept in the audit)")
     add.set_defaults(handler=_content_add)
     approve = csub.add_parser("approve", help="approve a version that waits")
     approve.add_argument("tenant")
     approve.add_argument("content")
     approve.add_argument("version", type=int)
-    approve.add_argument("--by", required=True, help="who approves it")
+    approve.add_argument("--by", required=True, type=audit.actor, help="who approves it")
+    approve.add_argument("--reason", help="why (kept in the audit)")
     approve.set_defaults(handler=_content_approve)
     listing = csub.add_parser("list", help="every version and where it stands")
     listing.add_argument("tenant", nargs="?")
