@@ -157,7 +157,9 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any, live: Live, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(30_000)
+    # The UI loads its partitions and configs while the other test process works too (make test
+    # runs two): a minute for an element to show, not half of one.
+    context.set_default_timeout(90_000)
     opened = context.new_page()
     try:
         yield opened
@@ -193,13 +195,25 @@ def _open(page: Any, url: str) -> None:
 def _launch_from_launchpad(page: Any, live: Live, partition: str) -> str:
     """Launch `evaluate` for ``partition`` from its Launchpad; the new run's id."""
     _open(page, f"{live.ui}/locations/followup/jobs/evaluate/playground")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     box = page.get_by_placeholder("Partition")
-    box.click()
-    box.fill(partition)
-    page.get_by_role("menuitem", name=partition).click()  # not Enter: that launches too
+    item = page.get_by_role("menuitem", name=partition)
+    # The partitions load after the page does, and a render that lands meanwhile empties the
+    # box: its list is awaited, and the partition typed again when the box lost it.
+    for attempt in range(3):
+        box.click()
+        page.get_by_role("menuitem").first.wait_for()
+        box.fill(partition)
+        try:
+            item.wait_for(timeout=20_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+    item.click()  # not Enter: that launches too
     # The partition's config loads and is checked before a launch is taken: a click before
     # that is lost (no run, no navigation).
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page.wait_for_load_state("networkidle")
     page.get_by_text("No errors", exact=True).first.wait_for()

@@ -94,18 +94,23 @@ def espocrm(settings: Settings) -> Check:
     return ok("espocrm", f"{settings.espocrm_url}: credentials accepted, the stages exist")
 
 
-def clickup(settings: Settings) -> Check:
-    """The list exists, and the status that closes its tasks is of type closed."""
+def _clickup(settings: Settings, list_id: str) -> ClickUpClient:
+    """A ClickUp client of the list ``list_id`` that does not wait out a rate limit."""
     token = settings.clickup_token
-    client = ClickUpClient(
+    return ClickUpClient(
         str(settings.clickup_url),
         token.get_secret_value() if token else "",
-        settings.clickup_list_id,
+        list_id,
         settings.clickup_key_field_id,
         closed_status=settings.clickup_closed_status,
         sleep=_no_wait,
         timeouts=_timeouts(settings),
     )
+
+
+def clickup(settings: Settings) -> Check:
+    """The list exists, and the status that closes its tasks is of type closed."""
+    client = _clickup(settings, settings.clickup_list_id)
     try:
         statuses = client.list_statuses()
         status = client.list_closed_status(statuses)  # no second read of the list
@@ -175,14 +180,7 @@ def alerts(settings: Settings) -> Check:
     owners = settings.ops_recipients()
     ops_list = settings.ops_clickup_list_id
     if ops_list:
-        token = settings.clickup_token
-        client = ClickUpClient(
-            str(settings.clickup_url),
-            token.get_secret_value() if token else "",
-            ops_list,
-            sleep=_no_wait,
-            timeouts=_timeouts(settings),
-        )
+        client = _clickup(settings, ops_list)
         try:
             client.list_statuses()  # the list exists and the token reaches it
         finally:
@@ -226,15 +224,7 @@ def clickup_users(settings: Settings) -> Check:
     tasks cannot be assigned to them)."""
     if not settings.clickup_user_map:
         return ok("clickup users", "no FOLLOWUP_CLICKUP_USER_MAP: tasks are not assigned")
-    token = settings.clickup_token
-    client = ClickUpClient(
-        str(settings.clickup_url),
-        token.get_secret_value() if token else "",
-        settings.clickup_list_id,
-        settings.clickup_key_field_id,
-        sleep=_no_wait,
-        timeouts=_timeouts(settings),
-    )
+    client = _clickup(settings, settings.clickup_list_id)
     try:
         members = client.list_members()
     finally:

@@ -18,6 +18,7 @@ per tenant and time zone, as durable records that survive a restart.
 """
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from html import escape
 
@@ -44,6 +45,31 @@ from followup_pipeline.store import lms
 MAX_RUNTIME_S = 14 * 60
 #: How often a tenant's completions are all read again (a send re-checks its own anyway).
 WHOLE_SYNC_EVERY = timedelta(hours=24)
+#: What makes a tenant unreachable for one run (its Moodle, its key, its calendar's country):
+#: counted and left for the next run, the other tenants go on.
+TENANT_ERRORS = (IntegrationError, KeyError, NotImplementedError)
+
+
+def each_tenant(
+    context: dg.OpExecutionContext,
+    tenants: Sequence[lms.Tenant],
+    work: Callable[[lms.Tenant], Counter[str]],
+) -> tuple[Counter[str], int]:
+    """``work`` for each tenant, its counts prefixed with the tenant; a tenant it cannot reach
+    (``TENANT_ERRORS``) is counted ``unreachable`` and left for the next run, the others go on.
+    The counts, and how many tenants were unreachable."""
+    counts: Counter[str] = Counter()
+    problems = 0
+    for tenant in tenants:
+        try:
+            for name, value in work(tenant).items():
+                counts[f"{tenant.id}:{name}"] += value
+        except TENANT_ERRORS as error:
+            # NotImplementedError: the holidays package knows no such country (a tenant's typo).
+            problems += 1
+            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
+            counts[f"{tenant.id}:unreachable"] += 1
+    return counts, problems
 
 
 @dg.op
@@ -57,38 +83,28 @@ def remind_learners(
 ) -> dg.Output[RunCounts]:
     """Sync each tenant, then send or suppress what is due in its zone and business hours."""
     run = RunScope(clock.now(), context.run_id, context.log)
-    counts: Counter[str] = Counter()
-    problems = 0
     with postgres.connection() as conn:
         tenants = [t for t in lms.tenants(conn) if t.mode != "off"]
-    for tenant in tenants:
-        try:
-            site = moodle.site(tenant.moodle_url, tenant.token_ref)
-            whole = tenant.synced_at is None or run.now - tenant.synced_at >= WHOLE_SYNC_EVERY
-            synced = sync_tenant(postgres, tenant, site, now=run.now, completions=whole)
-            counts[f"{tenant.id}:planned"] += synced.planned
-            counts[f"{tenant.id}:superseded_plans"] += synced.superseded
-            counts[f"{tenant.id}:completed_seen"] += synced.completed
-            mail = outlook.client_for(tenant.sender) if tenant.channel == "email" else None
-            channel = Channel(
-                site=site,
-                mailer=Mailer(run, postgres, mail, settings) if mail is not None else None,
-                sent_items=mail,
-            )
-            for name, value in remind_tenant(run, postgres, tenant, channel, settings).items():
-                counts[f"{tenant.id}:{name}"] += value
-        except TENANT_ERRORS as error:
-            # NotImplementedError: the holidays package knows no such country (a tenant's typo).
-            problems += 1
-            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
-            counts[f"{tenant.id}:unreachable"] += 1
+
+    def remind(tenant: lms.Tenant) -> Counter[str]:
+        site = moodle.site(tenant.moodle_url, tenant.token_ref)
+        whole = tenant.synced_at is None or run.now - tenant.synced_at >= WHOLE_SYNC_EVERY
+        synced = sync_tenant(postgres, tenant, site, now=run.now, completions=whole)
+        mail = outlook.client_for(tenant.sender) if tenant.channel == "email" else None
+        channel = Channel(
+            site=site,
+            mailer=Mailer(run, postgres, mail, settings) if mail is not None else None,
+            sent_items=mail,
+        )
+        done = remind_tenant(run, postgres, tenant, channel, settings)
+        done["planned"] += synced.planned
+        done["superseded_plans"] += synced.superseded
+        done["completed_seen"] += synced.completed
+        return done
+
+    counts, problems = each_tenant(context, tenants, remind)
     counts["tenants"] = len(tenants)
     return outcome_output(context, "partial" if problems else "ok", dict(counts))
-
-
-#: What makes a tenant unreachable for one run (its Moodle, its key, its calendar's country):
-#: counted and left for the next run, the other tenants go on.
-TENANT_ERRORS = (IntegrationError, KeyError, NotImplementedError)
 
 
 @dg.op
@@ -102,19 +118,14 @@ def publish_content(
     """Each tenant's content due now: published once if approved and current, else held with
     the reason (and queued with the owner)."""
     run = RunScope(clock.now(), context.run_id, context.log)
-    counts: Counter[str] = Counter()
-    problems = 0
     with postgres.connection() as conn:
         tenants = [t for t in lms.tenants(conn) if t.mode != "off"]
-    for tenant in tenants:
-        try:
-            site = moodle.site(tenant.moodle_url, tenant.token_ref)
-            for name, value in publish_tenant(run, postgres, tenant, site, settings).items():
-                counts[f"{tenant.id}:{name}"] += value
-        except TENANT_ERRORS as error:
-            problems += 1
-            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
-            counts[f"{tenant.id}:unreachable"] += 1
+
+    def publish(tenant: lms.Tenant) -> Counter[str]:
+        site = moodle.site(tenant.moodle_url, tenant.token_ref)
+        return publish_tenant(run, postgres, tenant, site, settings)
+
+    counts, problems = each_tenant(context, tenants, publish)
     return outcome_output(context, "partial" if problems else "ok", dict(counts))
 
 
@@ -130,30 +141,28 @@ def reconcile_certificates(
     """Once an hour per tenant that certifies courses: Moodle's completions against what the
     credential platform holds; what is missing issued and read back."""
     run = RunScope(clock.now(), context.run_id, context.log)
-    counts: Counter[str] = Counter()
-    problems = 0
     with postgres.connection() as conn:
-        tenants = [
+        certifying = [
             t
             for t in lms.tenants(conn)
             if t.mode != "off" and t.credential_groups and t.credential_token_ref
         ]
-    for tenant in tenants:
-        last = tenant.certificates_checked_at
-        if last is not None and run.now - last < CHECK_EVERY:
-            counts[f"{tenant.id}:checked_lately"] += 1
-            continue
+    due = [
+        t
+        for t in certifying
+        if t.certificates_checked_at is None or run.now - t.certificates_checked_at >= CHECK_EVERY
+    ]
+
+    def certify(tenant: lms.Tenant) -> Counter[str]:
         assert tenant.credential_token_ref is not None  # filtered above
-        try:
-            site = moodle.site(tenant.moodle_url, tenant.token_ref)
-            platform = accredible.account(tenant.credential_token_ref)
-            done = certify_tenant(run, postgres, tenant, site, platform, settings)
-            for name, value in done.items():
-                counts[f"{tenant.id}:{name}"] += value
-        except TENANT_ERRORS as error:
-            problems += 1
-            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
-            counts[f"{tenant.id}:unreachable"] += 1
+        site = moodle.site(tenant.moodle_url, tenant.token_ref)
+        platform = accredible.account(tenant.credential_token_ref)
+        return certify_tenant(run, postgres, tenant, site, platform, settings)
+
+    counts, problems = each_tenant(context, due, certify)
+    for tenant in certifying:
+        if tenant not in due:
+            counts[f"{tenant.id}:checked_lately"] += 1
     return outcome_output(context, "partial" if problems else "ok", dict(counts))
 
 
