@@ -161,6 +161,9 @@ def page(browser: Any, live: Live, request: pytest.FixtureRequest) -> Iterator[A
     # runs two): a minute for an element to show, not half of one.
     context.set_default_timeout(90_000)
     opened = context.new_page()
+    # Dagster's first-visit dialog ("Join the Dagster community") may show at any moment of the
+    # first page (later on a busy machine): whenever it covers what a step waits for, Skip.
+    opened.add_locator_handler(opened.get_by_role("button", name="Skip"), lambda skip: skip.click())
     try:
         yield opened
     finally:
