@@ -163,3 +163,18 @@ def sandbox(sandbox_server: str) -> str:
         control.post("/_sandbox/reset", json={}).raise_for_status()
         control.delete("/_sandbox/faults").raise_for_status()
     return sandbox_server
+
+
+@pytest.fixture
+def scheduler(
+    tmp_path: Path,
+    db_url: str,
+    database_factory: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Any]:
+    """Dagster's scheduler on the machine's instance and schedules, storage in a fresh Postgres
+    database (``scheduling.py``: ``test_missed_ticks.py``, the restart drills)."""
+    from .scheduling import machine_scheduler
+
+    with machine_scheduler(tmp_path, db_url, database_factory(), monkeypatch) as built:
+        yield built

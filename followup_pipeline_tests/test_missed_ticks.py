@@ -15,9 +15,7 @@ iteration function the daemon runs (private modules; the package itself imports 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -25,7 +23,7 @@ import pytest
 
 from followup_pipeline.engine import runs as engine_runs
 
-from .scheduling import DEPRECATIONS, NOT_CAUGHT_UP, Scheduler, machine_scheduler
+from .scheduling import DEPRECATIONS, NOT_CAUGHT_UP, Scheduler
 
 pytestmark = DEPRECATIONS
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -33,18 +31,6 @@ BERLIN = ZoneInfo("Europe/Berlin")
 DOWN = datetime(2026, 3, 5, 10, 5, tzinfo=BERLIN)
 #: Back on Saturday 14 March, 12:00: seven business days of ticks missed, two Fridays among them.
 BACK = datetime(2026, 3, 14, 12, 0, tzinfo=BERLIN)
-
-
-@pytest.fixture
-def scheduler(
-    tmp_path: Path,
-    db_url: str,
-    database_factory: Callable[..., str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Scheduler]:
-    """The machine's schedules on its instance, storage in a fresh Postgres database."""
-    with machine_scheduler(tmp_path, db_url, database_factory(), monkeypatch) as built:
-        yield built
 
 
 def test_missed_ticks_only_the_latest_of_each_schedule_runs(

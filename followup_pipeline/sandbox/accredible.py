@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ DUPLICATE = (
     "be sent to the same email."
 )
 NOT_FOUND = {"success": False, "data": "No credential with the id given in your account"}
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def _account(state: SandboxState, request: Request) -> str | None:
@@ -200,15 +202,20 @@ def _search(state: SandboxState, account: str, body: Any) -> Response:
 def accredible_app(state: SandboxState) -> Starlette:
     """Accredible's API for the accounts of ``config.accredible_keys``."""
 
-    async def credentials(request: Request) -> Response:
-        account = _account(state, request)
-        if account is None:
-            return accredible_error(401)
-        try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError:
-            return accredible_error(400)
-        return _create(state, account, body)
+    def posted(answer: Callable[[SandboxState, str, Any], Response]) -> Endpoint:
+        """A POST of an account: its key checked (401), its JSON body read (400), answered."""
+
+        async def endpoint(request: Request) -> Response:
+            account = _account(state, request)
+            if account is None:
+                return accredible_error(401)
+            try:
+                body = json.loads(await request.body() or b"null")
+            except ValueError:
+                return accredible_error(400)
+            return answer(state, account, body)
+
+        return endpoint
 
     async def one(request: Request) -> Response:
         account = _account(state, request)
@@ -220,21 +227,11 @@ def accredible_app(state: SandboxState) -> Starlette:
                 return JSONResponse({"credential": _v1(record)})
         return accredible_error(404, NOT_FOUND)
 
-    async def search(request: Request) -> Response:
-        account = _account(state, request)
-        if account is None:
-            return accredible_error(401)
-        try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError:
-            return accredible_error(400)
-        return _search(state, account, body)
-
     return Starlette(
         routes=[
-            Route("/v1/credentials", credentials, methods=["POST"]),
+            Route("/v1/credentials", posted(_create), methods=["POST"]),
             Route("/v1/credentials/{credential_id:path}", one, methods=["GET"]),
-            Route("/v2/credentials/search", search, methods=["POST"]),
+            Route("/v2/credentials/search", posted(_search), methods=["POST"]),
         ]
     )
 

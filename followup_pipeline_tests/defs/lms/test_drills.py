@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.store import lms_content
 
 from ...conftest import with_database
-from ...scheduling import DEPRECATIONS, Scheduler, machine_scheduler
+from ...scheduling import DEPRECATIONS, Scheduler
 from .lms_world import BERLIN, SANDBOX, control, make_tenant, run_lms, seed_site, utc
 
 pytestmark = [pytest.mark.slow, *DEPRECATIONS]
@@ -176,17 +176,6 @@ def test_drill_a_rebuilt_machine_keeps_only_the_database_and_goes_on_once(
             "SELECT status FROM runs WHERE pipeline_name = 'lms_reminders' ORDER BY id"
         ).fetchall()
     assert [r[0] for r in runs] == ["SUCCESS", "SUCCESS"]  # the first machine's run is on record
-
-
-@pytest.fixture
-def scheduler(
-    tmp_path: Path,
-    db_url: str,
-    database_factory: Callable[..., str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Scheduler]:
-    with machine_scheduler(tmp_path, db_url, database_factory(), monkeypatch) as built:
-        yield built
 
 
 def _late_runs(scheduler: Scheduler, seen: int) -> list[datetime]:
