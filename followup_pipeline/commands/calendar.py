@@ -23,7 +23,8 @@ from followup_pipeline.store import audit, cadences, holidays
 from followup_pipeline.store.db import connect, resolve_database_url
 
 
-def _day(text: str) -> date:
+def day_of(text: str) -> date:
+    """A day as an option gives it (``2026-12-24``)."""
     try:
         return date.fromisoformat(text)
     except ValueError:
@@ -143,13 +144,13 @@ def register(commands: Any) -> None:
         handler=_holidays_list
     )
     add = dsub.add_parser("add", help="a company day off (or, --workday, a holiday worked)")
-    add.add_argument("day", type=_day)
+    add.add_argument("day", type=day_of)
     add.add_argument("--name", required=True, help="what the day is, e.g. 'Christmas Eve'")
     add.add_argument("--workday", action="store_true", help="a public holiday that is worked")
     _operator(add)
     add.set_defaults(handler=_holidays_add)
     remove = dsub.add_parser("remove", help="remove a correction")
-    remove.add_argument("day", type=_day)
+    remove.add_argument("day", type=day_of)
     _operator(remove)
     remove.set_defaults(handler=_holidays_remove)
     steps = commands.add_parser("cadences", help="the named cadences of follow-up steps")

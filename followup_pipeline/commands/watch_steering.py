@@ -16,12 +16,13 @@ audit.
 from __future__ import annotations
 
 import argparse
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from followup_pipeline.clock import build_clock
+from followup_pipeline.commands.calendar import day_of
 from followup_pipeline.domain.registration import Registration
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm import EspoCrmClient
@@ -54,16 +55,8 @@ def _deal_id(text: str) -> str:
     return text
 
 
-def _day(text: str) -> date:
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a day: {text!r} (e.g. 2026-12-24)") from None
-
-
-def _crm_deal(settings: Settings, deal_id: str) -> Deal:
-    """The deal as the CRM has it now (``NotFoundError`` when it has none)."""
-    settings = with_sandbox(settings)
+def crm_deal(settings: Settings, deal_id: str) -> Deal:
+    """The deal as the CRM of ``settings`` has it now (``NotFoundError`` when it has none)."""
     key, hmac = settings.espocrm_api_key, settings.espocrm_hmac_secret
     client = EspoCrmClient(
         str(settings.espocrm_url),
@@ -80,7 +73,7 @@ def _crm_deal(settings: Settings, deal_id: str) -> Deal:
 def _watch(args: argparse.Namespace, settings: Settings) -> int:
     now = build_clock(settings.now).now()
     try:
-        deal = _crm_deal(settings, args.deal_id)
+        deal = crm_deal(with_sandbox(settings), args.deal_id)
     except NotFoundError:
         print(f"followup: the CRM has no deal {args.deal_id}")
         return 2
@@ -220,6 +213,6 @@ def register_steering(sub: Any) -> None:
         control = sub.add_parser(name, help=f"{name} a watch (a deal's id, or a watch's number)")
         control.add_argument("target", help="a deal's id or a watch's number")
         if name == "pause":
-            control.add_argument("--until", type=_day, help="the day it resumes by itself")
+            control.add_argument("--until", type=day_of, help="the day it resumes by itself")
         _operator(control)
         control.set_defaults(handler=_control, command_name=name)

@@ -8,12 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from followup_pipeline.clock import build_clock
-from followup_pipeline.commands.watch_steering import register_steering
+from followup_pipeline.commands.watch_steering import crm_deal, register_steering
 from followup_pipeline.domain.calendar import BusinessCalendar, next_business_hour
 from followup_pipeline.domain.explain import CrmAnswer, explain
 from followup_pipeline.domain.localtime import for_people, local_date
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
-from followup_pipeline.integrations.espocrm import EspoCrmClient
 from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
@@ -132,21 +131,12 @@ def ask_crm(
     settings: Settings, deal_id: str, *, calendar: BusinessCalendar, now: datetime
 ) -> CrmAnswer:
     """What the CRM says of a deal Followup has no watch for."""
-    key, hmac = settings.espocrm_api_key, settings.espocrm_hmac_secret
-    client = EspoCrmClient(
-        str(settings.espocrm_url),
-        key.get_secret_value() if key else "",
-        hmac.get_secret_value() if hmac else None,
-        timeouts=settings.vendor_timeouts(),
-    )
     try:
-        deal = client.get_deal(deal_id=deal_id)
+        deal = crm_deal(settings, deal_id)
     except NotFoundError:
         return CrmAnswer(found=False)
     except (IntegrationError, ValueError) as error:
         return CrmAnswer(found=False, error=str(error))
-    finally:
-        client.close()
     next_run = next_business_hour(
         now,
         calendar,
