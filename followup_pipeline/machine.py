@@ -89,7 +89,9 @@ def with_sandbox(settings: Settings) -> Settings:
     if vendor_mode(settings) != "sandbox" or not path.exists():
         return settings
     values = read_env_file(path)
-    overrides = {name.removeprefix("FOLLOWUP_").lower(): value for name, value in values.items()}
+    overrides: dict[str, Any] = {
+        name.removeprefix("FOLLOWUP_").lower(): value for name, value in values.items()
+    }
     return load_settings(**{"home": settings.home, **overrides})
 
 

@@ -149,6 +149,8 @@ class Settings(VendorSettings, CoreSettings):
     #: First wait before a failed event is retried; doubles per attempt, with jitter, up to the max.
     event_backoff_base_s: float = Field(default=60.0, ge=0)
     event_backoff_max_s: float = Field(default=3600.0, ge=0)
+    #: How long a claim holds an event: a run killed while it holds events frees them after this.
+    event_lease_s: float = Field(default=900.0, gt=0)
     #: Events claimed per batch by a ``register`` run.
     event_batch_size: int = Field(default=50, ge=1, le=1000)
     #: How often the ``crm_events`` sensor may look at the event log (at most 30 s by design).
@@ -277,8 +279,9 @@ def _describe(error: ValidationError) -> str:
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Read the settings; raise ``ConfigError`` naming every wrong variable.
+def load_settings(*, env_file: bool = True, **overrides: Any) -> Settings:
+    """Read the settings; raise ``ConfigError`` naming every wrong variable. Without
+    ``env_file``, from the environment alone (a simulation's machine, whose world is its own).
 
     Run inside the checkout (any folder of it), ``.env`` is the checkout's and ``FOLLOWUP_HOME``
     defaults to the checkout's ``.followup``; elsewhere both are taken from the working folder.
@@ -286,7 +289,7 @@ def load_settings(**overrides: Any) -> Settings:
     ``FOLLOWUP_SECRETS_DIR`` names a folder of files, one secret a file (Docker/K8s style).
     """
     checkout = find_checkout(Path.cwd())
-    where: dict[str, Any] = {"_env_file": (checkout or Path.cwd()) / ".env"}
+    where: dict[str, Any] = {"_env_file": (checkout or Path.cwd()) / ".env" if env_file else None}
     secrets_dir = os.environ.get(f"{ENV_PREFIX}SECRETS_DIR")
     if secrets_dir:
         where["_secrets_dir"] = secrets_dir

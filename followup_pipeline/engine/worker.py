@@ -32,8 +32,6 @@ from followup_pipeline.store.events import Event
 
 #: Batches one run claims at most, so a flood cannot keep a run going for ever.
 MAX_BATCHES = 20
-#: How long a claim holds an event; a run that dies frees it after this.
-LEASE = timedelta(minutes=15)
 
 
 def completion_key(event_id: int, item: int, step: str) -> str:
@@ -89,17 +87,18 @@ class EventWorker:
     def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
         """Claim and process due events (or the named pending ones: a replay), batch by batch."""
         run = f"worker-{uuid.uuid4().hex[:12]}"
+        lease = timedelta(seconds=self.settings.event_lease_s)
         seen: list[int] = []
         for _ in range(MAX_BATCHES):
             with self.conn.transaction():
                 if ids is not None:
-                    batch = events.claim_ids(self.conn, ids, lease=LEASE, run=run)
+                    batch = events.claim_ids(self.conn, ids, lease=lease, run=run)
                 else:
                     limit = self.settings.event_batch_size
                     batch = events.claim(
                         self.conn,
                         limit=limit,
-                        lease=LEASE,
+                        lease=lease,
                         run=run,
                         sources=self.sources,
                         exclude=seen,

@@ -192,6 +192,8 @@ class Ingress:
             error=parsed.error,
             # Standard Webhooks: the signed webhook-id; Stripe: the event id in the body.
             delivery_id=verified.delivery_id or parsed.delivery_id,
+            # The machine's clock, the one its jobs decide by (a simulation's, when simulated).
+            received_at=datetime.fromtimestamp(self.now(), UTC),
         )
         try:
             stored = await self._store(params)

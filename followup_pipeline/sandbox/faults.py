@@ -15,6 +15,8 @@ A fault is a ``FaultSpec`` posted to ``POST /_sandbox/faults``. Kinds:
   vendor's error shape, as a vendor that fails after its write does.
 - ``invalid_output`` (Mistral): the model answers ``content`` (default: not the asked format).
 - ``drop`` / ``duplicate`` (webhooks): an item is never sent / a batch is sent twice.
+- ``reorder`` (webhooks): a flush sends its due items newest first, as a queue whose older
+  items wait for a retry does.
 
 Filters: ``path`` (a regular expression searched in the path below the vendor's prefix),
 ``method``, ``deal_id`` (found in the path, query or body; for webhooks the item's id),
@@ -47,6 +49,7 @@ FaultKind = Literal[
     "invalid_output",
     "drop",
     "duplicate",
+    "reorder",
 ]
 
 _HTTP_KINDS = {
@@ -66,7 +69,7 @@ ALLOWED_KINDS: dict[str, set[str]] = {
     "pdl": _HTTP_KINDS,  # People Data Labs (company lookup)
     "moodle": _HTTP_KINDS - {"rate_limit"},  # Moodle has no rate limiting
     "accredible": _HTTP_KINDS,  # the credential platform
-    "webhooks": {"drop", "duplicate", "latency"},
+    "webhooks": {"drop", "duplicate", "latency", "reorder"},
 }
 
 

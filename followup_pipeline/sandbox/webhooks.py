@@ -159,6 +159,8 @@ class WebhookDispatcher:
                 return results
             now = time.monotonic()
             due = [item for item in self.queue if not only_due or item.process_at <= now]
+            if self.faults.fire("webhooks", "POST", "", "", {"reorder"}):
+                due.reverse()
             if portion is not None:
                 due = due[:portion]
             async with httpx.AsyncClient(timeout=TIMEOUT, transport=self.transport) as client:

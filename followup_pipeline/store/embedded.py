@@ -245,3 +245,10 @@ class EmbeddedCluster:
         with self._locked():
             if self.is_running():
                 self._run("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w")
+
+    def crash(self) -> None:
+        """Stop the cluster as a crash does (``immediate``: no checkpoint; the next start
+        recovers from the write-ahead log), whoever uses it: the simulation's database outage."""
+        with self._locked():
+            if self.is_running():
+                self._run("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w")

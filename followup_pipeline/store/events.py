@@ -148,9 +148,11 @@ def delivery_params(
     status: StoredStatus = "pending",
     error: str | None = None,
     delivery_id: str | None = None,
+    received_at: datetime | None = None,
 ) -> dict[str, object]:
     """The parameters of ``events_store`` for one delivery; ``delivery_id`` the Standard
-    Webhooks ``webhook-id`` (None for EspoCRM, whose deliveries the body hash recognises)."""
+    Webhooks ``webhook-id`` (None for EspoCRM, whose deliveries the body hash recognises);
+    ``received_at`` the machine's clock (None: the database's)."""
     return {
         "source": source,
         "event_type": event_type,
@@ -163,6 +165,7 @@ def delivery_params(
         "window": DEDUP_WINDOW,
         "namespace": DEDUP_LOCK_NAMESPACE,
         "delivery_id": None if delivery_id is None else delivery_key(delivery_id),
+        "received_at": received_at,
     }
 
 
@@ -176,6 +179,7 @@ def store_delivery(
     status: StoredStatus = "pending",
     error: str | None = None,
     delivery_id: str | None = None,
+    received_at: datetime | None = None,
 ) -> Stored:
     """Store one delivery, or count it as a duplicate of the stored one (the same source and
     ``delivery_id`` whenever it came; without an id, the same body within the window): one
@@ -191,6 +195,7 @@ def store_delivery(
         status=status,
         error=error,
         delivery_id=delivery_id,
+        received_at=received_at,
     )
     stored = fetch_one(conn, Stored, query("events_store"), params)
     assert stored is not None  # the function answers one row, always

@@ -199,6 +199,24 @@ async def test_webhooks_drop_and_duplicate_faults(make_sandbox: SandboxFactory) 
     assert history[0]["ids"] == ["a" * 17]
 
 
+async def test_webhooks_reorder_fault_sends_a_flush_newest_first(
+    make_sandbox: SandboxFactory,
+) -> None:
+    seen: list[httpx.Request] = []
+    async with make_sandbox(mock([], seen), webhook_url="http://i/h", webhooks=[HOOKS[0]]) as sb:
+        for name in "abc":
+            await sb.deal(id=name * 17)
+        await sb.fault(vendor="webhooks", kind="reorder", count=1)
+        for stage in ("Proposal", "Negotiation"):
+            for name in "abc":
+                await sb.client.post(f"/_sandbox/deals/{name * 17}/stage", json={"stage": stage})
+            # The fault is spent after the first flush: the second keeps the queue's order.
+            await sb.client.post("/_sandbox/webhooks/flush")
+    first, second = ([item["id"][0] for item in json.loads(r.content)] for r in seen)
+    assert first == ["c", "b", "a"]
+    assert second == ["a", "b", "c"]
+
+
 async def test_webhooks_configure_target_at_runtime(make_sandbox: SandboxFactory) -> None:
     seen: list[httpx.Request] = []
     async with make_sandbox(mock([], seen), webhooks=[HOOKS[2]]) as sb:

@@ -78,6 +78,7 @@ def sweep(run: RunScope, db: Database, crm: LeadSource) -> Swept:
                     if raw.get("id") and raw.get("modifiedAt")
                     else None
                 ),
+                received_at=run.now,
             )
         tally.count("invalid")
     newest = position
@@ -95,6 +96,7 @@ def sweep(run: RunScope, db: Database, crm: LeadSource) -> Swept:
                 body=body,
                 headers={},
                 delivery_id=f"{lead.id}@{lead.modified_at.isoformat()}",
+                received_at=run.now,
             )
         tally.count("duplicates" if stored.duplicate else "stored")
     if newest is not None:

@@ -1,12 +1,14 @@
 -- name: events_store
--- Store one delivery in one round trip (the function of migrations 0009 and 0010): its event id,
+-- Store one delivery in one round trip (the function of migrations 0009, 0010 and 0020, stamped
+-- with the caller's clock, or the database's when it gives none): its event id,
 -- status, and whether it was a redelivery (then counted, not stored): of the same source and
 -- delivery id whenever it came (Standard Webhooks), or, without an id (EspoCRM), of the same
 -- dedup key within the window.
 SELECT event_id, event_status AS status, duplicate
 FROM store_delivery(
     %(source)s, %(event_type)s, %(dedup_key)s, %(body)s, %(headers)s, %(status)s,
-    %(last_error)s, %(dead_step)s, %(window)s::interval, %(namespace)s, %(delivery_id)s::text
+    %(last_error)s, %(dead_step)s, %(window)s::interval, %(namespace)s, %(delivery_id)s::text,
+    %(received_at)s::timestamptz
 );
 
 -- name: events_claim

@@ -1,0 +1,1 @@
+"""``followup simulate``: the whole machine over simulated business days, with chaos."""
