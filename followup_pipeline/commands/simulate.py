@@ -43,8 +43,11 @@ def summary(outcome: Outcome) -> list[str]:
               for name in sorted(outcome.injected)]  # fmt: skip
     lines += table(["fault", "injected", "hit"], faults or [["none", "0", "0"]])
     lines.append("")
-    runs = [[job, str(n), str(outcome.failed_runs[job])] for job, n in sorted(outcome.runs.items())]
-    lines += table(["job", "runs", "failed"], runs)
+    runs = [
+        [job, str(n), str(outcome.failed_runs[job]), f"{outcome.job_seconds.get(job, 0.0):.0f}"]
+        for job, n in sorted(outcome.runs.items())
+    ]
+    lines += table(["job", "runs", "failed", "seconds"], runs)
     if outcome.backfilled:
         lines.append(f"backfilled by the analyst: {', '.join(outcome.backfilled)}")
     lines.append("")

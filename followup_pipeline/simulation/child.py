@@ -15,6 +15,7 @@ import dagster as dg
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.resources import ClockResource
 from followup_pipeline.settings import load_settings
+from followup_pipeline.simulation.world import QUIET
 
 
 def main(argv: list[str]) -> int:
@@ -24,6 +25,7 @@ def main(argv: list[str]) -> int:
         instance=dg.DagsterInstance.ephemeral(),
         resources={"clock": ClockResource(start=str(args["now"]), ticking=False)},
         partition_key=args.get("partition"),
+        run_config=QUIET,
         raise_on_error=False,
     )
     return 0 if result.success else 1

@@ -19,6 +19,7 @@ from datetime import UTC, date, datetime, timedelta
 from datetime import time as clock_time
 from zoneinfo import ZoneInfo
 
+from followup_pipeline.settings import LEAD_SOURCES
 from followup_pipeline.simulation.chaos import KILLS, WEEKLY_KILL, Chaos, Kill
 from followup_pipeline.simulation.invariants import Invariant, ReportWindow, check
 from followup_pipeline.simulation.scenario import Scenario
@@ -62,6 +63,8 @@ class Outcome:
     backfilled: list[str] = field(default_factory=list)
     seconds: float = 0.0
     seconds_per_day: list[float] = field(default_factory=list)
+    #: Wall seconds in each job's runs.
+    job_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:
@@ -135,6 +138,7 @@ class Simulation:
                 backfilled=self.backfilled,
                 seconds=time.monotonic() - started,
                 seconds_per_day=per_day,
+                job_seconds=dict(world.seconds),
             )
 
     # -- one business day -----------------------------------------------------------------------
@@ -179,8 +183,12 @@ class Simulation:
             self.chaos.hit["Postgres down (a crash) for an hour"] += 1
         self.deliver()
         world.set_time(self.at(day, hour, 10))
-        self.job("register")
-        self.job("lead_intake", kill=kill)
+        # What the event sensors launch: a job when its sources have due events.
+        due = self.due_sources()
+        if "espocrm" in due:
+            self.job("register")
+        if due & set(LEAD_SOURCES) or (kill is not None and kill.job == "lead_intake"):
+            self.job("lead_intake", kill=kill)
         world.set_time(self.at(day, hour, 15))
         before = world.clock.now()
         if self.job("evaluate", partition=f"{day:%Y-%m-%d}-{hour:02d}:00", kill=kill).success:
@@ -188,13 +196,23 @@ class Simulation:
         world.set_time(self.at(day, hour, 30))
         if hour % 2 == 0:
             self.job("enrich")
-        world.set_time(self.at(day, hour, 45))
-        self.job("lms_reminders", kill=kill)
+        if hour % 2 == 1:  # the academies' 09:00 (Berlin's 09, New York's 15): odd hours
+            world.set_time(self.at(day, hour, 45))
+            self.job("lms_reminders", kill=kill)
         if down:
             world.database_up()
         for result in world.alert_tick():
             self.count(result)
         self.chaos.clear()
+
+    def due_sources(self) -> set[str]:
+        """The sources with events due now (what the event sensors look at)."""
+        with connect(self.world.db_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT source FROM events"
+                " WHERE status = 'pending' AND next_attempt_at <= now()"
+            ).fetchall()
+        return {str(row["source"]) for row in rows}
 
     def deliver(self) -> None:
         """EspoCRM's queue job and the senders' retries (their retries wait on the clock)."""

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +43,9 @@ from followup_pipeline.settings import load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
+#: A run's own console lines (Dagster's console logger logs every step at DEBUG) would drown the
+#: simulation's table: errors only. The run's events are in its instance all the same.
+QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 #: Where the machine's alerts and dead letters are owned: every dead letter has this owner.
 OPS_OWNER = "ops-owner@example.com"
 OPS_BACKUP = "ops-backup@example.com"
@@ -161,6 +165,8 @@ class World:
         self.instance = dg.DagsterInstance.ephemeral()
         self._jobs: dict[str, dg.JobDefinition] = {}
         self._alert_cursor: str | None = None
+        #: Wall seconds spent in each job's runs (the cost of a simulated day, by job).
+        self.seconds: defaultdict[str, float] = defaultdict(float)
         self.sensor_errors: list[str] = []
 
     def _database(self) -> None:
@@ -251,12 +257,27 @@ class World:
         """One run of the job ``name`` in this process, its clock at the simulation's now."""
         now = self.clock.now()
         clock = ClockResource(start=now.isoformat(), ticking=False)
+        began = time.monotonic()
+        try:
+            return self._run(name, now, clock, partition, config)
+        finally:
+            self.seconds[name] += time.monotonic() - began
+
+    def _run(
+        self,
+        name: str,
+        now: datetime,
+        clock: ClockResource,
+        partition: str | None,
+        config: Mapping[str, Any] | None,
+    ) -> RunResult:
         try:
             result = self.job(name).execute_in_process(
                 instance=self.instance,
                 resources={"clock": clock},
                 partition_key=partition,
-                run_config=dict(config or {}),
+                # A sensor's request names every section, "loggers" empty among them.
+                run_config={**(config or {}), "loggers": QUIET["loggers"]},
                 raise_on_error=False,
             )
         except Exception as exc:  # a run that cannot even start (e.g. the database is gone)
