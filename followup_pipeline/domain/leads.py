@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from followup_pipeline.domain.text import clean_name
+from followup_pipeline.domain.text import clean_name, clean_text
 
 LeadSource = Literal["site-form", "payment", "crm-changes"]
 LeadKind = Literal["form", "payment", "crm"]
@@ -76,6 +76,11 @@ def _message(value: str | None) -> str | None:
     return text[:MESSAGE_LIMIT] or None
 
 
+def _currency(value: str | None) -> str | None:
+    """The currency code as it came, upper-cased, without what Postgres cannot keep."""
+    return (clean_text(value).upper()[:8] or None) if value else None
+
+
 Email = Annotated[str, AfterValidator(normalise_email)]
 Name = Annotated[str | None, AfterValidator(_optional_name)]
 
@@ -94,7 +99,7 @@ class LeadIn(BaseModel):
     consent: bool | None = None
     page: Name = None
     amount: Decimal | None = Field(default=None, ge=0)
-    currency: Annotated[str | None, AfterValidator(lambda v: v.upper()[:8] if v else v)] = None
+    currency: Annotated[str | None, AfterValidator(_currency)] = None
     crm_lead_id: Name = None
     source: LeadSource
     kind: LeadKind

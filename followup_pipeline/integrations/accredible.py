@@ -48,10 +48,10 @@ def message_of(response: httpx.Response) -> str:
     """Accredible's message from any of its error shapes (or the text of a plain one)."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return response.text[:200]
     if not isinstance(body, dict):
-        return str(body)[:200]
+        return response.text[:200]
     for name in ("errors", "error", "data", "message"):
         value = body.get(name)
         if not value:

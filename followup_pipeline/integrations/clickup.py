@@ -86,7 +86,10 @@ def clickup_message(response: httpx.Response) -> str:
 def _ms(value: Any) -> Any:
     """ClickUp sends timestamps as strings of milliseconds since the epoch."""
     if isinstance(value, str | int) and str(value).isdigit():
-        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+        try:
+            return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+        except (OverflowError, OSError):  # past the year 9999: a value pydantic can name
+            raise ValueError(f"milliseconds out of range: {value!r}") from None
     return value
 
 
@@ -270,8 +273,12 @@ class ClickUpClient:
         def fetch(page: int) -> tuple[list[Task], bool]:
             url = f"v2/list/{self.list_id}/task"
             body = self._http.json(self._http.request("GET", url, params={**params, "page": page}))
-            tasks = [parse_task(raw) for raw in body.get("tasks", [])]
-            return tasks, not body.get("last_page", True)
+            raws = body.get("tasks", []) if isinstance(body, dict) else None
+            if not isinstance(raws, list):
+                raise PermanentError(
+                    f"GET {url} answered no list of tasks", vendor=VENDOR, status=200
+                )
+            return [parse_task(raw) for raw in raws], not body.get("last_page", True)
 
         found = collect_pages(fetch)
         return [t for t in found if t.carries_key(idempotency_key, self.key_field_id)]

@@ -10,6 +10,7 @@ or a review item (with the raw text).
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,12 @@ from followup_pipeline.integrations.errors import (
     PermanentError,
     TransientError,
 )
-from followup_pipeline.integrations.http import DEFAULT_TIMEOUTS, RETRYABLE_STATUSES, Timeouts
+from followup_pipeline.integrations.http import (
+    DEFAULT_TIMEOUTS,
+    MAX_RETRY_WAIT,
+    RETRYABLE_STATUSES,
+    Timeouts,
+)
 
 VENDOR = "mistral"
 #: What every summary request asks for besides its messages (part of the input hash).
@@ -165,7 +171,7 @@ class MistralClient:
             transport=transport,
             timeout=timeout,
             follow_redirects=True,
-            event_hooks={"request": [own_timeouts]},
+            event_hooks={"request": [own_timeouts], "response": [bounded_retry_after]},
         )
         self._sdk = Mistral(
             api_key=api_key,
@@ -255,6 +261,24 @@ class MistralClient:
         )
 
 
+def bounded_retry_after(response: httpx.Response) -> None:
+    """The SDK sleeps for whatever ``Retry-After`` says (a day, or ``inf``, which crashes it):
+    a wait in plain seconds is capped at ``MAX_RETRY_WAIT``, anything else is dropped (the SDK
+    then backs off on its own)."""
+    for name, scale in (("retry-after", 1.0), ("retry-after-ms", 1000.0)):
+        value = response.headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale if value.isascii() else math.nan
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            response.headers[name] = f"{min(seconds, MAX_RETRY_WAIT) * scale:g}"
+        else:
+            del response.headers[name]
+
+
 def answer_text(response: models.ChatCompletionResponse) -> tuple[str, str | None]:
     """The text of the first choice and its finish reason."""
     if not response.choices or response.choices[0].message is None:
@@ -279,7 +303,8 @@ def sdk_error(exc: Exception, what: str = "chat completion") -> IntegrationError
         text = f"HTTP {status} on {what}: {exc.body[:300]}"
         if status in RETRYABLE_STATUSES:
             retry_after = exc.headers.get("Retry-After")
-            seconds = float(retry_after) if retry_after and retry_after.isdigit() else None
+            digits = retry_after is not None and retry_after.isascii() and retry_after.isdigit()
+            seconds = min(float(retry_after), MAX_RETRY_WAIT) if digits and retry_after else None
             return TransientError(text, vendor=VENDOR, status=status, retry_after=seconds)
         return PermanentError(text, vendor=VENDOR, status=status, vendor_message=exc.body[:300])
     return TransientError(f"{type(exc).__name__} on {what}", vendor=VENDOR)

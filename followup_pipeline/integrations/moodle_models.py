@@ -34,7 +34,10 @@ def _unix_time(value: Any) -> datetime | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"expected Unix seconds, got {value!r}")
-    return datetime.fromtimestamp(value, tz=UTC)
+    try:
+        return datetime.fromtimestamp(value, tz=UTC)
+    except (OverflowError, OSError):  # past the year 9999: a value pydantic can name
+        raise ValueError(f"Unix seconds out of range: {value!r}") from None
 
 
 UnixTime = Annotated[datetime | None, BeforeValidator(_unix_time)]

@@ -17,8 +17,6 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import httpx
-
 from followup_pipeline.demo_tenants import DEMO_TENANTS
 from followup_pipeline.sandbox.demo import SALESPEOPLE
 from followup_pipeline.simulation.world import OPS_OWNER, World
@@ -282,11 +280,8 @@ class Scenario:
                 "emailAddress": f"typed{n}@firm{n}.example", "accountName": f"Firm {n}",
                 "source": "Call"}  # fmt: skip
         key = self.world.sandbox_config.espocrm_api_key.get_secret_value()
-        answer = httpx.post(
-            f"{self.world.sandbox_url}/espocrm/api/v1/Lead",
-            json=lead,
-            headers={"X-Api-Key": key},
-            timeout=30,
+        answer = self.world.http.post(
+            f"{self.world.sandbox_url}/espocrm/api/v1/Lead", json=lead, headers={"X-Api-Key": key}
         )
         self.did["leads typed into the CRM" if answer.is_success else "typed leads refused"] += 1
 
