@@ -149,8 +149,9 @@ class Settings(VendorSettings, CoreSettings):
     #: First wait before a failed event is retried; doubles per attempt, with jitter, up to the max.
     event_backoff_base_s: float = Field(default=60.0, ge=0)
     event_backoff_max_s: float = Field(default=3600.0, ge=0)
-    #: How long a claim holds an event: a run killed while it holds events frees them after this.
-    event_lease_s: float = Field(default=900.0, gt=0)
+    #: How long a claim holds an event: a run killed while it holds events frees them after this
+    #: (at least 10 s: a lease shorter than a batch's work would let two runs share its events).
+    event_lease_s: float = Field(default=900.0, ge=10)
     #: Events claimed per batch by a ``register`` run.
     event_batch_size: int = Field(default=50, ge=1, le=1000)
     #: How often the ``crm_events`` sensor may look at the event log (at most 30 s by design).

@@ -6,8 +6,10 @@ HTTP date) and ClickUp's ``X-RateLimit-Reset`` (Unix seconds). A create (POST) i
 here: the action ledger decides, and a timeout after sending is reported as ``ambiguous``.
 """
 
+import functools
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -76,6 +78,13 @@ MessageOf = Callable[[httpx.Response], str]
 T = TypeVar("T")
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of every vendor client, made once per process: each new client would
+    load the CA bundle again (tens of milliseconds; a client per run, tenant and vendor)."""
+    return httpx.create_ssl_context()
+
+
 def build_client(
     base_url: str,
     *,
@@ -89,6 +98,7 @@ def build_client(
         headers=dict(headers or {}),
         timeout=timeouts.httpx(),
         transport=transport,
+        verify=tls_context(),
     )
 
 

@@ -32,6 +32,7 @@ from followup_pipeline.integrations.http import (
     MAX_RETRY_WAIT,
     RETRYABLE_STATUSES,
     Timeouts,
+    tls_context,
 )
 
 VENDOR = "mistral"
@@ -170,6 +171,7 @@ class MistralClient:
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
+            verify=tls_context(),
             follow_redirects=True,
             event_hooks={"request": [own_timeouts], "response": [bounded_retry_after]},
         )

@@ -159,7 +159,8 @@ class WebhookDispatcher:
                 return results
             now = time.monotonic()
             due = [item for item in self.queue if not only_due or item.process_at <= now]
-            if self.faults.fire("webhooks", "POST", "", "", {"reorder"}):
+            # Only a flush of two or more items can be reordered (and spends the fault).
+            if len(due) > 1 and self.faults.fire("webhooks", "POST", "", "", {"reorder"}):
                 due.reverse()
             if portion is not None:
                 due = due[:portion]

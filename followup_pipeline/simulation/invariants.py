@@ -135,7 +135,8 @@ def _step_problem(row: dict[str, Any], evidence: Evidence, settings: Settings) -
     if row["skip_reason"] is not None:
         return None
     if row["outcome"] == "suppressed":
-        return None  # the ledger's own record of a deliberate suppression, with its reason
+        # The ledger's own record of a deliberate suppression, with its reason.
+        return None if row["reason"] else "suppressed without a reason"
     if is_dead(row, settings.action_max_attempts):
         return None if settings.ops_owner else "a dead letter with no owner (FOLLOWUP_OPS_OWNER)"
     state = row["outcome"] or "no action"

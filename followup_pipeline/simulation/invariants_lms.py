@@ -189,7 +189,15 @@ def reminders_once(
         if outcome in ("accepted", "confirmed"):
             if sent == 0:
                 broken.append(f"{key}: {outcome}, and no message carries its key")
-        elif outcome != "suppressed":
+        elif outcome == "suppressed":
+            if sent:
+                broken.append(f"{key}: suppressed ({row['reason']}), and a message went out")
+            elif not row["reason"]:
+                broken.append(f"{key}: suppressed without a reason")
+        else:
+            if sent:
+                broken.append(f"{key}: {outcome} and in the queue, and a message went out")
+                continue
             owner = row["queue_owner"]
             if owner is None or owner == NOBODY:
                 whose = "without an owner" if owner else "not in the catch-up queue"

@@ -100,7 +100,11 @@ def _letter_problem(
         return f"neither sent nor skipped (no action; {len(mails)} mail(s))"
     outcome = action["outcome"]
     if outcome == "suppressed":
+        if not action["reason"]:
+            return "skipped without a reason"
         return None if not mails else f"skipped ({action['reason']}) but on {len(mails)} mail(s)"
+    if len(mails) > 1:
+        return f"{outcome}, and {len(mails)} mails carry its key"
     if outcome in ("accepted", "confirmed"):
         if len(mails) != 1:
             return f"{outcome}, and {len(mails)} mails carry its key"

@@ -29,6 +29,7 @@ from typing import Any
 
 import dagster as dg
 import httpx
+import psycopg
 import uvicorn
 
 from followup_pipeline.clock import SettableClock
@@ -43,9 +44,10 @@ from followup_pipeline.settings import load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
-#: A run's own console lines (Dagster's console logger logs every step at DEBUG) would drown the
-#: simulation's table: errors only. The run's events are in its instance all the same.
-QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+#: A run's own console lines (Dagster's console logger logs every step at DEBUG, a failure at
+#: ERROR) would drown the simulation's table, which counts the failures: none. The run's events
+#: are in its instance all the same.
+QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 #: Where the machine's alerts and dead letters are owned: every dead letter has this owner.
 OPS_OWNER = "ops-owner@example.com"
 OPS_BACKUP = "ops-backup@example.com"
@@ -130,6 +132,9 @@ class World:
         # One client for the simulation's own calls: a new one loads the CA bundle each time
         # (a quarter of a simulated day's time, measured).
         self.http = self._stack.enter_context(httpx.Client(timeout=60))
+        self.home = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sim-")))
+        #: The output of the last child process (a killed run's).
+        self.child_log = self.home / "child.log"
         self._database()
         # The ingress's port first, so that the sandbox knows where its webhooks go.
         ingress_sock = socket.socket()
@@ -144,8 +149,10 @@ class World:
             webhook_queue_interval_s=86_400.0,
             webhook_retry_interval_s=0.0,
             webhook_max_attempts=6,
-            # ClickUp's 429s are injected as faults; its real limit would make the run wait.
+            # ClickUp's 429s are injected as faults; its real limit would make the run wait. A
+            # 429 says when its window resets, and the client waits that long: 2 s, not 60.
             clickup_rate_limit=1_000_000,
+            clickup_rate_window_s=2.0,
             sender_tick_s=0.2,
         )
         sandbox = Server(create_sandbox(self.sandbox_config))
@@ -176,12 +183,18 @@ class World:
         if self._given_url:
             self.db_url = self._given_url
         else:
-            home = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sim-")))
-            self.cluster = EmbeddedCluster(home)
+            self.cluster = EmbeddedCluster(self.home / "postgres")
             self.cluster.acquire()
             self._stack.callback(self.cluster.release)
             self.db_url = self.cluster.url("followup")
         migrate(self.db_url)
+        with psycopg.connect(self.db_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM followup.events) + (SELECT count(*) FROM"
+                " followup.watches) + (SELECT count(*) FROM followup.tenants)"
+            ).fetchone()
+        if row is not None and row[0]:
+            raise RuntimeError("the simulation needs an empty database: this one has data")
 
     def _environment(self) -> None:
         values: dict[str, str] = {}
@@ -347,16 +360,17 @@ class World:
 
     def spawn(self, name: str, *, partition: str | None = None) -> subprocess.Popen[str]:
         """The job ``name`` in a child process of its own (``child.py``), so that it can be
-        killed for real; its clock at the simulation's now."""
+        killed for real; its clock at the simulation's now; its output in ``child_log``."""
         args = {"job": name, "now": self.clock.now().isoformat(), "partition": partition}
-        return subprocess.Popen(
-            [sys.executable, "-m", "followup_pipeline.simulation.child", json.dumps(args)],
-            env={**os.environ},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        with self.child_log.open("w") as output:
+            return subprocess.Popen(
+                [sys.executable, "-m", "followup_pipeline.simulation.child", json.dumps(args)],
+                env={**os.environ},
+                stdout=subprocess.DEVNULL,
+                stderr=output,
+                text=True,
+                start_new_session=True,
+            )
 
     @staticmethod
     def kill(process: subprocess.Popen[str]) -> None:
