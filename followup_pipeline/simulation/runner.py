@@ -23,6 +23,7 @@ import psycopg
 
 from followup_pipeline.settings import LEAD_SOURCES
 from followup_pipeline.simulation.chaos import HELD, KILLS, WEEKLY_KILL, Chaos, Kill
+from followup_pipeline.simulation.coverage import deals_followed, deliveries_stored
 from followup_pipeline.simulation.invariants import Invariant, ReportWindow, check
 from followup_pipeline.simulation.scenario import Scenario
 from followup_pipeline.simulation.world import RunResult, World
@@ -137,6 +138,11 @@ class Simulation:
             with connect(world.db_url, autocommit=True) as conn:
                 invariants = check(conn, world.control, world.settings, end=end,
                                    windows=self.windows)  # fmt: skip
+                deals = [(d.id, d.stage) for d in self.scenario.deals.values() if not d.gone]
+                invariants[1:1] = [
+                    deals_followed(conn, deals),
+                    deliveries_stored(conn, world.control),
+                ]
             invariants.insert(0, self.closed_within_one_evaluate())
             return Outcome(
                 options=options,
