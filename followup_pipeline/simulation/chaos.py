@@ -150,9 +150,12 @@ class Chaos:
 
 
 def _effects(world: World, vendor: str) -> int:
-    """How many of the killed write's kind the provider holds: tasks, mails or CRM Leads."""
+    """How many of the killed write's kind the provider holds or took: tasks, mails, Lead
+    creates. Read through the control API, which no fault touches (an injected CRM error must not
+    stop the simulation's own look)."""
     if vendor == "clickup":
         return len(world.control("GET", "/clickup/tasks")["tasks"])
     if vendor == "graph":
         return len(world.control("GET", "/outbox")["messages"])
-    return world.crm_leads_total()
+    # A create is counted as it arrives; the caller waits a moment for its commit.
+    return int(world.control("GET", "/stats")["writes"].get("espocrm", {}).get("POST Lead", 0))

@@ -239,17 +239,6 @@ class World:
         answer.raise_for_status()
         return answer.json()
 
-    def crm_leads_total(self) -> int:
-        """How many Leads the CRM holds (its own API's count)."""
-        key = self.sandbox_config.espocrm_api_key.get_secret_value()
-        answer = self.http.get(
-            f"{self.sandbox_url}/espocrm/api/v1/Lead",
-            params={"maxSize": 1, "select": "id"},
-            headers={"X-Api-Key": key},
-        )
-        answer.raise_for_status()
-        return int(answer.json()["total"])
-
     def set_time(self, instant: datetime) -> None:
         """The simulation's time, the machine's and the vendors' alike."""
         self.clock.set(instant)
