@@ -195,13 +195,12 @@ def reminders_once(
             elif not row["reason"]:
                 broken.append(f"{key}: suppressed without a reason")
         else:
-            if sent:
-                broken.append(f"{key}: {outcome} and in the queue, and a message went out")
-                continue
             owner = row["queue_owner"]
             if owner is None or owner == NOBODY:
                 whose = "without an owner" if owner else "not in the catch-up queue"
                 broken.append(f"{key}: {outcome}, {whose}")
+            elif sent:
+                broken.append(f"{key}: {outcome} and queued with {owner}, but a message went out")
     return verdict("reminders ended once", checked, broken)
 
 

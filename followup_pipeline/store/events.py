@@ -187,16 +187,9 @@ def store_delivery(
 
     Answer the sender only after it returned: in autocommit, it has committed then.
     """
-    params = delivery_params(
-        source=source,
-        event_type=event_type,
-        body=body,
-        headers=headers,
-        status=status,
-        error=error,
-        delivery_id=delivery_id,
-        received_at=received_at,
-    )
+    params = delivery_params(source=source, event_type=event_type, body=body, headers=headers,
+                             status=status, error=error, delivery_id=delivery_id,
+                             received_at=received_at)  # fmt: skip
     stored = fetch_one(conn, Stored, query("events_store"), params)
     assert stored is not None  # the function answers one row, always
     return stored

@@ -24,8 +24,8 @@ def test_simulation_five_days_of_chaos_keep_every_invariant(db_url: str) -> None
     hit = {name for name, count in outcome.hit.items() if count}
     assert len(hit) >= 8, text
     assert any(name.startswith("run killed after") for name in hit), text
-    assert outcome.runs["evaluate"] >= 50, text
-    assert outcome.runs["register"] >= 50, text
+    assert outcome.runs["evaluate"] >= 50, text  # every business hour, and the settling ones
+    assert outcome.runs["register"] > 0, text  # when the CRM's events were due
 
 
 def test_simulation_summary_says_which_invariant_fails() -> None:
