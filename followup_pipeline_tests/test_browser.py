@@ -204,16 +204,19 @@ def _launch_from_launchpad(page: Any, live: Live, partition: str) -> str:
     item = page.get_by_role("menuitem", name=partition)
     # The partitions load after the page does, and a render that lands meanwhile empties the
     # box: its list is awaited, and the partition typed again when the box lost it.
-    for attempt in range(3):
+    # On a busy machine a click can land before the box listens: its list never opens, and the
+    # box is clicked again.
+    for attempt in range(4):
         box.click()
-        page.get_by_role("menuitem").first.wait_for()
-        box.fill(partition)
         try:
+            page.get_by_role("menuitem").first.wait_for(timeout=30_000)
+            box.fill(partition)
             item.wait_for(timeout=20_000)
             break
         except PlaywrightTimeout:
-            if attempt == 2:
+            if attempt == 3:
                 raise
+            page.keyboard.press("Escape")
     item.click()  # not Enter: that launches too
     # The partition's config loads and is checked before a launch is taken: a click before
     # that is lost (no run, no navigation).
