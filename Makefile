@@ -62,7 +62,7 @@ bench: $(STAMP)
 
 # The proof: the whole machine over 60 simulated business days, 300 deals, under chaos (faults
 # at every vendor, runs killed for real, a Postgres crash); exits non-zero when an invariant
-# fails. About 35 minutes on the 2-core development machine. `make proof SEED=2` for another world.
+# fails. 42.5 minutes for seed 1 from a fresh clone (docs/reliability.md). `make proof SEED=2`: another world.
 SEED ?= 1
 proof: $(STAMP)
 	$(BIN)/followup simulate --days 60 --deals 300 --chaos --seed $(SEED)
