@@ -53,12 +53,19 @@ OPS_OWNER = "ops-owner@example.com"
 OPS_BACKUP = "ops-backup@example.com"
 
 
-class Server:
-    """An ASGI app served by uvicorn in a thread of this process, on a free loopback port."""
+def loopback_socket() -> socket.socket:
+    """A socket bound to a free loopback port, held until a ``Server`` serves on it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
-    def __init__(self, app: Any) -> None:
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
+
+class Server:
+    """An ASGI app served by uvicorn in a thread of this process, on ``sock`` (by default a free
+    loopback port)."""
+
+    def __init__(self, app: Any, sock: socket.socket | None = None) -> None:
+        self._sock = sock or loopback_socket()
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_level="error", lifespan="on")
         self._server = uvicorn.Server(config)
@@ -136,12 +143,10 @@ class World:
         #: The output of the last child process (a killed run's).
         self.child_log = self.home / "child.log"
         self._database()
-        # The ingress's port first, so that the sandbox knows where its webhooks go.
-        ingress_sock = socket.socket()
-        ingress_sock.bind(("127.0.0.1", 0))
-        port = ingress_sock.getsockname()[1]
-        ingress_sock.close()
-        self.ingress_url = f"http://127.0.0.1:{port}"
+        # The ingress's port first (held, not let go), so that the sandbox knows where its
+        # webhooks go.
+        ingress_sock = self._stack.enter_context(loopback_socket())
+        self.ingress_url = f"http://127.0.0.1:{ingress_sock.getsockname()[1]}"
         self.sandbox_config = SandboxConfig(
             seed=self.seed,
             webhook_url=f"{self.ingress_url}/webhooks/espocrm",
@@ -167,7 +172,7 @@ class World:
             now=lambda: self.clock.now().timestamp(),
             db_timeout_s=2.0,
         )
-        ingress = _ServerOnPort(ingress_app, port)
+        ingress = Server(ingress_app, ingress_sock)
         ingress.start()
         self._stack.callback(ingress.stop)
         self.control("POST", "/reset", {"seed": self.seed})
@@ -381,18 +386,3 @@ class World:
     def database_up(self) -> None:
         if self.cluster is not None:
             self.cluster.acquire()
-
-
-class _ServerOnPort(Server):
-    """A ``Server`` on a given port (the ingress, whose address the sandbox was told first)."""
-
-    def __init__(self, app: Any, port: int) -> None:
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(app, log_level="error", lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
