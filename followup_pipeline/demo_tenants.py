@@ -17,7 +17,8 @@ from followup_pipeline.store.db import connect
 
 #: The sandbox's two Moodle sites as the demo's tenants: (site, zone, calendar, channel, the
 #: Accredible group that certifies its course).
-DEMO_TENANTS = (
+DemoTenant = tuple[str, str, str, tuple[str, str], str, int]
+DEMO_TENANTS: tuple[DemoTenant, ...] = (
     ("academy-berlin", "Akademie Berlin", "Europe/Berlin", ("DE", "BE"), "email", 9549),
     ("academy-newyork", "New York Academy", "America/New_York", ("US", "NY"), "moodle", 9550),
 )
@@ -30,31 +31,47 @@ def seed_demo_tenants(url: str, settings: Settings) -> str:
     with connect(url, autocommit=True) as conn:
         if lms.tenants(conn):
             return "learning reminders: the tenants as they are (followup lms tenants)"
-        for site, name, zone, (country, region), channel, group in DEMO_TENANTS:
+        for row in DEMO_TENANTS:
+            site = row[0]
             world = httpx.get(f"{base}/_sandbox/moodle/{site}", timeout=10).json()
             courses = [int(c["id"]) for c in world.get("courses", [])]
-            ref = site.upper().replace("-", "_")
-            tenant = lms.Tenant(
-                id=site,
-                name=name,
-                moodle_url=f"{base}/moodle/{site}",
-                token_ref=ref,
-                time_zone=zone,
-                holiday_country=country,
-                holiday_subdivision=region,
-                channel=channel,
-                sender=settings.graph_sender,
-                course_ids=courses,
-                mode="live",
-                owner=settings.ops_owner or "academy-owner@example.com",
-                credential_token_ref=f"{ref}_CREDENTIALS",
-                credential_groups={str(course): group for course in courses},
-            )
+            owner = settings.ops_owner or "academy-owner@example.com"
+            tenant = demo_tenant(row, base, settings.graph_sender, owner, courses, courses)
             with conn.transaction():
                 lms.save_tenant(conn, tenant)
             for course in courses[:1]:
                 _demo_content(conn, base, site, course)
     return "learning reminders: the demo's two tenants (Berlin by e-mail, New York in Moodle)"
+
+
+def demo_tenant(
+    row: DemoTenant,
+    base: str,
+    sender: str | None,
+    owner: str,
+    courses: list[int],
+    certified: list[int],
+) -> lms.Tenant:
+    """A demo academy of ``DEMO_TENANTS`` as a live tenant on the sandbox at ``base``: its
+    ``courses``, the ``certified`` ones certified by its Accredible group."""
+    site, name, zone, (country, region), channel, group = row
+    ref = site.upper().replace("-", "_")
+    return lms.Tenant(
+        id=site,
+        name=name,
+        moodle_url=f"{base}/moodle/{site}",
+        token_ref=ref,
+        time_zone=zone,
+        holiday_country=country,
+        holiday_subdivision=region,
+        channel=channel,
+        sender=sender,
+        course_ids=courses,
+        mode="live",
+        owner=owner,
+        credential_token_ref=f"{ref}_CREDENTIALS",
+        credential_groups={str(course): group for course in certified},
+    )
 
 
 def _demo_content(conn: Any, base: str, site: str, course: int) -> None:

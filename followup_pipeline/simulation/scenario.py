@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from followup_pipeline.demo_tenants import DEMO_TENANTS
+from followup_pipeline.demo_tenants import DEMO_TENANTS, demo_tenant
 from followup_pipeline.sandbox.demo import SALESPEOPLE
 from followup_pipeline.simulation.world import OPS_OWNER, World
 from followup_pipeline.store import lms, lms_content
@@ -101,25 +101,12 @@ class Scenario:
             self._new_deals(1, webhooks=False, stages=("Proposal", "Negotiation", "Qualification"))
         self.world.control("POST", "/clock", {"now": start.isoformat()})
         with connect(self.world.db_url, autocommit=True) as conn:
-            for site, name, zone, (country, region), channel, group in DEMO_TENANTS:
+            for row in DEMO_TENANTS:
+                site, _, zone, *_ = row
                 academy = self._academy(site, zone, learners, weeks, start)
-                ref = site.upper().replace("-", "_")
-                tenant = lms.Tenant(
-                    id=site,
-                    name=name,
-                    moodle_url=f"{self.world.sandbox_url}/moodle/{site}",
-                    token_ref=ref,
-                    time_zone=zone,
-                    holiday_country=country,
-                    holiday_subdivision=region,
-                    channel=channel,
-                    sender=self.world.settings.graph_sender,
-                    course_ids=[academy.course, academy.certified],
-                    mode="live",
-                    owner=OPS_OWNER,
-                    credential_token_ref=f"{ref}_CREDENTIALS",
-                    credential_groups={str(academy.certified): group},
-                )
+                courses = [academy.course, academy.certified]
+                tenant = demo_tenant(row, self.world.sandbox_url, self.world.settings.graph_sender,
+                                     OPS_OWNER, courses, [academy.certified])  # fmt: skip
                 with conn.transaction():
                     lms.save_tenant(conn, tenant)
                 for number, approved in ((1, True), (2, False)):
