@@ -15,6 +15,8 @@ import pytest
 import yaml
 from psycopg.conninfo import conninfo_to_dict
 
+from followup_pipeline.defs.register import CONCURRENCY_TAG, REGISTER_RUNS, register
+from followup_pipeline.engine.runs import SINGLETON_TAG
 from followup_pipeline.machine import INSTANCE_FILES, LOCATION, MODULE, install_dagster_home
 from followup_pipeline.settings import load_settings
 
@@ -143,6 +145,18 @@ def test_instance_dagster_runs_with_is_the_root_dagster_yaml(
     skipped = root["retention"]["sensor"]["purge_after_days"]["skipped"]
     assert kept[TickStatus.SKIPPED] == skipped
     assert kept[TickStatus.SUCCESS] != skipped
+
+
+def test_instance_limits_register_runs_to_what_its_sensor_launches(repo_root: Path) -> None:
+    runs = _root(repo_root, "dagster.yaml")["concurrency"]["runs"]
+    limits = runs["tag_concurrency_limits"]
+    tag = (CONCURRENCY_TAG, register.tags[CONCURRENCY_TAG])
+    assert [limit["limit"] for limit in limits if (limit["key"], limit["value"]) == tag] == [
+        REGISTER_RUNS
+    ]
+    # Beside the most register runs, the singletons still fit: none waits for a register run.
+    singletons = [limit for limit in limits if limit["key"] == SINGLETON_TAG]
+    assert runs["max_concurrent_runs"] - REGISTER_RUNS >= len(singletons)
 
 
 def test_instance_workspace_names_the_machines_code_location(

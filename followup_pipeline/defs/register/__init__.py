@@ -20,8 +20,17 @@ from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
 
 #: A register run that outlives this is failed by run monitoring, so a run whose worker died can
-#: never hold back the sensor (which waits while a run is in flight) for longer.
+#: never hold one of the sensor's ``REGISTER_RUNS`` places for longer.
 MAX_RUNTIME_S = 30 * 60
+#: The most ``register`` runs at once: what the sensor launches, and the limit dagster.yaml puts on
+#: the tag below (a run retried by the daemon is a run more that the sensor did not launch). Runs
+#: side by side are safe: claims are ``SKIP LOCKED`` leases, and each (event, item, step) is done
+#: once. Two, not more: a second run halves a backlog (a mass edit in the CRM), a third would
+#: ask the team's CRM a third time at once for a backlog that is rare, and take a run slot
+#: (a process that loads the code) from the other jobs on a small host.
+REGISTER_RUNS = 2
+#: The run tag that dagster.yaml's limit of ``REGISTER_RUNS`` counts.
+CONCURRENCY_TAG = "followup/concurrency"
 
 
 @dg.op
@@ -40,7 +49,7 @@ def register_events(
 
 @dg.job(
     description="Open and close watches from the CRM's webhook events.",
-    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags={CONCURRENCY_TAG: "register", "dagster/max_runtime": str(MAX_RUNTIME_S)},
     # One op: run in the run's own process, not in a step process of its own (2-4 s saved
     # between a webhook and its watch).
     executor_def=dg.in_process_executor,
@@ -68,13 +77,15 @@ SOURCES = tuple(EVENT_HANDLERS)
 def crm_events_tick(
     context: dg.SensorEvaluationContext, postgres: PostgresResource, settings: Settings
 ) -> dg.SensorResult | dg.SkipReason:
-    """Launch ``register`` when events are due and no ``register`` run is in flight."""
+    """Launch ``register`` when events are due and no run of it is in flight, or beside the
+    runs in flight (up to ``REGISTER_RUNS``) when more are due than one batch for each."""
     return events_tick(
         context,
         postgres,
         job_name=register.name,
         sources=SOURCES,
         limit=settings.event_batch_size,
+        max_in_flight=REGISTER_RUNS,
     )
 
 
@@ -90,7 +101,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
     def crm_events(
         context: dg.SensorEvaluationContext, postgres: PostgresResource
     ) -> dg.SensorResult | dg.SkipReason:
-        """Launch ``register`` when events are due and no ``register`` run is in flight."""
+        """Launch ``register`` when events are due, up to ``REGISTER_RUNS`` runs at once."""
         return crm_events_tick(context, postgres, settings)
 
     return dg.Definitions(jobs=[register], sensors=[crm_events], resources={"settings": settings})

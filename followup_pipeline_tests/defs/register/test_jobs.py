@@ -1,4 +1,5 @@
-"""The crm_events sensor's run keys, and the register and replay jobs inside Dagster."""
+"""The crm_events sensor's run keys and its runs side by side, and the register and replay jobs
+inside Dagster."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs import build_definitions
+from followup_pipeline.defs.register import REGISTER_RUNS
 from followup_pipeline.engine.runs import OUTCOME_TAG
 from followup_pipeline.integrations.resources import (
     CompanyLookupResource,
@@ -18,6 +20,7 @@ from followup_pipeline.integrations.resources import (
 )
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import load_settings
+from followup_pipeline.store.events import store_delivery
 
 from .conftest import EventFactory
 
@@ -29,17 +32,24 @@ def defs() -> dg.Definitions:
 
 
 def _add_run(
-    instance: dg.DagsterInstance, status: dg.DagsterRunStatus, tags: dict[str, str]
+    instance: dg.DagsterInstance,
+    status: dg.DagsterRunStatus,
+    tags: dict[str, str],
+    job_name: str = "register",
 ) -> str:
-    """A ``register`` run in ``status`` with ``tags``, as the daemon would have stored it."""
-    run = dg.DagsterRun(job_name="register", run_id=str(uuid.uuid4()), status=status, tags=tags)
+    """A run of ``job_name`` in ``status`` with ``tags``, as the daemon would have stored it."""
+    run = dg.DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()), status=status, tags=tags)
     return instance.add_run(run).run_id
 
 
 def _tick(
-    defs: dg.Definitions, instance: dg.DagsterInstance, db_url: str, cursor: str | None = None
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    db_url: str,
+    cursor: str | None = None,
+    sensor_name: str = "crm_events",
 ) -> dg.SensorExecutionData:
-    sensor = defs.resolve_sensor_def("crm_events")
+    sensor = defs.resolve_sensor_def(sensor_name)
     with dg.build_sensor_context(
         instance=instance,
         cursor=cursor,
@@ -77,6 +87,81 @@ def test_crm_events_keys_never_block_a_retry_and_wait_for_runs_in_flight(
     assert again.run_requests is not None
     assert again.run_requests[0].run_key != request.run_key
     assert int(again.cursor or 0) == int(first.cursor or 0) + 1
+
+
+def _launch(
+    defs: dg.Definitions, instance: dg.DagsterInstance, db_url: str, cursor: str | None
+) -> tuple[dg.RunRequest, str | None]:
+    """Tick ``crm_events``, expecting one run: its request, stored as started, and the cursor."""
+    result = _tick(defs, instance, db_url, cursor)
+    assert result.run_requests is not None, result.skip_message
+    [request] = result.run_requests
+    assert request.run_key is not None
+    _add_run(instance, dg.DagsterRunStatus.STARTED, {"dagster/run_key": request.run_key})
+    return request, result.cursor
+
+
+def test_crm_events_runs_side_by_side_only_for_a_backlog(
+    db_url: str, add_event: EventFactory
+) -> None:
+    # Batches of 3: a run beside one in flight needs more than 3 due events, beside two more
+    # than 6 (no third is allowed: REGISTER_RUNS is 2).
+    assert REGISTER_RUNS == 2
+    defs = build_definitions(load_settings(event_batch_size=3))
+    for n in range(3):
+        add_event([{"id": f"d{n}", "stage": "Proposal"}])
+    with dg.instance_for_test() as instance:
+        first, cursor = _launch(defs, instance, db_url, None)
+        # One batch of the run in flight takes the 3 due events: no run beside it.
+        small = _tick(defs, instance, db_url, cursor)
+        assert not small.run_requests
+        assert small.skip_message == "1 register run in flight will take the 3 events due"
+        add_event([{"id": "d3", "stage": "Proposal"}])
+        second, cursor = _launch(defs, instance, db_url, cursor)
+        # The same due events, and still a key of its own: neither run's key blocks the other.
+        assert second.run_key != first.run_key
+        assert second.tags["followup/events"] == "3"
+        for n in range(4, 20):
+            add_event([{"id": f"d{n}", "stage": "Proposal"}])
+        full = _tick(defs, instance, db_url, cursor)
+        assert not full.run_requests
+        assert full.skip_message == "2 register runs are in flight, the most allowed"
+    assert int(cursor or 0) == 2
+
+
+def test_crm_events_counts_no_claimed_event_as_backlog(
+    db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
+) -> None:
+    defs = build_definitions(load_settings(event_batch_size=3))
+    for n in range(6):
+        add_event([{"id": f"d{n}", "stage": "Proposal"}])
+    with dg.instance_for_test() as instance:
+        _, cursor = _launch(defs, instance, db_url, None)
+        # The run started and leased its first batch: 3 events wait, its next batch.
+        db.execute(
+            "UPDATE events SET claimed_until = now() + interval '15 minutes', claimed_by = 'w' "
+            "WHERE id IN (SELECT id FROM events ORDER BY id LIMIT 3)"
+        )
+        result = _tick(defs, instance, db_url, cursor)
+    assert not result.run_requests
+    assert result.skip_message == "1 register run in flight will take the 3 events due"
+
+
+def test_lead_events_still_waits_for_its_one_run_in_flight(
+    db: psycopg.Connection[Any], db_url: str
+) -> None:
+    defs = build_definitions(load_settings(event_batch_size=3))
+    for n in range(20):  # a backlog that would launch a second register run
+        store_delivery(
+            db, source="site-form", event_type=None, body=b"{}", headers={}, delivery_id=f"m{n}"
+        )
+    with dg.instance_for_test() as instance:
+        first = _tick(defs, instance, db_url, sensor_name="lead_events")
+        assert first.run_requests is not None
+        started = _add_run(instance, dg.DagsterRunStatus.STARTED, {}, job_name="lead_intake")
+        blocked = _tick(defs, instance, db_url, first.cursor, sensor_name="lead_events")
+    assert not blocked.run_requests
+    assert blocked.skip_message == f"lead_intake run {started} is still in flight"
 
 
 def _resources(db_url: str) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Registration alongside other work: no lock is held while the CRM is asked, and two runs over
-the same deals in opposite orders never deadlock."""
+"""Registration alongside other work: no lock is held while the CRM is asked, two runs over the
+same deals in opposite orders never deadlock, and two ``register`` runs at once (as the
+``crm_events`` sensor launches them for a backlog) do each event once."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -10,8 +12,12 @@ from typing import Any
 
 import psycopg
 
+from followup_pipeline.defs import build_definitions
+from followup_pipeline.defs.register import REGISTER_RUNS
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
-from followup_pipeline.settings import Settings
+from followup_pipeline.integrations.resources import EspoCrmResource
+from followup_pipeline.resources import ClockResource, PostgresResource
+from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.db import connection_kwargs
 from followup_pipeline_tests.support import registering
 
@@ -104,3 +110,88 @@ def test_overlap_two_runs_over_the_same_deals_in_opposite_orders_never_deadlock(
     assert len(results) == 10
     assert all(r.get("events_done") == 1 and not r.get("events_retried") for r in results), results
     assert all(not r.get("events_one_by_one_after_error") for r in results), results
+
+
+#: The sessions waiting for a lock on the events table.
+WAITING_FOR_EVENTS = (
+    "SELECT count(*) AS n FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted"
+)
+
+
+def _backlog(add_event: EventFactory) -> list[int]:
+    """300 webhooks in a shuffled order: 200 deals created once, and 20 deals changed five times
+    each between two watched stages. Each carries the deal's name and stage: no CRM read."""
+    deliveries = [
+        ("Opportunity.create", {"id": f"d{n:03}", "name": f"D {n}", "stage": "Proposal"})
+        for n in range(200)
+    ]
+    for n in range(20):
+        for version in range(5):
+            stage = ("Proposal", "Negotiation")[version % 2]
+            item = {"id": f"r{n:02}", "name": f"R {n} v{version}", "stage": stage}
+            deliveries.append(("Opportunity.update", item))
+    random.Random(7).shuffle(deliveries)
+    return [add_event([item], event=event) for event, item in deliveries]
+
+
+def test_overlap_register_runs_at_once_do_each_event_exactly_once(
+    db: psycopg.Connection[Any], db_url: str, add_event: EventFactory
+) -> None:
+    ids = _backlog(add_event)
+    # Batches of 15: both runs claim some ten batches, and either could take the whole backlog.
+    job = build_definitions(load_settings(event_batch_size=15)).resolve_job_def("register")
+    outputs: list[dict[str, int]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        resources = {
+            "postgres": PostgresResource(url=db_url),
+            "clock": ClockResource(),
+            # Never asked: every item carries its names and stage.
+            "espocrm": EspoCrmResource(base_url="http://127.0.0.1:9/espocrm", api_key="k"),
+        }
+        try:
+            result = job.execute_in_process(resources=resources)
+            outputs.append(result.output_for_node("register_events"))
+        except BaseException as error:
+            errors.append(error)
+
+    runs = [threading.Thread(target=run) for _ in range(REGISTER_RUNS)]
+    watcher = psycopg.connect(db_url, autocommit=True, **connection_kwargs())
+    with watcher, db.transaction():
+        # Hold every claim until all runs wait at their first one: they start together.
+        db.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+        for thread in runs:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while watcher.execute(WAITING_FOR_EVENTS).fetchone() != {"n": REGISTER_RUNS}:
+            assert time.monotonic() < deadline, "the runs never reached their first claim"
+            time.sleep(0.01)
+    for thread in runs:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert len(outputs) == REGISTER_RUNS
+
+    # Each event handed to one run once, done in its one attempt.
+    assert sum(counts["events_claimed"] for counts in outputs) == len(ids)
+    assert sum(counts["events_done"] for counts in outputs) == len(ids)
+    states = db.execute(
+        "SELECT status, attempts, count(*) AS n FROM events GROUP BY status, attempts"
+    ).fetchall()
+    assert states == [{"status": "done", "attempts": 1, "n": len(ids)}]
+    # Each event's completion recorded once (its one item).
+    completions = db.execute(
+        "SELECT count(*) AS n, count(DISTINCT event_id) AS events FROM step_completions"
+    ).fetchone()
+    assert completions == {"n": len(ids), "events": len(ids)}
+    # Both runs did a share: the claims of each run name it.
+    shares = db.execute("SELECT count(*) AS n FROM events GROUP BY claimed_by").fetchall()
+    assert len(shares) == REGISTER_RUNS
+    assert min(row["n"] for row in shares) >= 15, shares
+    # One watch per deal, opened once: 220 deals, none with a second watch.
+    watches = db.execute(
+        "SELECT count(*) AS n, count(DISTINCT subject_id) AS deals, "
+        "count(*) FILTER (WHERE closed_at IS NULL) AS open FROM watches"
+    ).fetchone()
+    assert watches == {"n": 220, "deals": 220, "open": 220}
+    assert sum(counts["registered"] for counts in outputs) == 220
