@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # whole): most of the suite's time is spent waiting on daemons, sensors and timers, not on the CPU.
 PARALLEL ?= -n 2 --dist loadfile
 
-.PHONY: run test test-fast browser schema lint typecheck pytest bench proof clean
+.PHONY: run test test-fast browser schema lint typecheck pytest bench proof scale-proof clean
 
 # The install's own output goes to a log (the console stays short); its tail is shown if it fails.
 $(STAMP): pyproject.toml
@@ -66,6 +66,19 @@ bench: $(STAMP)
 SEED ?= 1
 proof: $(STAMP)
 	$(BIN)/followup simulate --days 60 --deals 300 --chaos --seed $(SEED)
+
+# The production shape scaled out on this machine (docs/scale.md): hosts made of network
+# namespaces, nginx at the edge (Debian's package, installed here when missing), two ingress
+# replicas, the Dagster roles apart, a load of signed webhooks with an ingress replica and the
+# code server killed. Needs root; it fails, never skips, without it. About 6 minutes.
+scale-proof: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make scale-proof needs root (network namespaces, nginx)"; exit 2; }
+	@command -v nginx > /dev/null 2>&1 || { echo "installing Debian's nginx (log: $(VENV)/nginx.log)"; \
+		export DEBIAN_FRONTEND=noninteractive; apt="apt-get -y -q -o DPkg::Lock::Timeout=60"; \
+		{ $$apt install nginx || { $$apt update && $$apt install nginx; }; } \
+		> $(VENV)/nginx.log 2>&1 || { tail -n 20 $(VENV)/nginx.log; exit 1; }; \
+		if command -v systemctl > /dev/null 2>&1; then systemctl disable --now nginx > /dev/null 2>&1 || true; fi; }
+	$(BIN)/python -m scaleproof
 
 clean:
 	rm -rf $(VENV) .followup .mypy_cache .pytest_cache .ruff_cache

@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 from benchmarks.harness import database
 from followup_pipeline.commands.ingress import default_workers
 from followup_pipeline.sandbox.webhooks import php_json, signatures
-from followup_pipeline.store.embedded import _bin_path
+from followup_pipeline.store.embedded import bin_path
 
 HOOK = ("6650a1b2c3d4e5f02", "Opportunity.fieldUpdate.stage", "bench-secret")
 CONNECTIONS = (8, 32, 128)
@@ -204,7 +204,7 @@ def _pgbench(db_url: str, folder: Path, connections: int) -> float:
     script.write_text(PGBENCH_SCRIPT)
     body, headers = _sample()
     done = subprocess.run(
-        [str(_bin_path() / "pgbench"), "-n", "-M", "prepared", "-c", str(connections), "-j", "2",
+        [str(bin_path() / "pgbench"), "-n", "-M", "prepared", "-c", str(connections), "-j", "2",
          "-T", str(SECONDS), "-f", str(script), "-D", f"body=\\x{body.hex()}",
          "-D", f"headers={json.dumps(headers)}", db_url],
         capture_output=True, text=True, check=True,

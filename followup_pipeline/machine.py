@@ -9,6 +9,7 @@ secrets read from ``.env`` or the secrets folder.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from importlib import resources
 from pathlib import Path
@@ -42,10 +43,35 @@ def install_dagster_home(settings: Settings) -> Path:
     from the operator's folder, where a module would shadow a package."""
     home = dagster_home(settings)
     home.mkdir(parents=True, exist_ok=True)
-    for name in INSTANCE_FILES:
-        packaged = resources.files("followup_pipeline") / "instance" / name
-        (home / name).write_bytes(packaged.read_bytes())
+    files = {
+        name: (resources.files("followup_pipeline") / "instance" / name).read_bytes()
+        for name in INSTANCE_FILES
+    }
+    if settings.code_server_host is not None:
+        files["workspace.yaml"] = grpc_workspace(settings).encode()
+    for name, content in files.items():
+        # Written aside and moved in place: roles starting on one host at once never read
+        # half a file.
+        partial = home / f".{name}.{os.getpid()}"
+        partial.write_bytes(content)
+        os.replace(partial, home / name)
     return home
+
+
+def grpc_workspace(settings: Settings) -> str:
+    """The workspace of a production machine: the code location ``followup`` served by the code
+    server at ``FOLLOWUP_CODE_SERVER_HOST``:``FOLLOWUP_CODE_SERVER_PORT`` (``followup serve
+    code-server``), which the webserver and the daemon reach over gRPC instead of starting one."""
+    location = {
+        "host": settings.code_server_host,
+        "port": settings.code_server_port,
+        "location_name": LOCATION,
+    }
+    return (
+        "# Written by followup from FOLLOWUP_CODE_SERVER_HOST and FOLLOWUP_CODE_SERVER_PORT.\n"
+        + json.dumps({"load_from": [{"grpc_server": location}]}, indent=2)
+        + "\n"
+    )
 
 
 def workspace_file(settings: Settings) -> Path:

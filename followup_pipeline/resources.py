@@ -16,6 +16,10 @@ from pydantic import PrivateAttr
 
 from followup_pipeline.clock import Clock, build_clock
 from followup_pipeline.store.db import open_pool, translated_errors
+from followup_pipeline.store.presence import TAG as PRESENCE_TAG
+from followup_pipeline.store.presence import TAG_NONE as PRESENCE_TAG_NONE
+from followup_pipeline.store.presence import TAG_VALUE as PRESENCE_TAG_VALUE
+from followup_pipeline.store.presence import open_presence
 from followup_pipeline.store.run_lock import RunLock
 
 # Dagster 1.13 itself reads its deprecated ``InitResourceContext.dagster_run`` when it sets up a
@@ -27,17 +31,46 @@ warnings.filterwarnings(
 
 class PostgresResource(dg.ConfigurableResource["PostgresResource"]):
     """The machine's flow state: a pool opened on first use in a run, closed after it (so a
-    resource that only needs the URL, such as the run lock, opens no pool)."""
+    resource that only needs the URL, such as the run lock, opens no pool).
+
+    In a run, it also holds the run's presence (``store/presence.py``): a session of its own,
+    named after the run, from setup to teardown. The ``dead_runs`` sensor fails a run whose
+    presence is gone, since Dagster's default run launcher cannot tell that its process died."""
 
     url: str
     max_connections: int = 4
 
     _pool: Any = PrivateAttr(default=None)
+    _presence: psycopg.Connection[Any] | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run = context.run
+        if run is None or context.instance is None:
+            return  # a sensor, a schedule, a command: no run to stand for
+        try:
+            self._presence = open_presence(self.url, run.run_id)
+            context.instance.add_run_tags(run.run_id, {PRESENCE_TAG: PRESENCE_TAG_VALUE})
+        except Exception as error:
+            # The run does its work without it, and is never judged by its presence: the tag it
+            # may have inherited from the run it retries is overwritten.
+            self._close_presence()
+            if context.log is not None:
+                context.log.warning(f"no presence in Postgres for this run: {error}")
+            with contextlib.suppress(Exception):
+                context.instance.add_run_tags(run.run_id, {PRESENCE_TAG: PRESENCE_TAG_NONE})
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        self._close_presence()
+
+    def _close_presence(self) -> None:
+        if self._presence is not None:
+            # Closing a session the server dropped already raises nothing worth stopping for.
+            with contextlib.suppress(psycopg.Error):
+                self._presence.close()
+            self._presence = None
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

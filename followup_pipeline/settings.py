@@ -124,6 +124,11 @@ class Settings(VendorSettings, CoreSettings):
     #: Connections of one ingress process (set by ``followup ingress`` for its workers).
     ingress_pool_size: int | None = Field(default=None, ge=1, le=500)
     sandbox_port: int = Field(default=8765, ge=1, le=65535)
+    #: Where the code server of a production machine answers (``followup serve code-server``);
+    #: set, the webserver, the daemon and ``followup dagster`` load the code from it instead of
+    #: starting one of their own.
+    code_server_host: str | None = None
+    code_server_port: int = Field(default=4266, ge=1, le=65535)
 
     # --- the event log ---------------------------------------------------------------------------
     #: Attempts at an event before it becomes a dead letter.
@@ -152,6 +157,9 @@ class Settings(VendorSettings, CoreSettings):
     #: How long a claim holds an event: a run killed while it holds events frees them after this
     #: (at least 10 s: a lease shorter than a batch's work would let two runs share its events).
     event_lease_s: float = Field(default=900.0, ge=10)
+    #: A run that announced a presence in Postgres and has had none for this long (on two
+    #: ticks of ``dead_runs`` in a row) is failed: its process is gone (docs/reliability.md).
+    dead_run_after_s: float = Field(default=60.0, ge=10)
     #: Events claimed per batch by a ``register`` run.
     event_batch_size: int = Field(default=50, ge=1, le=1000)
     #: How often the ``crm_events`` sensor may look at the event log (at most 30 s by design).

@@ -22,7 +22,7 @@ from followup_pipeline.cli import main
 from followup_pipeline.machine import database_urls, install_dagster_home, open_instance
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.db import connection_kwargs
-from followup_pipeline.store.embedded import EmbeddedCluster, _bin_path
+from followup_pipeline.store.embedded import EmbeddedCluster, bin_path
 from followup_pipeline.store.migrate import available_migrations, current_version, migrate
 
 from .conftest import with_database
@@ -218,7 +218,7 @@ def test_backup_and_restore_between_external_databases(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The external server's own tools: the test cluster is the wheel's Postgres.
-    monkeypatch.setenv("PATH", f"{_bin_path()}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_path()}{os.pathsep}{os.environ['PATH']}")
     source_url, source_storage = database_factory(), database_factory()
     migrate(source_url, target=LATEST - 1)  # an older machine: restore must migrate it
     _seed(source_url)

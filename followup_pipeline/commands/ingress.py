@@ -37,7 +37,7 @@ def default_workers() -> int:
     return max(1, min(cores, MAX_DEFAULT_WORKERS))
 
 
-def _ingress(args: argparse.Namespace, settings: Settings) -> int:
+def serve_ingress(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     url = resolve_database_url(settings)
@@ -94,4 +94,4 @@ def register(commands: Any) -> None:
         default=None,
         help=f"worker processes (default: the cores, {default_workers()} here)",
     )
-    ingress.set_defaults(handler=_ingress)
+    ingress.set_defaults(handler=serve_ingress)

@@ -6,6 +6,8 @@
 - ``worker``: the event worker: claims, per-item completions, backoff, dead letters, replay.
 - ``event_sensor``: the sensor tick that launches a pipeline's job when its sources' events are
   due.
+- ``reaper``: the ``dead_runs`` sensor's tick: fail a run whose database session (its presence)
+  is gone, as its process is.
 - ``runs``: what a Dagster run of any pipeline reports (outcome tag, counts) and the business
   day of a schedule's tick.
 

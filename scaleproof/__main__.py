@@ -1,0 +1,353 @@
+"""``make scale-proof``: the production shape on this machine, scaled out over hosts made of
+network namespaces, under a load of signed webhooks with an ingress replica and the code server
+killed; exits 1 when a check fails. Needs root (namespaces, nginx from Debian's packages).
+
+The orchestrator makes the hosts (``hosts.py``) and runs itself again on the operator's host
+(``ops``), from where it starts every process on its own host and reads the outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from followup_pipeline.store.db import connect
+from scaleproof import checks, report
+from scaleproof.hosts import HOSTS, network
+from scaleproof.services import (
+    INGRESS_PORT,
+    SANDBOX_PORT,
+    UI_PORT,
+    Machine,
+    Service,
+    run_on,
+    start_edge,
+    start_postgres,
+    wait_for,
+)
+
+#: The load: webhooks, and how many a second leave the senders.
+WEBHOOKS = 3000
+RATE = 60.0
+#: When (seconds into the load) each kill and restart comes.
+KILL_INGRESS_AT, RESTART_INGRESS_AT = 10.0, 22.0
+KILL_CODE_SERVER_AT, RESTART_CODE_SERVER_AT = 16.0, 26.0
+SETTLE_S = 600.0
+
+
+def _outer(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        print("make scale-proof needs root: it makes network namespaces and runs nginx")
+        return 2
+    if shutil.which("nginx") is None:
+        print("scale-proof needs nginx (Debian's package `nginx`); `make scale-proof` installs it")
+        return 2
+    with Path(tempfile.gettempdir(), "followup-scale-proof.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("another scale proof is running on this machine (its hosts have the same names)")
+            return 2
+        return _hosts_and_inner(args)
+
+
+def _hosts_and_inner(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="followup-scale-"))
+    work.chmod(0o755)
+    try:
+        with network() as hosts:
+            inner = [sys.executable, "-m", "scaleproof", "--inside", "--work", str(work)]
+            child = subprocess.Popen(hosts["ops"].command(inner))
+            try:
+                return child.wait()
+            finally:
+                if child.poll() is None:  # stopped from outside: it stops its processes
+                    child.terminate()
+                    child.wait(120)
+    finally:
+        if args.keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _graphql_ready(machine: Machine) -> bool:
+    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus"
+    query += " locationOrLoadError { __typename } } } } }"
+    answer = httpx.post(f"http://webserver:{UI_PORT}/graphql", json={"query": query}, timeout=5)
+    entries = answer.json()["data"]["workspaceOrError"]["locationEntries"]
+    return any(e["locationOrLoadError"]["__typename"] == "RepositoryLocation" for e in entries)
+
+
+def _start(machine: Machine) -> dict[str, Service]:
+    started: dict[str, Service] = {}
+    started["postgres"] = start_postgres(machine)
+    sandbox = machine.followup(
+        "sandbox",
+        "vendors",
+        "sandbox",
+        "--host",
+        HOSTS["vendors"].address,
+        "--port",
+        str(SANDBOX_PORT),
+        "--no-demo-data",
+    )
+    sandbox.start()
+    started["sandbox"] = sandbox
+    run_on(
+        HOSTS["ops"],
+        [str(Path(sys.executable).with_name("followup")), "migrate"],
+        env=machine.env(HOSTS["ops"]),
+    )
+    wait_for("the sandbox", lambda: httpx.get(f"http://vendors:{SANDBOX_PORT}/_sandbox/deals"))
+    for name in ("ingress-1", "ingress-2"):
+        address = HOSTS[name].address
+        started[name] = machine.followup(
+            name,
+            name,
+            "serve",
+            "ingress",
+            "--host",
+            address,
+            "--port",
+            str(INGRESS_PORT),
+            "--workers",
+            "1",
+            secrets="ingress",
+        )
+    started["code-server"] = machine.followup(
+        "code-server",
+        "dagster",
+        "serve",
+        "code-server",
+        "--host",
+        HOSTS["dagster"].address,
+        secrets="code-server",
+    )
+    started["daemon"] = machine.followup("daemon", "dagster", "serve", "daemon")
+    started["webserver"] = machine.followup(
+        "webserver", "webserver", "serve", "webserver", "--host", HOSTS["webserver"].address
+    )
+    for name in ("ingress-1", "ingress-2", "code-server", "daemon", "webserver"):
+        started[name].start()
+    started["nginx"] = start_edge(machine)
+    for name in ("ingress-1", "ingress-2"):
+        url = f"http://{name}:{INGRESS_PORT}/healthz"
+        wait_for(name, lambda url=url: httpx.get(url).is_success)  # type: ignore[misc]
+    wait_for("the webserver with the code location", lambda: _graphql_ready(machine), 240)
+    return started
+
+
+def _seed_deals(count: int) -> None:
+    deals = [
+        {"id": f"scale-{n:05d}", "name": f"Scale deal {n}", "stage": "Proposal"}
+        for n in range(count)
+    ]
+    answer = httpx.post(
+        f"http://vendors:{SANDBOX_PORT}/_sandbox/deals",
+        json={"deals": deals, "emit_webhooks": False},
+        timeout=120,
+    )
+    answer.raise_for_status()
+
+
+def _client(machine: Machine, *argv: str) -> subprocess.Popen[str]:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "SCALEPROOF_HOOK_SECRET": machine.sandbox.webhooks[2].secret.get_secret_value(),
+        "SCALEPROOF_UI_PASSWORD": machine.ui_password,
+    }
+    command = HOSTS["client"].command([sys.executable, "-m", "scaleproof.client", *argv])
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
+def _load(machine: Machine, started: dict[str, Service]) -> tuple[dict[str, Any], list[str]]:
+    """Send the webhooks; kill and restart an ingress replica and the code server meanwhile."""
+    ca = str(machine.work / "edge" / "etc" / "tls" / "edge.crt")
+    hook = machine.sandbox.webhooks[2]  # Opportunity.fieldUpdate.stage
+    sender = _client(
+        machine,
+        "send",
+        "--url",
+        "https://edge/webhooks/espocrm",
+        "--ca",
+        ca,
+        "--deals",
+        str(WEBHOOKS),
+        "--rate",
+        str(RATE),
+        "--hook-id",
+        hook.id,
+    )
+    start = time.monotonic()
+    plan = [
+        (KILL_INGRESS_AT, "SIGKILL ingress-1", started["ingress-1"].kill),
+        (KILL_CODE_SERVER_AT, "SIGKILL the code server", started["code-server"].kill),
+        (RESTART_INGRESS_AT, "ingress-1 started again", started["ingress-1"].start),
+        (RESTART_CODE_SERVER_AT, "the code server started again", started["code-server"].start),
+    ]
+    timeline = []
+    back = 0.0
+    for at, what, action in sorted(plan, key=lambda step: step[0]):
+        time.sleep(max(0.0, start + at - time.monotonic()))
+        action()
+        timeline.append(f"{time.monotonic() - start:5.1f} s  {what}")
+        if action == started["code-server"].start:
+            back = time.time()
+    out, _ = sender.communicate(timeout=WEBHOOKS / RATE + 300)
+    timeline.append(f"{time.monotonic() - start:5.1f} s  the senders are done")
+    return {**json.loads(out), "code_server_back": back}, timeline
+
+
+def _settle(machine: Machine) -> float:
+    """Wait until no event is pending; how long it took."""
+    start = time.monotonic()
+    with connect(machine.database_url, autocommit=True) as conn:
+        pending = "SELECT count(*) AS pending FROM events WHERE status = 'pending'"
+        wait_for(
+            "every event processed",
+            lambda: conn.execute(pending).fetchone() == {"pending": 0},
+            SETTLE_S,
+        )
+    return time.monotonic() - start
+
+
+def _evaluate_single(machine: Machine, ca: str) -> list[dict[str, Any]]:
+    """Two evaluate runs through the UI's queue and, while the first works, one out of the queue
+    on the daemon's host (`dagster job execute`); every evaluate run once they all ended. The
+    CRM answers slowly meanwhile (1.5 s a request), so that the runs meet: a run takes half a
+    minute. The queue holds the second back; the advisory lock must turn the third away."""
+    from followup_pipeline.launcher import LAUNCH_RUN  # the same mutation `make run` sends
+
+    sandbox = f"http://vendors:{SANDBOX_PORT}/_sandbox/faults"
+    slow = {"vendor": "espocrm", "kind": "latency", "latency_s": 1.5, "seconds": 240}
+    httpx.post(sandbox, json=slow, timeout=10).raise_for_status()
+    params = {
+        "selector": {
+            "repositoryLocationName": "followup",
+            "repositoryName": "__repository__",
+            "jobName": "evaluate",
+        },
+        "runConfigData": {},
+    }
+    for _ in range(2):
+        httpx.post(
+            "https://edge:8443/graphql",
+            verify=ca,
+            auth=("operator", machine.ui_password),
+            json={"query": LAUNCH_RUN, "variables": {"params": params}},
+            timeout=30,
+        ).raise_for_status()
+
+    def working() -> bool:
+        found = checks.runs("https://edge:8443", ca, machine.ui_password, "evaluate")
+        return any(run["status"] == "STARTED" for run in found)
+
+    wait_for("the first queued evaluate run", working, 120)
+    time.sleep(3)  # it takes the lock as its resources are set up
+    outside = machine.followup(
+        "evaluate-outside", "dagster", "dagster", "job", "execute", "-j", "evaluate",
+        secrets="code-server",
+    )  # fmt: skip
+    outside.start()
+    assert outside.process is not None
+    outside.process.wait(600)
+
+    def ended() -> bool:
+        found = checks.runs("https://edge:8443", ca, machine.ui_password, "evaluate")
+        return len(found) >= 3 and all(r["status"] in ("SUCCESS", "FAILURE") for r in found)
+
+    wait_for("three evaluate runs", ended, 600)
+    httpx.delete(sandbox, timeout=10).raise_for_status()
+    return checks.runs("https://edge:8443", ca, machine.ui_password, "evaluate")
+
+
+def _inner(args: argparse.Namespace) -> int:
+    machine = Machine(Path(args.work), HOSTS)
+    machine.write_secrets()
+    started: dict[str, Service] = {}
+    ca = str(machine.work / "edge" / "etc" / "tls" / "edge.crt")
+    try:
+        began = time.monotonic()
+        started = _start(machine)
+        print(f"the machine is up on {len(HOSTS)} hosts in {time.monotonic() - began:.0f} s")
+        _seed_deals(WEBHOOKS)
+        result, timeline = _load(machine, started)
+        settle_s = _settle(machine)
+        with connect(machine.database_url) as conn:
+            found = checks.events_check(conn, result["deliveries"])
+            stats = report.event_stats(conn)
+        register_runs = checks.runs("https://edge:8443", ca, machine.ui_password, "register")
+        evaluate_runs = _evaluate_single(machine, ca)
+        found.append(checks.single_check(evaluate_runs))
+        prober = _client(
+            machine,
+            "probe",
+            "--ca",
+            ca,
+            "--ingress",
+            HOSTS["ingress-1"].address,
+            HOSTS["ingress-2"].address,
+        )
+        probes = json.loads(prober.communicate(timeout=120)[0])
+        with connect(machine.database_url) as conn:
+            forms = conn.execute(
+                "SELECT count(*) AS stored FROM events WHERE source = %s", ("site-form",)
+            ).fetchone()
+        found += report.edge_checks(probes, int(forms["stored"]) if forms else -1)
+        found.append(report.register_check(register_runs))
+        error_log = machine.work / "edge" / "error.log"
+        moved = error_log.read_text(encoding="utf-8").count("connect() failed")
+        print(
+            report.render(
+                result,
+                timeline,
+                settle_s,
+                stats,
+                found,
+                register_runs,
+                evaluate_runs,
+                probes,
+                moved,
+            )
+        )
+        return 0 if all(check.holds for check in found) else 1
+    finally:
+        for service in reversed(list(started.values())):
+            service.stop()
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(130)  # the hosts and processes are taken down on the way out
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _stop)
+    parser = argparse.ArgumentParser(prog="python -m scaleproof", description=__doc__)
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--keep", action="store_true", help="keep the logs and data folder")
+    args = parser.parse_args(argv)
+    return _inner(args) if args.inside else _outer(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,143 @@
+"""The scale proof's figures and its table, in Markdown (``docs/scale.md`` holds a run's)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import psycopg
+
+from scaleproof.checks import Check, most_at_once, when
+
+#: What the edge must answer from outside, by probe (``client.probe``).
+EXPECTED = {
+    "ui without a password": "401",
+    "ui with a wrong password": "401",
+    "ui with the password": "200",
+    "/healthz from outside": "404",
+    "/metrics from outside": "404",
+    "a body over 1 MiB": "413",
+    "plain HTTP on port 80": "ConnectionRefusedError",
+    "plain HTTP on the TLS port": "HTTP/1.1 400 Bad Request",
+}
+
+
+def edge_checks(probes: dict[str, Any], forms_stored: int) -> list[Check]:
+    """The edge's answers from the senders' network against what they must be."""
+    found = []
+    for name, expected in EXPECTED.items():
+        check = Check(f"edge: {name} → {expected}", 1)
+        if probes.get(name) != expected:
+            check.broken.append(f"answered {probes.get(name)}")
+        found.append(check)
+    burst = probes.get("120 unsigned forms at once", {})
+    limited = Check("edge: a burst over a source's rate → 429, none stored", 120)
+    if not burst.get("429") or burst.get("200"):
+        limited.broken.append(f"answers {burst}")
+    if forms_stored:
+        limited.broken.append(f"{forms_stored} unsigned forms stored")
+    found.append(limited)
+    for name in ("ingress-1", "ingress-2"):
+        check = Check(f"edge: {name} unreachable from outside", 1)
+        if str(probes.get(f"{name} directly", "")).startswith("HTTP"):
+            check.broken.append(f"answered {probes.get(f'{name} directly')}")
+        found.append(check)
+    return found
+
+
+def register_check(runs: list[dict[str, Any]]) -> Check:
+    """Several ``register`` runs that ended well shared the event log at one time (a run failed
+    by ``dead_runs`` ends when it is failed, not when it died: it does not count)."""
+    succeeded = [run for run in runs if run["status"] == "SUCCESS"]
+    check = Check("register runs at once (SKIP LOCKED claims), at least 2", len(succeeded))
+    if most_at_once(succeeded) < 2:
+        check.broken.append(f"at most {most_at_once(succeeded)} at once")
+    return check
+
+
+def event_stats(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    row = conn.execute(
+        "SELECT count(*) AS events, coalesce(sum(duplicate_count), 0) AS duplicates,"
+        " count(*) FILTER (WHERE attempts > 1) AS retried,"
+        " count(DISTINCT claimed_by) AS claimers FROM events WHERE source = %s",
+        ("espocrm",),
+    ).fetchone()
+    assert row is not None
+    return {name: int(value) for name, value in row.items()}
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q * 100) - 1] if len(values) > 1 else 0.0
+
+
+def render(
+    result: dict[str, Any],
+    timeline: list[str],
+    settle_s: float,
+    stats: dict[str, int],
+    found: list[Check],
+    register_runs: list[dict[str, Any]],
+    evaluate_runs: list[dict[str, Any]],
+    probes: dict[str, Any],
+    moved: int,
+) -> str:
+    deliveries = result["deliveries"]
+    acked = [d for d in deliveries if d.get("acked")]
+    first_try = [d for d in acked if d["statuses"][:1] == ["200"]]
+    retried = [d for d in acked if d["statuses"][:1] != ["200"]]
+    seconds = [float(d["s"]) for d in acked]
+    span = float(result["ended"]) - float(result["started"])
+    outcomes = [
+        f"{r['tags'].get('followup/outcome', r['status'].lower())}"
+        f" {when(r['startTime'] or 0)}–{when(r['endTime'] or 0)}"
+        for r in sorted(evaluate_runs, key=lambda run: run["startTime"] or 0)
+    ]
+    lines = [
+        "## The run",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| webhooks sent | {len(deliveries):,} in {span:.0f} s ({len(deliveries) / span:.0f}/s) |",
+        f"| acknowledged | {len(acked):,} ({len(first_try):,} at the first try,"
+        f" {len(retried):,} after a refused or failed try) |",
+        f"| tried on the other replica by the edge (a refused connection) | {moved:,} |",
+        f"| redelivered after their 200 | {sum(1 for d in deliveries if d.get('redelivered')):,} |",
+        f"| time to the 200, median / 95th percentile | {statistics.median(seconds) * 1000:.0f} ms"
+        f" / {_quantile(seconds, 0.95) * 1000:.0f} ms |",
+        f"| events stored / duplicates answered 200 | {stats['events']:,} /"
+        f" {stats['duplicates']:,} |",
+        f"| events claimed more than once (a run killed with its claim) | {stats['retried']:,} |",
+        f"| register runs / failed by `dead_runs` after the code server's kill / most at once"
+        f" / runs that claimed events last | {len(register_runs)} /"
+        f" {sum(1 for r in register_runs if r['status'] == 'FAILURE')} /"
+        f" {most_at_once([r for r in register_runs if r['status'] == 'SUCCESS'])} /"
+        f" {stats['claimers']} |",
+        "| runs failed by `dead_runs`, seconds after the code server was back | "
+        + (
+            ", ".join(
+                f"{float(r['endTime']) - float(result['code_server_back']):.0f}"
+                for r in register_runs
+                if r["status"] == "FAILURE"
+            )
+            or "none"
+        )
+        + " |",
+        f"| from the last 200 to every event processed | {settle_s:.0f} s |",
+        f"| evaluate runs (outcome, UTC) | {', '.join(outcomes)} |",
+        "",
+        "## What happened when",
+        "",
+        "```",
+        *timeline,
+        "```",
+        "",
+        "## The checks",
+        "",
+        "| check | checked | holds |",
+        "|---|---|---|",
+    ]
+    for check in found:
+        verdict = "yes" if check.holds else "NO: " + "; ".join(check.broken[:5])
+        lines.append(f"| {check.name} | {check.checked:,} | {verdict} |")
+    lines += ["", "The edge's answers: " + ", ".join(f"{k}: {v}" for k, v in probes.items())]
+    return "\n".join(lines)
