@@ -73,9 +73,10 @@ TRIGGER_TAG = "followup/trigger"
 PARTITION_TAG = "dagster/partition"
 
 
-def launch_run(ui: str, job: str, tags: dict[str, str]) -> dict[str, Any] | str:
+def launch_run(ui: str, job: str, tags: dict[str, str], **options: Any) -> dict[str, Any] | str:
     """Queue one run of ``job`` through the UI's GraphQL: the ``launchRun`` answer of a queued
-    run, or why it could not be queued."""
+    run, or why it could not be queued. ``options`` go to ``httpx.post`` (a UI behind a proxy:
+    ``auth``, ``verify``)."""
     params = {
         "selector": {
             "repositoryLocationName": LOCATION,
@@ -87,7 +88,10 @@ def launch_run(ui: str, job: str, tags: dict[str, str]) -> dict[str, Any] | str:
     }
     try:
         answer = httpx.post(
-            f"{ui}/graphql", json={"query": LAUNCH_RUN, "variables": {"params": params}}, timeout=30
+            f"{ui}/graphql",
+            json={"query": LAUNCH_RUN, "variables": {"params": params}},
+            timeout=30,
+            **options,
         ).json()
         result = answer["data"]["launchRun"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:

@@ -4,6 +4,7 @@ own secrets; the webserver and the daemon find the code server from the settings
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,7 +30,13 @@ def _secrets(folder: Path, **values: str) -> Path:
 def _serve(role: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "followup_pipeline.cli", "serve", role, "--port", "0"]
     return subprocess.Popen(
-        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: the daemon it starts ends with it
     )
 
 
@@ -61,7 +68,9 @@ def test_serve_daemon_needs_only_the_databases_and_the_code_servers_address(
         assert first.startswith("followup serve daemon: "), first
         assert "dagster-daemon run -w" in first
     finally:
-        daemon.terminate()
+        # Nothing more is asked of it: the whole group goes at once (a daemon's own stop can
+        # take a minute on a loaded machine).
+        os.killpg(daemon.pid, signal.SIGKILL)
         daemon.communicate(timeout=60)
     workspace = (tmp_path / "home" / "dagster" / "workspace.yaml").read_text(encoding="utf-8")
     assert '"host": "192.0.2.7"' in workspace

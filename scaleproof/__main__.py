@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from followup_pipeline.launcher import launch_run  # as `make run` queues its first runs
 from followup_pipeline.store.db import connect
 from scaleproof import checks, report
 from scaleproof.hosts import HOSTS, network
@@ -235,27 +236,15 @@ def _evaluate_single(machine: Machine, ca: str) -> list[dict[str, Any]]:
     on the daemon's host (`dagster job execute`); every evaluate run once they all ended. The
     CRM answers slowly meanwhile (1.5 s a request), so that the runs meet: a run takes half a
     minute. The queue holds the second back; the advisory lock must turn the third away."""
-    from followup_pipeline.launcher import LAUNCH_RUN  # the same mutation `make run` sends
-
     sandbox = f"http://vendors:{SANDBOX_PORT}/_sandbox/faults"
     slow = {"vendor": "espocrm", "kind": "latency", "latency_s": 1.5, "seconds": 240}
     httpx.post(sandbox, json=slow, timeout=10).raise_for_status()
-    params = {
-        "selector": {
-            "repositoryLocationName": "followup",
-            "repositoryName": "__repository__",
-            "jobName": "evaluate",
-        },
-        "runConfigData": {},
-    }
     for _ in range(2):
-        httpx.post(
-            "https://edge:8443/graphql",
-            verify=ca,
-            auth=("operator", machine.ui_password),
-            json={"query": LAUNCH_RUN, "variables": {"params": params}},
-            timeout=30,
-        ).raise_for_status()
+        launched = launch_run(
+            "https://edge:8443", "evaluate", {}, auth=("operator", machine.ui_password), verify=ca
+        )
+        if isinstance(launched, str):
+            raise RuntimeError(f"evaluate could not be queued through the edge: {launched}")
 
     def working() -> bool:
         found = checks.runs("https://edge:8443", ca, machine.ui_password, "evaluate")

@@ -88,10 +88,15 @@ def register(commands: Any) -> None:
     ingress.add_argument(
         "--port", type=int, default=None, help="port (default FOLLOWUP_INGRESS_PORT)"
     )
-    ingress.add_argument(
+    add_workers_option(ingress)
+    ingress.set_defaults(handler=serve_ingress)
+
+
+def add_workers_option(parser: argparse.ArgumentParser, *, role: str = "") -> None:
+    """``--workers``: the ingress's worker processes (``followup ingress``, ``followup serve``)."""
+    parser.add_argument(
         "--workers",
         type=int,
         default=None,
-        help=f"worker processes (default: the cores, {default_workers()} here)",
+        help=f"{role}worker processes (default: the cores, {default_workers()} here)",
     )
-    ingress.set_defaults(handler=serve_ingress)

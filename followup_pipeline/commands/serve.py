@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from followup_pipeline.commands.dagster import check_vendors, supervise
-from followup_pipeline.commands.ingress import default_workers, serve_ingress
+from followup_pipeline.commands.ingress import add_workers_option, serve_ingress
 from followup_pipeline.machine import (
     LOCATION,
     MODULE,
@@ -110,10 +110,5 @@ def register(commands: Any) -> None:
         help="port (default: webserver 3000, code-server FOLLOWUP_CODE_SERVER_PORT, "
         "ingress FOLLOWUP_INGRESS_PORT)",
     )
-    serve.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help=f"ingress only: worker processes (default: the cores, {default_workers()} here)",
-    )
+    add_workers_option(serve, role="ingress only: ")
     serve.set_defaults(handler=_serve)
