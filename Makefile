@@ -70,7 +70,7 @@ proof: $(STAMP)
 # The production shape scaled out on this machine (docs/scale.md): hosts made of network
 # namespaces, nginx at the edge (Debian's package, installed here when missing), two ingress
 # replicas, the Dagster roles apart, a load of signed webhooks with an ingress replica and the
-# code server killed. Needs root; it fails, never skips, without it. About 6 minutes.
+# code server killed. Needs root; it fails, never skips, without it. About 7 minutes.
 scale-proof: $(STAMP)
 	@[ "$$(id -u)" = 0 ] || { echo "make scale-proof needs root (network namespaces, nginx)"; exit 2; }
 	@command -v nginx > /dev/null 2>&1 || { echo "installing Debian's nginx (log: $(VENV)/nginx.log)"; \

@@ -46,6 +46,9 @@ RATE = 60.0
 KILL_INGRESS_AT, RESTART_INGRESS_AT = 10.0, 22.0
 KILL_CODE_SERVER_AT, RESTART_CODE_SERVER_AT = 16.0, 26.0
 SETTLE_S = 600.0
+#: Then a backlog on purpose: webhooks faster than one register run can take them while the CRM
+#: answers slowly, so that the sensor launches a second run beside the first.
+BURST, BURST_RATE, BURST_CRM_LATENCY_S = 600, 150.0, 0.3
 
 
 def _outer(args: argparse.Namespace) -> int:
@@ -55,13 +58,20 @@ def _outer(args: argparse.Namespace) -> int:
     if shutil.which("nginx") is None:
         print("scale-proof needs nginx (Debian's package `nginx`); `make scale-proof` installs it")
         return 2
-    with Path(tempfile.gettempdir(), "followup-scale-proof.lock").open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print("another scale proof is running on this machine (its hosts have the same names)")
-            return 2
+    # Root's own lock folder, never truncated, never through a link someone else left there.
+    folder = Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+    lock = os.open(folder / "followup-scale-proof.lock", flags, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        print("another scale proof is running on this machine (its hosts have the same names)")
+        return 2
+    try:
         return _hosts_and_inner(args)
+    finally:
+        os.close(lock)
 
 
 def _hosts_and_inner(args: argparse.Namespace) -> int:
@@ -218,6 +228,25 @@ def _load(machine: Machine, started: dict[str, Service]) -> tuple[dict[str, Any]
     return {**json.loads(out), "code_server_back": back}, timeline
 
 
+def _burst(machine: Machine) -> list[dict[str, Any]]:
+    """The backlog: ``BURST`` more webhooks (new deals) while the CRM takes
+    ``BURST_CRM_LATENCY_S`` a request; their deliveries once every event is processed."""
+    ca = str(machine.work / "edge" / "etc" / "tls" / "edge.crt")
+    faults = f"http://vendors:{SANDBOX_PORT}/_sandbox/faults"
+    slow = {"vendor": "espocrm", "kind": "latency", "latency_s": BURST_CRM_LATENCY_S}
+    httpx.post(faults, json={**slow, "seconds": 300}, timeout=10).raise_for_status()
+    sender = _client(
+        machine, "send", "--url", "https://edge/webhooks/espocrm", "--ca", ca,
+        "--deals", str(BURST), "--start", str(WEBHOOKS), "--rate", str(BURST_RATE),
+        "--hook-id", machine.sandbox.webhooks[2].id,
+    )  # fmt: skip
+    out, _ = sender.communicate(timeout=BURST / BURST_RATE + 300)
+    _settle(machine)
+    httpx.delete(faults, timeout=10).raise_for_status()
+    deliveries: list[dict[str, Any]] = json.loads(out)["deliveries"]
+    return deliveries
+
+
 def _settle(machine: Machine) -> float:
     """Wait until no event is pending; how long it took."""
     start = time.monotonic()
@@ -278,11 +307,13 @@ def _inner(args: argparse.Namespace) -> int:
         began = time.monotonic()
         started = _start(machine)
         print(f"the machine is up on {len(HOSTS)} hosts in {time.monotonic() - began:.0f} s")
-        _seed_deals(WEBHOOKS)
+        _seed_deals(WEBHOOKS + BURST)
         result, timeline = _load(machine, started)
         settle_s = _settle(machine)
+        result["burst"] = _burst(machine)
+        result["burst_crm_latency_s"] = BURST_CRM_LATENCY_S
         with connect(machine.database_url) as conn:
-            found = checks.events_check(conn, result["deliveries"])
+            found = checks.events_check(conn, result["deliveries"] + result["burst"])
             stats = report.event_stats(conn)
         register_runs = checks.runs("https://edge:8443", ca, machine.ui_password, "register")
         evaluate_runs = _evaluate_single(machine, ca)

@@ -59,7 +59,7 @@ def send(args: argparse.Namespace) -> dict[str, Any]:
         return local.client  # type: ignore[no-any-return]
 
     def one(index: int) -> None:
-        deal = f"{args.prefix}{index:05d}"
+        deal = f"{args.prefix}{args.start + index:05d}"
         body = php_json([{"id": deal, "stage": "Proposal"}])
         result = _deliver(client(), args.url, body, hook)
         result.update(deal=deal, sha=hashlib.sha256(body).hexdigest())
@@ -137,6 +137,7 @@ def main(argv: list[str]) -> int:
     sender.add_argument("--threads", type=int, default=32)
     sender.add_argument("--hook-id", required=True)
     sender.add_argument("--prefix", default="scale-")
+    sender.add_argument("--start", type=int, default=0, help="the first deal's number")
     prober = sub.add_parser("probe")
     prober.add_argument("--ca", required=True)
     prober.add_argument("--ingress", nargs=2, required=True)

@@ -82,6 +82,7 @@ def render(
     moved: int,
 ) -> str:
     deliveries = result["deliveries"]
+    reaped = [r for r in register_runs if r["tags"].get("followup/failed_by") == "dead_runs"]
     acked = [d for d in deliveries if d.get("acked")]
     first_try = [d for d in acked if d["statuses"][:1] == ["200"]]
     retried = [d for d in acked if d["statuses"][:1] != ["200"]]
@@ -101,23 +102,25 @@ def render(
         f"| acknowledged | {len(acked):,} ({len(first_try):,} at the first try,"
         f" {len(retried):,} after a refused or failed try) |",
         f"| tried on the other replica by the edge (a refused connection) | {moved:,} |",
+        f"| then a backlog: webhooks sent / acknowledged, the CRM answering in"
+        f" {result['burst_crm_latency_s']:g} s | {len(result['burst']):,} /"
+        f" {sum(1 for d in result['burst'] if d.get('acked')):,} |",
         f"| redelivered after their 200 | {sum(1 for d in deliveries if d.get('redelivered')):,} |",
         f"| time to the 200, median / 95th percentile | {statistics.median(seconds) * 1000:.0f} ms"
         f" / {_quantile(seconds, 0.95) * 1000:.0f} ms |",
         f"| events stored / duplicates answered 200 | {stats['events']:,} /"
         f" {stats['duplicates']:,} |",
         f"| events claimed more than once (a run killed with its claim) | {stats['retried']:,} |",
-        f"| register runs / failed by `dead_runs` after the code server's kill / most at once"
-        f" / runs that claimed events last | {len(register_runs)} /"
-        f" {sum(1 for r in register_runs if r['status'] == 'FAILURE')} /"
+        f"| register runs / failed by `dead_runs` / failed otherwise / most at once"
+        f" / runs that claimed events last |"
+        f" {len(register_runs)} / {len(reaped)} /"
+        f" {sum(1 for r in register_runs if r['status'] == 'FAILURE') - len(reaped)} /"
         f" {most_at_once([r for r in register_runs if r['status'] == 'SUCCESS'])} /"
         f" {stats['claimers']} |",
         "| runs failed by `dead_runs`, seconds after the code server was back | "
         + (
             ", ".join(
-                f"{float(r['endTime']) - float(result['code_server_back']):.0f}"
-                for r in register_runs
-                if r["status"] == "FAILURE"
+                f"{float(r['endTime']) - float(result['code_server_back']):.0f}" for r in reaped
             )
             or "none"
         )

@@ -34,7 +34,8 @@ def run_dagster(argv: list[str], settings: Settings) -> int:
     if not argv or argv[-1] in ("--help", "-h"):
         return subprocess.run([dagster, *argv], check=False).returncode  # no machine needed
     resolve_database_url(settings)  # refuses a machine that does not exist; starts a stopped one
-    check_vendors(settings)
+    if settings.code_server_host is None:  # else the code server has the vendors, not this host
+        check_vendors(settings)
     install_dagster_home(with_sandbox(settings))
     # The settings as given: on the sandbox, the machine's environment takes the sandbox's own
     # settings file (its URLs, credentials and report recipients), as `followup dev` does.

@@ -103,12 +103,18 @@ def reap(
     return Reaped(failed, len(absent), left), _dump(now, absent)
 
 
+#: The tag of a run this sensor failed.
+FAILED_BY_TAG = "followup/failed_by"
+
+
 def _fail(instance: dg.DagsterInstance, run_id: str, since: datetime, lease_s: float) -> bool:
     """Fail run ``run_id`` if it is still started (it may have ended since the tick read it)."""
     run = instance.get_run_by_id(run_id)
     if run is None or run.status != dg.DagsterRunStatus.STARTED:
         return False
     at = since.astimezone(UTC)
+    # Tagged first: the UI's run list (and `make scale-proof`) can tell such failures apart.
+    instance.add_run_tags(run_id, {FAILED_BY_TAG: "dead_runs"})
     instance.report_run_failed(
         run,
         message=(

@@ -184,3 +184,14 @@ def test_the_edge_and_the_ingress_agree_on_ports_and_body_size() -> None:
     assert {int(port) for host, port in upstreams if host == "webserver"} == {WEBSERVER_PORT}
     (size,) = re.findall(r"client_max_body_size\s+(\d+)m;", _server_blocks(code)[0])
     assert int(size) * 1024 * 1024 == DEFAULTS["ingress_max_body_bytes"]
+
+
+def test_compose_keeps_what_faces_the_internet_off_the_code_servers_network() -> None:
+    services = _compose()["services"]
+    control = set(services["code-server"]["networks"])
+    # The code server's gRPC has no authentication: any job, with every secret.
+    for name in ("edge", "ingress-1", "ingress-2"):
+        assert not control & set(services[name]["networks"]), name
+    # The edge reaches the UI it guards, and the replicas it balances.
+    assert set(services["edge"]["networks"]) & set(services["webserver"]["networks"])
+    assert set(services["edge"]["networks"]) & set(services["ingress-1"]["networks"])

@@ -204,6 +204,9 @@ def test_reaper_fails_only_a_tagged_run_absent_on_two_ticks_and_for_long_enough(
         assert tick(T0 + timedelta(seconds=61)) == "1 run(s) failed, 0 absent run(s) watched"
 
         assert tick.status(dead) == dg.DagsterRunStatus.FAILURE
+        dead_run = instance.get_run_by_id(dead)
+        assert dead_run is not None
+        assert dead_run.tags["followup/failed_by"] == "dead_runs"
         for run_id in (alive, untagged, back):
             assert tick.status(run_id) == dg.DagsterRunStatus.STARTED
         [failure] = instance.all_logs(dead, of_type=dg.DagsterEventType.RUN_FAILURE)
