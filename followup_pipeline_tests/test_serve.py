@@ -45,6 +45,7 @@ def _environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**keep, "FOLLOWUP_HOME": str(tmp_path / "home"), **extra}
 
 
+@pytest.mark.slow  # it starts Dagster's daemon
 def test_serve_daemon_needs_only_the_databases_and_the_code_servers_address(
     tmp_path: Path, database_factory: Callable[..., str]
 ) -> None:
