@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import httpx
-
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.sandbox.server import WEBHOOK_SECRETS
@@ -307,8 +305,3 @@ def start_edge(machine: Machine) -> Service:
     )
     service.start()
     return service
-
-
-def http_ok(url: str, **options: object) -> bool:
-    """Whether ``url`` answers (any status below 500) from this host."""
-    return httpx.get(url, timeout=2, **options).status_code < 500  # type: ignore[arg-type]
