@@ -82,7 +82,12 @@ def render(
     moved: int,
 ) -> str:
     deliveries = result["deliveries"]
-    reaped = [r for r in register_runs if r["tags"].get("followup/failed_by") == "dead_runs"]
+    # A retry inherits its run's tags: the run that was failed is the one that failed.
+    reaped = [
+        r
+        for r in register_runs
+        if r["tags"].get("followup/failed_by") == "dead_runs" and r["status"] == "FAILURE"
+    ]
     acked = [d for d in deliveries if d.get("acked")]
     first_try = [d for d in acked if d["statuses"][:1] == ["200"]]
     retried = [d for d in acked if d["statuses"][:1] != ["200"]]

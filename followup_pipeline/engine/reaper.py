@@ -113,7 +113,8 @@ def _fail(instance: dg.DagsterInstance, run_id: str, since: datetime, lease_s: f
     if run is None or run.status != dg.DagsterRunStatus.STARTED:
         return False
     at = since.astimezone(UTC)
-    # Tagged first: the UI's run list (and `make scale-proof`) can tell such failures apart.
+    # Tagged first: the UI's run list (and `make scale-proof`) can tell such failures apart. A
+    # retry inherits the tag, as every tag of its run: the failed one is the run that failed.
     instance.add_run_tags(run_id, {FAILED_BY_TAG: "dead_runs"})
     instance.report_run_failed(
         run,
