@@ -85,8 +85,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     install_dagster_home(with_sandbox(settings))
     # Only the code server's runs call the vendors: the other roles get no secrets.
     env = machine_environment(settings, dict(os.environ), secrets=role == "code-server")
-    print(f"followup serve {role}: {' '.join(role_argv(role, host, port, settings))}", flush=True)
-    return supervise(role_argv(role, host, port, settings), env)
+    argv = role_argv(role, host, port, settings)
+    print(f"followup serve {role}: {' '.join(argv)}", flush=True)
+    return supervise(argv, env)
 
 
 def register(commands: Any) -> None:
