@@ -150,13 +150,13 @@ def _wait_http(url: str, what: str, process: subprocess.Popen[bytes], log_file: 
     )
 
 
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     """Send ``signum`` to the child's process group (it leads one); gone already is fine."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
 
 
-def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+def group_alive(process: subprocess.Popen[bytes]) -> bool:
     """Whether a process of the child's group is still running (the child itself exited)."""
     try:
         os.killpg(process.pid, 0)
@@ -165,17 +165,17 @@ def _group_alive(process: subprocess.Popen[bytes]) -> bool:
     return True
 
 
-def _reap_group(process: subprocess.Popen[bytes], timeout: float = LEFTOVER_TIMEOUT_S) -> None:
+def reap_group(process: subprocess.Popen[bytes], timeout: float = LEFTOVER_TIMEOUT_S) -> None:
     """End what the child left behind in its group (e.g. a code server the UI or the daemon
     started, that outlived them): SIGTERM, then SIGKILL after ``timeout`` seconds."""
-    if not _group_alive(process):
+    if not group_alive(process):
         return
-    _signal_group(process, signal.SIGTERM)
+    signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _group_alive(process) and time.monotonic() < deadline:
+    while group_alive(process) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _group_alive(process):
-        _signal_group(process, signal.SIGKILL)
+    if group_alive(process):
+        signal_group(process, signal.SIGKILL)
 
 
 class Launcher:
@@ -297,15 +297,15 @@ class Launcher:
             signal.signal(signum, signal.SIG_IGN)
         for _, process, _ in reversed(self.children):
             if process.poll() is None:
-                _signal_group(process, signal.SIGINT)
+                signal_group(process, signal.SIGINT)
         for what, process, _ in reversed(self.children):
             try:
                 process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 self.say(f"{what} did not stop in {STOP_TIMEOUT_S} s; killing it")
-                _signal_group(process, signal.SIGKILL)
+                signal_group(process, signal.SIGKILL)
                 process.wait()
-            _reap_group(process)
+            reap_group(process)
         for output in self._files:
             output.close()
         if self.cluster is not None and self.cluster.release():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from followup_pipeline.launcher import reap_group, signal_group
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.sandbox.server import WEBHOOK_SECRETS
@@ -64,18 +65,20 @@ class Service:
     def kill(self) -> None:
         """SIGKILL to the whole process group, as a host that dies."""
         if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            signal_group(self.process, signal.SIGKILL)
             self.process.wait()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM, as a supervisor stops it; SIGKILL after ``timeout``."""
+        """SIGTERM, as a supervisor stops it; SIGKILL after ``timeout``; then what it left in
+        its group, as ``followup dev`` stops its children (``launcher.reap_group``)."""
         if self.process is None or self.process.poll() is not None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        signal_group(self.process, signal.SIGTERM)
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+        reap_group(self.process)
         if self._out is not None:
             self._out.close()
 
