@@ -44,8 +44,12 @@ class CoreSettings(BaseSettings):
     holiday_country: str = "DE"
     holiday_subdivision: str | None = None
     now: datetime | None = None
+    #: The hour at which the working day begins: a follow-up task is due then on its day.
     business_hours_start: int = Field(default=7, ge=0, le=23)
-    business_hours_end: int = Field(default=19, ge=1, le=24)
+    #: The hours of a business day in which ``evaluate`` runs (and its partitions): every hour by
+    #: default, so a lost webhook matters for an hour at most, day and night.
+    evaluate_hours_start: int = Field(default=0, ge=0, le=23)
+    evaluate_hours_end: int = Field(default=24, ge=1, le=24)
     #: The first day of the Dagster partitions (business hours, business days); unset: the first
     #: day of the previous month, so the Partitions tab shows recent hours, not years of nights.
     partitions_start: date | None = None
@@ -161,9 +165,9 @@ class CoreSettings(BaseSettings):
                     f"{self.holiday_subdivision!r} "
                     f"of {self.holiday_country}; allowed: {', '.join(subdivisions)}"
                 )
-        if self.business_hours_end <= self.business_hours_start:
+        if self.evaluate_hours_end <= self.evaluate_hours_start:
             raise ValueError(
-                "FOLLOWUP_BUSINESS_HOURS_END must be after FOLLOWUP_BUSINESS_HOURS_START"
+                "FOLLOWUP_EVALUATE_HOURS_END must be after FOLLOWUP_EVALUATE_HOURS_START"
             )
         if self.partitions_start is not None and self.partitions_start > date.today():
             raise ValueError(

@@ -16,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import followup_pipeline
 from followup_pipeline.cli import main
-from followup_pipeline.defs.evaluate import business_hour_partitions
+from followup_pipeline.defs.evaluate import evaluate_partitions
 from followup_pipeline.machine import dagster_argv
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.sandbox.environment import env_lines
@@ -79,7 +79,7 @@ def test_machine_cli_works_from_a_sub_folder_with_nothing_exported(
     assert "Deal from afar" in listed.stdout
     assert "1 watch(es)" in listed.stdout
 
-    keys = business_hour_partitions(load_settings()).get_partition_keys()[-3:-1]
+    keys = evaluate_partitions(load_settings()).get_partition_keys()[-3:-1]
     backfill = _followup(
         "dagster", "job", "backfill", "-j", "evaluate", "--partitions", ",".join(keys),
         "--noprompt", cwd=deep, checkout=checkout,

@@ -45,8 +45,9 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
     # Dozens of ticks missed (every business hour, two Fridays): one run each, the latest.
     friday = datetime(2026, 3, 13, tzinfo=BERLIN)
     assert scheduler.runs() == {
-        "evaluate_business_hours": [(friday.replace(hour=18), "2026-03-13-18:00")],
-        "enrich_hourly": [(friday.replace(hour=23, minute=30), None)],
+        "evaluate_business_hours": [(friday.replace(hour=23), "2026-03-13-23:00")],
+        # Every hour, weekends too: the latest is the half hour before the machine came back.
+        "enrich_hourly": [(friday.replace(day=14, hour=11, minute=30), None)],
         "morning_report_weekdays": [(friday.replace(hour=7, minute=30), "2026-03-13")],
         "weekly_report_friday": [(friday.replace(hour=15), "2026-03-13")],
         # Every night, weekends too: the latest missed night is Saturday's.
@@ -64,10 +65,10 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
     # The missed ticks left no record, and the daemon does not come back to them.
     assert scheduler.ticks() == dict.fromkeys(scheduler.runs(), 1)
     assert scheduler.iterate(datetime(2026, 3, 15, 23, 59, tzinfo=BERLIN), restarted=True) == []
-    # Only Sunday night's sweep, purge and backup and the latest quarter hour are new (the
-    # business-day schedules skip the weekend).
+    # Only Sunday night's sweep, purge and backup, the latest half hour of enrich and the
+    # latest quarter hour are new (the business-day schedules skip the weekend).
     runs = scheduler.runs()
-    assert sum(len(runs) for runs in runs.values()) == 13
+    assert sum(len(runs) for runs in runs.values()) == 14
     assert runs["crm_changes_nightly"][0][0] == datetime(2026, 3, 15, 2, 0, tzinfo=BERLIN)
 
 

@@ -141,8 +141,8 @@ def ask_crm(
         now,
         calendar,
         zone=settings.timezone,
-        start_hour=settings.business_hours_start,
-        end_hour=settings.business_hours_end,
+        start_hour=settings.evaluate_hours_start,
+        end_hour=settings.evaluate_hours_end,
     )
     return CrmAnswer(found=True, name=deal.name, stage=deal.stage, next_evaluate=next_run)
 

@@ -22,8 +22,16 @@ OUTCOME_TAG = "followup/outcome"
 COUNTS_TAG = "followup/counts"
 COUNTS_TAG_MAX = 200
 SINGLETON_TAG = "followup/singleton"
+#: Run monitoring (dagster.yaml) fails a run that outlives this tag's seconds: every job has one,
+#: so no hung run holds its queue or its lock for good.
+MAX_RUNTIME_TAG = "dagster/max_runtime"
 
 Outcome = Literal["ok", "partial", "skipped"]
+
+
+def time_limit(seconds: int) -> dict[str, str]:
+    """The tag that gives a job a time limit of ``seconds``."""
+    return {MAX_RUNTIME_TAG: str(seconds)}
 
 
 def outcome_output(

@@ -32,7 +32,7 @@ from followup_pipeline.store.db import StoreError, connect
 log = logging.getLogger(__name__)
 
 FIRST_DAY = date(2026, 3, 2)
-#: The business hours the world is busy in; the machine's own hours are wider (07–19).
+#: The business hours the world is busy in; the machine evaluates every hour of the day.
 HOURS = range(8, 18)
 #: When each killed job is killed: the hour its writes come (the first evaluate of the day
 #: makes the day's tasks; Berlin's 09:00 reminders, by mail, go out in the 09 hour's run).

@@ -15,7 +15,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.defs import build_definitions
-from followup_pipeline.engine.runs import OUTCOME_TAG, SINGLETON_TAG
+from followup_pipeline.engine.runs import MAX_RUNTIME_TAG, OUTCOME_TAG, SINGLETON_TAG
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import ConfigError, load_settings
@@ -139,18 +139,24 @@ def test_definitions_partitions_start_in_the_future_is_refused() -> None:
         load_settings(partitions_start=date.today() + timedelta(days=1))
 
 
-def test_definitions_evaluate_partitions_are_business_hours_from_a_recent_start() -> None:
+def test_definitions_evaluate_partitions_are_every_hour_of_business_days_from_a_recent_start() -> (
+    None
+):
     settings = load_settings(partitions_start="2026-10-01")
-    partitions = build_definitions(settings).resolve_job_def("evaluate").partitions_def
+    defs = build_definitions(settings)
+    assert defs.resolve_schedule_def("evaluate_business_hours").cron_schedule == "0 0-23 * * 1-5"
+    partitions = defs.resolve_job_def("evaluate").partitions_def
     assert partitions is not None
     now = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)  # Monday, 13:30 in Berlin
     keys = partitions.get_partition_keys(current_time=now)
-    assert keys[0] == "2026-10-01-07:00"  # the first business hour of the first day
+    assert keys[0] == "2026-10-01-00:00"  # the first hour of the first day
     week = [k for k in keys if "2026-11-23" <= k < "2026-11-30"]
-    assert len(week) == 5 * 12  # Monday to Friday, 07:00 to 18:00
-    assert {k[-5:] for k in week} == {f"{h:02d}:00" for h in range(7, 19)}
+    assert len(week) == 5 * 24  # Monday to Friday, every hour
+    assert {k[-5:] for k in week} == {f"{h:02d}:00" for h in range(24)}
     assert keys[-1] == "2026-11-30-13:00"  # the hour in progress exists
-    later = load_settings(partitions_start="2026-11-02", business_hours_end=17)
+    later = load_settings(
+        partitions_start="2026-11-02", evaluate_hours_start=7, evaluate_hours_end=17
+    )
     shorter = build_definitions(later).resolve_job_def("evaluate").partitions_def
     assert shorter is not None
     assert shorter.get_partition_keys(current_time=now)[:11] == [
@@ -191,17 +197,25 @@ def test_definitions_morning_schedule_ticks_on_business_days_only(
     ("tick", "runs"),
     [
         (datetime(2026, 3, 2, 12, 30, tzinfo=UTC), True),  # Monday, 13:30 Berlin
-        (datetime(2026, 3, 7, 12, 30, tzinfo=UTC), False),  # Saturday (the cron skips it too)
-        (datetime(2026, 4, 6, 11, 30, tzinfo=UTC), False),  # Easter Monday
+        (datetime(2026, 3, 7, 12, 30, tzinfo=UTC), True),  # Saturday
+        (datetime(2026, 4, 6, 1, 30, tzinfo=UTC), True),  # Easter Monday, 03:30 Berlin
     ],
 )
-def test_definitions_enrich_schedule_runs_hourly_on_business_days(
+def test_definitions_enrich_schedule_runs_hourly_every_day(
     tick: datetime, runs: bool, defs: dg.Definitions, db_url: str
 ) -> None:
     schedule = defs.resolve_schedule_def("enrich_hourly")
-    assert schedule.cron_schedule == "30 * * * 1-5"
+    assert schedule.cron_schedule == "30 * * * *"
     result = _tick(defs, schedule, tick, db_url)
     assert bool(result.run_requests) is runs
+
+
+def test_definitions_every_job_has_a_time_limit(defs: dg.Definitions) -> None:
+    jobs = defs.get_repository_def().get_all_jobs()
+    assert len(jobs) >= 15
+    limits = {job.name: job.tags.get(MAX_RUNTIME_TAG) for job in jobs}
+    assert [name for name, limit in limits.items() if limit is None] == []
+    assert all(0 < int(str(limit)) <= 3 * 3600 for limit in limits.values()), limits
 
 
 def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime(
@@ -221,6 +235,9 @@ def test_definitions_evaluate_is_a_queued_singleton_with_a_max_runtime(
         (datetime(2026, 3, 30, 6, 0, tzinfo=UTC), "2026-03-30-08:00"),  # after the DST switch
         (datetime(2026, 3, 3, 7, 0, tzinfo=UTC), None),  # a local day off (the holidays table)
         (datetime(2026, 5, 1, 6, 0, tzinfo=UTC), "2026-05-01-08:00"),  # Labour Day, worked here
+        (datetime(2026, 3, 2, 1, 0, tzinfo=UTC), "2026-03-02-02:00"),  # Monday night, 02:00
+        (datetime(2026, 3, 2, 22, 0, tzinfo=UTC), "2026-03-02-23:00"),  # Monday, 23:00
+        (datetime(2026, 3, 7, 10, 0, tzinfo=UTC), None),  # Saturday
     ],
 )
 def test_definitions_evaluate_schedule_skips_holidays(

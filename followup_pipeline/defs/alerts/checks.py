@@ -100,19 +100,20 @@ def stale_signal(
     settings: Settings,
     calendar: BusinessCalendar,
 ) -> Signal | None:
-    """During business hours of a business day: no successful ``evaluate`` for longer than the
-    threshold, counted from the latest of its last success, the day's first business hour, and
-    when the checks began on this machine (a machine started at 10:30 is not silent since 07:00).
+    """Within ``evaluate``'s hours of a business day (all of it by default): no successful
+    ``evaluate`` for longer than the threshold, counted from the latest of its last success, the
+    window's first hour, and when the checks began on this machine (a machine started at 10:30
+    is not silent since 07:00).
     One signal per silence (a run that succeeds ends it)."""
     zone = ZoneInfo(settings.timezone)
     local = now.astimezone(zone)
     if not calendar.is_business_day(local.date()):
         return None
-    opens = local.replace(hour=settings.business_hours_start, minute=0, second=0, microsecond=0)
-    if settings.business_hours_end >= 24:
+    opens = local.replace(hour=settings.evaluate_hours_start, minute=0, second=0, microsecond=0)
+    if settings.evaluate_hours_end >= 24:
         closes = opens.replace(hour=0) + timedelta(days=1)
     else:
-        closes = opens.replace(hour=settings.business_hours_end)
+        closes = opens.replace(hour=settings.evaluate_hours_end)
     if not opens <= local < closes:
         return None
     since = max(t for t in (last_success, opens, watching_since) if t is not None)

@@ -4,13 +4,15 @@ or as a task in the operations list in ClickUp when mail fails."""
 import dagster as dg
 
 from followup_pipeline.defs.alerts.delivery import AlertDelivery, AlertNotSent, Delivered
-from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import ClickUpResource, OutlookResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 
 ALERT_JOB = "alert"
+#: An alert run that outlives this is failed (and the failure, in turn, raises an alert).
+MAX_RUNTIME_S = 15 * 60
 
 
 class AlertConfig(dg.Config):
@@ -61,6 +63,7 @@ def send_alerts(
 @dg.job(
     name=ALERT_JOB,
     description="Sends alerts to the operations owner and backup (ClickUp when mail fails).",
+    tags=time_limit(MAX_RUNTIME_S),
 )
 def alert() -> None:
     send_alerts()

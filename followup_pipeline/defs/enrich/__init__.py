@@ -1,5 +1,5 @@
 """Enrichment: a checked two-line summary of each open deal whose e-mails changed, hourly at :30
-on business days (``summariser.py``), and the ``review`` job that settles what the check refused.
+every day (``summariser.py``), and the ``review`` job that settles what the check refused.
 """
 
 from typing import Literal
@@ -10,9 +10,9 @@ from followup_pipeline.defs.enrich.summariser import Summariser
 from followup_pipeline.engine.runs import (
     SINGLETON_TAG,
     RunCounts,
-    business_day_of,
     outcome_output,
     skipped_output,
+    time_limit,
 )
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import EspoCrmResource, MistralResource
@@ -23,6 +23,8 @@ from followup_pipeline.store.review import ReviewError, decide
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 50 * 60
+#: Settling one review item (for a lead, its next steps too) takes seconds.
+REVIEW_MAX_RUNTIME_S = 10 * 60
 
 
 class ReviewConfig(dg.Config):
@@ -60,7 +62,7 @@ def summarise_new_emails(
 
 @dg.job(
     description="Summarise each open deal's new e-mails in two checked lines.",
-    tags={SINGLETON_TAG: "enrich", "dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags={SINGLETON_TAG: "enrich", **time_limit(MAX_RUNTIME_S)},
 )
 def enrich() -> None:
     summarise_new_emails()
@@ -103,7 +105,10 @@ def settle_review_item(
     return outcome_output(context, "ok", {"item": config.item_id, config.action: 1})
 
 
-@dg.job(description="Accept or reject a review item (Launchpad: ops.settle_review_item).")
+@dg.job(
+    description="Accept or reject a review item (Launchpad: ops.settle_review_item).",
+    tags=time_limit(REVIEW_MAX_RUNTIME_S),
+)
 def review() -> None:
     settle_review_item()
 
@@ -111,18 +116,15 @@ def review() -> None:
 def build_defs(settings: Settings) -> dg.Definitions:
     """The ``enrich`` job and its schedule (in the team's time zone), and the ``review`` job."""
 
-    @dg.schedule(
+    # Every day: an e-mail answered on a Saturday is summarised before Monday's first list.
+    enrich_hourly = dg.ScheduleDefinition(
+        name="enrich_hourly",
         job=enrich,
-        cron_schedule="30 * * * 1-5",
+        cron_schedule="30 * * * *",
         execution_timezone=settings.timezone,
         default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Every hour at :30, every day.",
     )
-    def enrich_hourly(
-        context: dg.ScheduleEvaluationContext, postgres: PostgresResource
-    ) -> dg.RunRequest | dg.SkipReason:
-        """Every hour at :30 on business days (weekends and holidays are skipped)."""
-        day = business_day_of(context, postgres, settings)
-        return day if isinstance(day, dg.SkipReason) else dg.RunRequest()
 
     return dg.Definitions(
         jobs=[enrich, review], schedules=[enrich_hourly], resources={"settings": settings}

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from followup_pipeline.engine.reaper import dead_runs_tick
-from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 
@@ -97,7 +97,7 @@ def back_up(
 
 @dg.job(
     description="Nightly: followup purge with the retention settings.",
-    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags=time_limit(MAX_RUNTIME_S),
     executor_def=dg.in_process_executor,
 )
 def housekeeping_purge() -> None:
@@ -106,7 +106,7 @@ def housekeeping_purge() -> None:
 
 @dg.job(
     description="Nightly: followup backup into the backups folder; the newest are kept.",
-    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags=time_limit(MAX_RUNTIME_S),
     executor_def=dg.in_process_executor,
 )
 def housekeeping_backup() -> None:

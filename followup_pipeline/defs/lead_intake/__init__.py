@@ -18,7 +18,7 @@ import dagster as dg
 from followup_pipeline.defs.lead_intake.normalise import make_normaliser
 from followup_pipeline.defs.lead_intake.sweep import sweep
 from followup_pipeline.engine.event_sensor import events_tick
-from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.engine.worker import EventWorker, HandlerFactory, worker_outcome
 from followup_pipeline.integrations.resources import (
@@ -63,7 +63,7 @@ def normalise_leads(
 
 @dg.job(
     description="Take in leads from the site form, payments and the CRM sweep: one per person.",
-    tags={"dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags=time_limit(MAX_RUNTIME_S),
     executor_def=dg.in_process_executor,
 )
 def lead_intake() -> None:
@@ -87,6 +87,7 @@ def sweep_crm_leads(
 @dg.job(
     description="Store the CRM's Leads changed since the last sweep as lead intake events.",
     executor_def=dg.in_process_executor,
+    tags=time_limit(MAX_RUNTIME_S),
 )
 def crm_changes() -> None:
     sweep_crm_leads()

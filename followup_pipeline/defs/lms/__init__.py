@@ -29,7 +29,7 @@ from followup_pipeline.defs.lms.publish import publish_tenant
 from followup_pipeline.defs.lms.remind import Channel, remind_tenant
 from followup_pipeline.defs.lms.sync import sync_tenant
 from followup_pipeline.engine.mailer import Mailer
-from followup_pipeline.engine.runs import SINGLETON_TAG, RunCounts, outcome_output
+from followup_pipeline.engine.runs import SINGLETON_TAG, RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import (
@@ -43,6 +43,8 @@ from followup_pipeline.store import lms
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 14 * 60
+#: The owners' weekly mails: one per academy.
+WEEKLY_MAX_RUNTIME_S = 30 * 60
 #: How often a tenant's completions are all read again (a send re-checks its own anyway).
 WHOLE_SYNC_EVERY = timedelta(hours=24)
 #: What makes a tenant unreachable for one run (its Moodle, its key, its calendar's country):
@@ -171,7 +173,7 @@ def reconcile_certificates(
         "Learning reminders: sync each tenant's Moodle, send what is due, publish approved "
         "content, reconcile certificates; each once."
     ),
-    tags={SINGLETON_TAG: "lms_reminders", "dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags={SINGLETON_TAG: "lms_reminders", **time_limit(MAX_RUNTIME_S)},
     executor_def=dg.in_process_executor,
 )
 def lms_reminders() -> None:
@@ -236,6 +238,7 @@ def mail_academy_owners(
 @dg.job(
     description="Each academy's week of learning reminders, mailed to its owner once.",
     executor_def=dg.in_process_executor,
+    tags=time_limit(WEEKLY_MAX_RUNTIME_S),
 )
 def lms_weekly() -> None:
     mail_academy_owners()

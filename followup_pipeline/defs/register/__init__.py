@@ -8,7 +8,7 @@ import psycopg
 
 from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.engine.event_sensor import events_tick
-from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.worker import (
     EventWorker,
     HandlerFactory,
@@ -49,7 +49,7 @@ def register_events(
 
 @dg.job(
     description="Open and close watches from the CRM's webhook events.",
-    tags={CONCURRENCY_TAG: "register", "dagster/max_runtime": str(MAX_RUNTIME_S)},
+    tags={CONCURRENCY_TAG: "register", **time_limit(MAX_RUNTIME_S)},
     # One op: run in the run's own process, not in a step process of its own (2-4 s saved
     # between a webhook and its watch).
     executor_def=dg.in_process_executor,

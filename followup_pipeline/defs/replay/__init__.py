@@ -11,7 +11,7 @@ capability that consumes events offers its own), so this capability imports none
 
 import dagster as dg
 
-from followup_pipeline.engine.runs import RunCounts, outcome_output
+from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.worker import EventHandlers, EventWorker, worker_outcome
 from followup_pipeline.integrations.resources import (
     CompanyLookupResource,
@@ -90,7 +90,7 @@ def replay_dead_letters(
 
 @dg.job(
     description="Re-process dead-lettered events or actions by their original id.",
-    tags={"dagster/max_runtime": str(30 * 60)},
+    tags=time_limit(30 * 60),
 )
 def replay() -> None:
     replay_dead_letters()

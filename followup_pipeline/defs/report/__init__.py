@@ -6,9 +6,12 @@ after its day says so in its subject.
 import dagster as dg
 
 from followup_pipeline.defs.report.ops import send_morning_list, send_weekly_overview
-from followup_pipeline.engine.runs import business_day_of
+from followup_pipeline.engine.runs import business_day_of, time_limit
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
+
+#: A report run that outlives this is failed by run monitoring (a mail that hangs, a stuck CRM).
+MAX_RUNTIME_S = 30 * 60
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
@@ -32,6 +35,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
     @dg.job(
         partitions_def=morning_partitions,
         description="The morning list of a business day, sent once through Outlook.",
+        tags=time_limit(MAX_RUNTIME_S),
     )
     def morning_report() -> None:
         send_morning_list()
@@ -39,6 +43,7 @@ def build_defs(settings: Settings) -> dg.Definitions:
     @dg.job(
         partitions_def=weekly_partitions,
         description="The Friday overview of the week, sent once through Outlook.",
+        tags=time_limit(MAX_RUNTIME_S),
     )
     def weekly_report() -> None:
         send_weekly_overview()

@@ -4,7 +4,7 @@ from typing import Literal
 
 import dagster as dg
 
-from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output
+from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output, time_limit
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit
@@ -58,7 +58,14 @@ def control_watch(
     return outcome_output(context, "ok", counts)
 
 
-@dg.job(description="Pause or resume a watch (config: watch_id, action).")
+#: Pausing or resuming one watch takes seconds.
+MAX_RUNTIME_S = 10 * 60
+
+
+@dg.job(
+    description="Pause or resume a watch (config: watch_id, action).",
+    tags=time_limit(MAX_RUNTIME_S),
+)
 def watch_control() -> None:
     control_watch()
 

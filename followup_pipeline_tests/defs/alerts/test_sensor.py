@@ -21,6 +21,7 @@ from followup_pipeline.defs.alerts.checks import stale_signal
 from followup_pipeline.defs.alerts.sensors import ALERT_TAG
 from followup_pipeline.domain.alerts import fingerprint
 from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
 
 from ..evaluate.conftest import SANDBOX, Machine
@@ -352,6 +353,7 @@ def test_alerts_a_late_event_and_a_silent_evaluate_raise_one_alert_each(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
     machine.settings["alert_evaluate_silence_h"] = 2
+    machine.settings["evaluate_hours_start"] = 7  # a window: silent since its first hour
     late = _event(db, "late-1", MONDAY_10 - timedelta(minutes=20))
     checks = Checks(machine, watching_since=MONDAY_10 - timedelta(days=1))
     # 08:30: evaluate has been silent for only 1.5 business hours, and the event is not late.
@@ -374,7 +376,7 @@ def test_alerts_a_late_event_and_a_silent_evaluate_raise_one_alert_each(
     assert str(again.run_key).startswith("alert:pending:")
 
 
-def test_alerts_evaluate_is_expected_on_business_hours_of_business_days_only(
+def test_alerts_evaluate_is_expected_in_its_hours_of_business_days_only(
     machine: Machine,
 ) -> None:
     machine.settings["alert_evaluate_silence_h"] = 2
@@ -382,15 +384,19 @@ def test_alerts_evaluate_is_expected_on_business_hours_of_business_days_only(
     calendar = BusinessCalendar(country="DE")
     long_ago = MONDAY_10 - timedelta(days=7)
 
-    def silent(now: datetime) -> bool:
+    def silent(now: datetime, *, within: Settings = settings) -> bool:
         found = stale_signal(
-            None, now=now, watching_since=long_ago, settings=settings, calendar=calendar
+            None, now=now, watching_since=long_ago, settings=within, calendar=calendar
         )
         return found is not None
 
     assert silent(MONDAY_10)
     assert not silent(MONDAY_10 - timedelta(days=1))  # Sunday
-    assert not silent(MONDAY_10 + timedelta(hours=10))  # 20:00, after business hours
+    assert silent(MONDAY_10 + timedelta(hours=10))  # 20:00: evaluate runs every hour
+    assert silent(MONDAY_10 - timedelta(hours=7))  # 03:00, silent since 00:00
+    assert not silent(MONDAY_10 - timedelta(hours=8, minutes=30))  # 01:30: 90 min since 00:00
+    window = settings.model_copy(update={"evaluate_hours_start": 7, "evaluate_hours_end": 19})
+    assert not silent(MONDAY_10 + timedelta(hours=10), within=window)  # after its window
     assert not silent(datetime(2026, 4, 6, 9, 0, tzinfo=UTC))  # Easter Monday
     # Silent since its last success at 12:00, not since the morning.
     last = MONDAY_10 + timedelta(hours=2)

@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from followup_pipeline.defs.evaluate import business_hour_partitions
+from followup_pipeline.defs.evaluate import evaluate_partitions
 from followup_pipeline.engine.runs import OUTCOME_TAG
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.settings import load_settings
@@ -199,7 +199,7 @@ def registered(stack: Stack, sandbox: str) -> Iterator[Machine]:
 
 
 def _partition_keys(count: int) -> list[str]:
-    partitions = business_hour_partitions(load_settings())
+    partitions = evaluate_partitions(load_settings())
     keys = partitions.get_partition_keys(current_time=datetime.now(UTC))
     return keys[-(count + 3) : -3]
 
