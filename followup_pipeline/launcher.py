@@ -41,7 +41,9 @@ from followup_pipeline.machine import (
     write_addresses,
 )
 from followup_pipeline.settings import Settings, secret_environment
+from followup_pipeline.store import lead_mode
 from followup_pipeline.store.cadences import prepare_cadence
+from followup_pipeline.store.db import connect
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
 
@@ -241,6 +243,11 @@ class Launcher:
             f"{self.settings.cadence_name!r}: business days {', '.join(map(str, offsets))}"
         )
 
+    def lead_mode(self, *, sandbox: bool) -> str:
+        """Lead intake's mode at the start: the demo writes to the sandbox's CRM, and says so."""
+        with connect(self.env["FOLLOWUP_DATABASE_URL"]) as conn, conn.transaction():
+            return lead_mode.at_start(conn, self.settings, sandbox=sandbox)
+
     def start_sandbox(self) -> None:
         env_file = sandbox_env_file(self.settings)
         port = self.settings.sandbox_port
@@ -342,6 +349,7 @@ class Launcher:
         try:
             self.say(f"starting Followup ({mode} vendors) in {self.settings.home}")
             self.start_database()
+            self.say(self.lead_mode(sandbox=mode == "sandbox"))
             if mode == "sandbox":
                 self.start_sandbox()
                 self.say(seed_demo_tenants(self.env["FOLLOWUP_DATABASE_URL"], self.settings))

@@ -8,6 +8,7 @@ Secrets are ``SecretStr`` here; Dagster resources receive them as plain strings 
 from __future__ import annotations
 
 import os
+import re
 from datetime import time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,11 +24,13 @@ from followup_pipeline.domain.crm_lead import (
 )
 from followup_pipeline.domain.leads import FORM_FIELDS
 from followup_pipeline.integrations.http import Timeouts
-from followup_pipeline.settings_core import ADDRESS, CoreSettings
+from followup_pipeline.settings_core import ADDRESS, CoreSettings, split_list
 from followup_pipeline.settings_vendors import EspoWebhook as EspoWebhook  # for the ingress
 from followup_pipeline.settings_vendors import VendorSettings, parse_json
 
 ENV_PREFIX = "FOLLOWUP_"
+#: An ISO 4217 currency code, as EspoCRM's Currency List holds one.
+CURRENCY = re.compile(r"[A-Z]{3}")
 #: The lead intake's event sources (docs/architecture.md §9): the site form, the payment
 #: provider, and the nightly sweep of the CRM's leads.
 LEAD_SOURCES = ("site-form", "payment", "crm-changes")
@@ -133,20 +136,27 @@ class Settings(VendorSettings, CoreSettings):
     # --- the event log ---------------------------------------------------------------------------
     #: Attempts at an event before it becomes a dead letter.
     event_max_attempts: int = Field(default=5, ge=1)
+    #: Runs an event may stop in a row with an error of the database itself (not charged as
+    #: attempts, engine/run_stops.py) before it becomes a dead letter.
+    event_run_stops_max: int = Field(default=3, ge=1)
     #: Retries of a lead intake event after its first attempt (the reference's ``max_retries``).
     lead_max_retries: int = Field(default=5, ge=0, le=20)
     #: A site form's field names where they differ from ours: JSON map our field → the form's
     #: (e.g. ``{"email": "e-mail"}``); ours are name, email, company, phone, message, consent,
     #: page.
     site_form_fields: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
-    #: ``live`` writes each lead to the CRM; ``shadow`` runs every step and records what it would
-    #: have written, writing nothing (``FOLLOWUP_DRY_RUN`` implies it); ``followup leads compare``.
-    lead_intake_mode: Literal["live", "shadow"] = "live"
+    #: Seeds lead intake's mode on a fresh installation, and only there (the mode then lives in the
+    #: database: ``followup leads go-live`` / ``shadow``). ``shadow`` runs every step and records
+    #: what it would have written, writing nothing (``FOLLOWUP_DRY_RUN`` implies it).
+    lead_intake_mode: Literal["live", "shadow"] = "shadow"
     #: Where a lead's classification lands in the CRM Lead: JSON map of ours (segment, intent,
     #: priority, summary, language) to the Lead's attribute names; a key left out is not written.
     lead_crm_fields: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=lambda: dict(DEFAULT_LEAD_CRM_FIELDS)
     )
+    #: The currencies of the CRM's Currency List (ISO codes, comma-separated or a JSON list): a
+    #: payment's amount in one of them is written to the Lead; EspoCRM refuses any other.
+    lead_crm_currencies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: When the nightly ``crm_changes`` sweep runs (the team's local time, every day).
     crm_changes_at: time = time(2, 0)
     #: Failed attempts (since its last replay) after which an action waits as a dead letter.
@@ -191,9 +201,19 @@ class Settings(VendorSettings, CoreSettings):
             )
         return value
 
-    def lead_shadow(self) -> bool:
-        """Whether lead intake writes nothing to the CRM (shadow mode, or the global dry run)."""
-        return self.lead_intake_mode == "shadow" or self.dry_run
+    @field_validator("lead_crm_currencies", mode="before")
+    @classmethod
+    def _currencies_list(cls, value: Any) -> Any:
+        return split_list(value)
+
+    @field_validator("lead_crm_currencies")
+    @classmethod
+    def _currency_codes(cls, value: list[str]) -> list[str]:
+        codes = [code.strip().upper() for code in value]
+        bad = [code for code in codes if not CURRENCY.fullmatch(code)]
+        if bad:
+            raise ValueError(f"not a currency code (three letters, e.g. EUR): {', '.join(bad)}")
+        return codes
 
     @field_validator("site_form_fields", mode="before")
     @classmethod

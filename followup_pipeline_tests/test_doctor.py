@@ -53,6 +53,9 @@ def test_doctor_reads_the_lists_closed_status(
     main(["doctor"])
     out = capsys.readouterr().out
     assert "ok   clickup: list sandbox-list closes tasks with status 'complete'" in out
+    # A fresh installation: lead intake in shadow, seeded by the setting's default.
+    assert "ok   lead intake: shadow (since " in out
+    assert "nothing is written to the CRM" in out
     for vendor in ("espocrm", "clickup", "outlook", "mistral"):
         assert f"ok   {vendor}: " in out
     assert (

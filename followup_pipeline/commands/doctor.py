@@ -2,11 +2,11 @@
 (``FAIL``); a warning (``WARN``: e.g. no report recipients, no alert owner) is counted apart and
 exits 0.
 
-Settings, the database and its schema, the cadence row, each schedule's and sensor's state, the
-daemon's heartbeat, the ingress, the last webhook, and each vendor's credentials and
-configuration (the CRM knows the configured stages, the ClickUp list exists and can close tasks,
-Graph grants a token, Mistral accepts the key and knows the model), who receives the reports and
-the alerts. Run from any folder of the
+Settings, the database and its schema, the cadence row, lead intake's mode (shadow or live),
+each schedule's and sensor's state, the daemon's heartbeat, the ingress, the last webhook, and
+each vendor's credentials and configuration (the CRM knows the configured stages, the ClickUp
+list exists and can close tasks, Graph grants a token, Mistral accepts the key and knows the
+model), who receives the reports and the alerts. Run from any folder of the
 checkout with nothing exported: it reads the machine as ``followup dagster`` does.
 """
 
@@ -24,6 +24,7 @@ import httpx
 
 from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import probes
+from followup_pipeline.commands.lead_switch import describe
 from followup_pipeline.commands.probes import Check, fail, ok, warn
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.integrations.errors import IntegrationError
@@ -36,6 +37,7 @@ from followup_pipeline.machine import (
     with_sandbox,
 )
 from followup_pipeline.settings import ConfigError, Settings
+from followup_pipeline.store import lead_mode
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
 from followup_pipeline.store.events import webhook_silence
@@ -120,6 +122,7 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
             yield ok("cadence", f"{settings.cadence_name!r}: business days {days}")
         except UnknownCadence as error:
             yield fail("cadence", str(error))
+        yield lead_mode_check(conn, settings)
         if settings.espocrm_webhooks:
             now = build_clock(settings.now).now()
             yield webhook_check(conn, now=now, zone=settings.timezone)
@@ -127,6 +130,19 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
             yield ok(
                 "webhooks", "none configured (FOLLOWUP_ESPOCRM_WEBHOOKS): reconciliation alone"
             )
+
+
+def lead_mode_check(conn: Any, settings: Settings) -> Check:
+    """Whether lead intake writes to the CRM (live) or only records what it would (shadow)."""
+    mode = lead_mode.in_force(conn, settings)
+    line = describe(mode, settings).removeprefix("lead intake: ")
+    if mode.mode == "live":
+        return ok("lead intake", f"{line}: each lead is written to the CRM")
+    return ok(
+        "lead intake",
+        f"{line}: nothing is written to the CRM, what would be is kept for `followup leads "
+        "compare`; `followup leads go-live` switches",
+    )
 
 
 def webhook_check(conn: Any, *, now: datetime, zone: str) -> Check:

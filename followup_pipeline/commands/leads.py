@@ -3,7 +3,11 @@ how many source events brought each and from where.
 
 ``followup leads compare --since DATE``: per lead, what the pipeline wrote to the CRM or, in
 shadow mode, would have written, beside what the CRM's Lead holds now (read by e-mail address):
-the side-by-side check before the switch from the old automation."""
+the side-by-side check before the switch from the old automation; its summary is kept (the
+audit, subject ``lead-intake``) for ``followup leads go-live`` to show.
+
+``followup leads mode | go-live | shadow``: lead intake's mode, shown and switched
+(``lead_switch.py``)."""
 
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ from datetime import date, datetime, time
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from followup_pipeline.commands import lead_switch
 from followup_pipeline.domain.crm_lead import differences
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import audit, lead_mode
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.lead_crm import CrmWrite, crm_writes_since
 from followup_pipeline.store.leads import list_leads
@@ -112,10 +118,14 @@ def _compare(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"    {attribute}: pipeline {_show(ours)}, CRM {_show(theirs)}")
     finally:
         crm.close()
-    print(
+    summary = (
         f"{len(writes)} lead(s) since {args.since}: {same} as the pipeline has it, "
         f"{differ} different, {unread} unread"
     )
+    print(summary)
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        mode = lead_mode.in_force(conn, settings).mode
+        lead_mode.record_comparison(conn, by=args.by, summary=f"{summary} (in {mode})")
     if len(listed) >= COMPARE_LIMIT:
         print(f"only the newest {COMPARE_LIMIT} writes were read: compare a later --since too")
     return 1 if unread else 0
@@ -129,7 +139,7 @@ def _positive(text: str) -> int:
 
 
 def register(commands: Any) -> None:
-    """Add ``leads list`` and ``leads compare``."""
+    """Add ``leads list``, ``leads compare`` and the mode's commands (``lead_switch.py``)."""
     leads = commands.add_parser("leads", help="the leads taken in (one per person)")
     sub = leads.add_subparsers(dest="leads_command", required=True)
     listing = sub.add_parser("list", help="the leads, newest first, with their source events")
@@ -147,4 +157,8 @@ def register(commands: Any) -> None:
         required=True,
         help="the first day (YYYY-MM-DD, the team's time zone)",
     )
+    compare.add_argument(
+        "--by", type=audit.actor, default=audit.os_user(), help="who compares (default: you)"
+    )
     compare.set_defaults(handler=_compare)
+    lead_switch.register(sub)

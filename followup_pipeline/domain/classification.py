@@ -1,5 +1,6 @@
-"""A lead's classification by the model (docs/architecture.md §9): the text we send about a lead,
-and the check of what comes back. Pure code but for reading the schema shipped with the package.
+"""A lead's classification by the model (docs/architecture.md §9): the check of what comes back
+(the text sent is ``lead_text.py``'s), and how an answer becomes the person's classification.
+Pure code but for reading the schema shipped with the package.
 
 ``lead.v2`` exists twice, and a test keeps the two in agreement: as a JSON Schema
 (``schemas/lead.v2.json``), which the request hands the model, and as ``LeadClassification``,
@@ -13,17 +14,13 @@ from __future__ import annotations
 
 import functools
 import json
-import re
-from collections.abc import Mapping
 from importlib import resources
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from followup_pipeline.domain.emails import masked
-from followup_pipeline.domain.leads import LeadIn
+from followup_pipeline.domain.crm_lead import ClassificationFacts
 from followup_pipeline.domain.summaries import invented_facts
-from followup_pipeline.domain.text import clean_name
 
 #: The schema's name and its file, shipped as package data (pyproject's package-data).
 SCHEMA_NAME = "lead.v2"
@@ -33,12 +30,6 @@ SUMMARY_MAX = 200
 REASON_MAX = 200
 REASONS_MAX = 5
 PRIORITY_MOST_URGENT, PRIORITY_LEAST_URGENT = 1, 4
-#: The company facts that are sent (from the company lookup); any other key stays here.
-COMPANY_FACTS = ("name", "industry", "size", "country")
-#: The longest company fact sent: a lookup's value is data from outside, bounded like a name.
-FACT_MAX = 200
-#: A lead's own name shorter than this is not looked for in the message (it would hit words).
-NAME_MIN = 3
 #: The longest reason a rejection carries (the review list shows it in one line).
 REASON_LIMIT = 500
 
@@ -97,38 +88,23 @@ def lead_v2_schema() -> dict[str, Any]:
     return schema
 
 
-def _fact(value: object) -> str:
-    return clean_name(str(value), FACT_MAX) if value is not None else ""
-
-
-def _without_name(text: str, name: str | None) -> str:
-    """``text`` with the lead's own full name (any case, as a whole word) replaced by
-    ``[name]``: a signature names the person the lead is, which the model need not know."""
-    if not name or len(name) < NAME_MIN:
-        return text
-    return re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "[name]", text, flags=re.IGNORECASE)
-
-
-def classification_text(lead: LeadIn, company: Mapping[str, object] | None = None) -> str:
-    """The text sent about ``lead``: its company, the page it came from, its message, and the
-    company facts of the lookup (``COMPANY_FACTS`` only), with e-mail addresses, phone numbers
-    and IBANs masked everywhere and the lead's own name taken out of the message. The lead's
-    name, e-mail address, phone and consent are not sent: they tell nothing of what the lead wants.
-    """
-    lines = [
-        f"Company (as the lead gave it): {_fact(lead.company) or 'not given'}",
-        # A page's query and fragment may carry what a form put there (?name=…): left out.
-        f"Page: {_fact((lead.page or '').split('?')[0].split('#')[0]) or 'not given'}",
-    ]
-    facts = [(key, _fact((company or {}).get(key))) for key in COMPANY_FACTS]
-    known = [f"- {key}: {value}" for key, value in facts if value]
-    lines.append("Company facts (from a company lookup):")
-    lines.extend(known or ["- none"])
-    # ``LeadIn`` keeps a message printable, its lines and tabs included: sent as it is.
-    message = _without_name(lead.message or "", lead.name).strip()
-    lines.append("Message:")
-    lines.append(message or "(no message)")
-    return masked("\n".join(lines))
+def for_the_person(
+    answer: LeadClassification,
+    *,
+    has_message: bool,
+    standing: ClassificationFacts | None,
+    most_urgent: int | None,
+) -> LeadClassification:
+    """The person's classification after this event's ``answer``: an event with no message of
+    its own (a payment) does not reclassify them: what their ``standing`` classification from a
+    message says (segment, intent, language) stands, the answer adds its summary of the new
+    facts; and the priority never becomes less urgent than the ``most_urgent`` they had (a
+    person changes it in the CRM, where a value not ours is never overwritten)."""
+    priority = min(answer.priority, most_urgent) if most_urgent is not None else answer.priority
+    if has_message or standing is None:
+        return answer.model_copy(update={"priority": priority})
+    kept = {"segment": standing.segment, "intent": standing.intent, "language": standing.language}
+    return answer.model_copy(update={**kept, "priority": priority})
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

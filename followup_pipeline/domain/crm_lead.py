@@ -6,14 +6,23 @@ create with or to change out.
 What a person in the CRM typed wins: the person's attributes (name, address, phone, company, the
 source) and ``description`` are only filled where the CRM's Lead has none; the other mapped
 attributes (the classification's own, custom fields) hold ours.
+
+A payment's amount goes to the Lead's ``opportunityAmount`` and ``opportunityAmountCurrency``
+(EspoCRM's currency field), fill-only like the person's attributes, the amount and its currency
+as one value: the newest payment's amount in the currency's major unit (``domain/money.py``).
+An amount kept in minor units (a currency not in that table) is never written: the number would
+be wrong in the CRM. Nor is one in a currency the CRM does not list
+(``FOLLOWUP_LEAD_CRM_CURRENCIES``): EspoCRM refuses a currency outside its Currency List (its
+``validCurrency`` check, a 400), and with it the whole write.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 #: What a classification holds, by the names ``FOLLOWUP_LEAD_CRM_FIELDS`` maps.
 CLASSIFICATION_ITEMS = ("segment", "intent", "priority", "summary", "language")
@@ -36,8 +45,12 @@ LEAD_OWN_ATTRIBUTES = (
     "accountName",
     "source",
 )
+#: EspoCRM's currency field of a Lead: the amount and its currency code.
+AMOUNT = "opportunityAmount"
+AMOUNT_CURRENCY = "opportunityAmountCurrency"
+AMOUNT_ATTRIBUTES = (AMOUNT, AMOUNT_CURRENCY)
 #: Attributes filled only where the CRM has none (a salesperson's text wins).
-FILL_ONLY = (*LEAD_OWN_ATTRIBUTES, "description")
+FILL_ONLY = (*LEAD_OWN_ATTRIBUTES, "description", *AMOUNT_ATTRIBUTES)
 #: EspoCRM's ``Lead.source`` option for each of our sources (a CRM lead keeps its own).
 CRM_SOURCE = {"site-form": "Web Site", "payment": "Other"}
 
@@ -64,6 +77,9 @@ class LeadFacts:
     company: str | None = None
     phone: str | None = None
     first_source: str | None = None
+    #: The newest payment's amount, in its currency's major unit, and the currency's code.
+    amount: Decimal | None = None
+    currency: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,8 +113,10 @@ def wanted_attributes(
     lead: LeadFacts,
     classification: ClassificationFacts | None,
     fields: Mapping[str, str],
+    currencies: Collection[str] = (),
 ) -> dict[str, object]:
-    """Every attribute the CRM's Lead should hold for this person (None values left out)."""
+    """Every attribute the CRM's Lead should hold for this person (None values left out); the
+    payment's amount only in one of ``currencies``, those the CRM lists."""
     first, last = split_name(lead.name)
     wanted: dict[str, object] = {
         "firstName": first,
@@ -108,6 +126,10 @@ def wanted_attributes(
         "accountName": lead.company,
         "source": CRM_SOURCE.get(lead.first_source or ""),
     }
+    if lead.amount is not None and lead.currency in currencies:
+        # EspoCRM keeps a currency field as a float, sent as a JSON number.
+        wanted[AMOUNT] = float(lead.amount)
+        wanted[AMOUNT_CURRENCY] = lead.currency
     if classification is not None:
         for item, attribute in fields.items():
             wanted[attribute] = classification.item(item)
@@ -130,9 +152,10 @@ def changes(
     ours: Attributes | None = None,
 ) -> dict[str, object]:
     """What an update of the CRM's Lead ``current`` must send so that it holds ``wanted``: the
-    person's attributes and the description only where the CRM's are empty; the classification's
-    where they differ and are empty or still what we wrote (``ours``, what the CRM held as ours
-    after our last write): a value a person changed since is theirs. Empty: nothing to write."""
+    person's attributes, the description and the amount (with its currency) only where the CRM's
+    are empty; the classification's where they differ and are empty or still what we wrote
+    (``ours``, what the CRM held as ours after our last write): a value a person changed since
+    is theirs. Empty: nothing to write."""
     found: dict[str, object] = {}
     for attribute, value in wanted.items():
         theirs = current.get(attribute)
@@ -142,6 +165,12 @@ def changes(
             continue
         elif ours is not None and attribute in ours and _same(ours[attribute], theirs):
             found[attribute] = value
+    # The amount and its currency are one value: both written, or neither (a Lead made in
+    # EspoCRM's form holds the default currency without an amount).
+    if AMOUNT in found and AMOUNT_CURRENCY in wanted:
+        found[AMOUNT_CURRENCY] = wanted[AMOUNT_CURRENCY]
+    else:
+        found.pop(AMOUNT_CURRENCY, None)
     return found
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from followup_pipeline.domain.money import Unit, from_minor_units
 from followup_pipeline.domain.text import clean_name, clean_text
 
 LeadSource = Literal["site-form", "payment", "crm-changes"]
@@ -100,6 +101,9 @@ class LeadIn(BaseModel):
     page: Name = None
     amount: Decimal | None = Field(default=None, ge=0)
     currency: Annotated[str | None, AfterValidator(_currency)] = None
+    #: ``major`` for an amount in the currency's own unit; ``minor`` for one kept as the provider
+    #: gave it, its currency not being in the table (``domain/money.py``).
+    amount_unit: Unit | None = None
     crm_lead_id: Name = None
     source: LeadSource
     kind: LeadKind
@@ -145,8 +149,9 @@ def from_site_form(body: bytes, fields: Mapping[str, str] | None = None) -> Lead
 def from_payment(body: bytes) -> LeadIn | None:
     """The lead of a Stripe event: a paid ``checkout.session.completed``, or the
     ``checkout.session.async_payment_succeeded`` of a delayed payment, makes one (its customer's
-    e-mail address, name and phone, the amount in the currency's major unit); any other event
-    makes none (None: stored and ignored)."""
+    e-mail address, name and phone, the amount in the currency's major unit, or in minor units
+    when the currency is not in ``domain/money.py``'s table); any other event makes none (None:
+    stored and ignored)."""
     raw = _object(_json(body), "body")
     if raw.get("type") not in (PAID_CHECKOUT, PAID_LATER):
         return None
@@ -156,13 +161,17 @@ def from_payment(body: bytes) -> LeadIn | None:
     customer = _object(session.get("customer_details"), "data.object.customer_details")
     total = session.get("amount_total")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
-        raise LeadRejected("data.object.amount_total", "not a whole number of cents")
+        raise LeadRejected("data.object.amount_total", "not a whole number of minor units")
+    currency = session.get("currency")
+    code = currency if isinstance(currency, str) else None
+    money = from_minor_units(total, code) if total is not None else None
     values = {
         "email": customer.get("email"),
         "name": customer.get("name"),
         "phone": customer.get("phone"),
-        "amount": Decimal(total) / 100 if total is not None else None,
-        "currency": session.get("currency"),
+        "amount": money.amount if money is not None else None,
+        "currency": currency,
+        "amount_unit": money.unit if money is not None else None,
         "source": "payment",
         "kind": "payment",
     }

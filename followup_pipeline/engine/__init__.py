@@ -4,6 +4,8 @@
 - ``ledger``: the action ledger service: one row per outbound effect, its attempts, its outcome.
 - ``mailer``: mail through Graph at most once per ledger key (reports and alerts).
 - ``worker``: the event worker: claims, per-item completions, backoff, dead letters, replay.
+- ``run_stops``: the database errors that stop a worker's run, by SQLSTATE class, charging the
+  event nothing.
 - ``event_sensor``: the sensor tick that launches a pipeline's job when its sources' events are
   due.
 - ``reaper``: the ``dead_runs`` sensor's tick: fail a run whose database session (its presence)

@@ -7,11 +7,15 @@ finished item is recorded under its completion key ``{event_id}:{item}:{step}`` 
 one item has the one item 0), committed with the item's own writes, so a retry or a replay
 under the original id skips what is done.
 
-Failures: an ``ItemFailed`` (or any error but a lost database connection) fails the event: it
-waits with exponential backoff and ±25 % jitter, or becomes a dead letter after its last attempt,
-kept with its payload, the step that failed and the last error; ``followup dead-letters replay
-event:<id>`` and the ``replay`` job put it back under its id. A lost connection aborts the run:
-the state is unclear.
+Failures: an error of the event's own (an ``ItemFailed``, a vendor's, a statement refused for
+what it carries) fails the event: it waits with exponential backoff and ±25 % jitter, or becomes a
+dead letter after its last attempt, kept with its payload, the step that failed and the last
+error; ``followup dead-letters replay event:<id>`` and the ``replay`` job put it back under its
+id. An error of the database itself (the connection lost, a statement or lock timeout, a shutdown,
+a full disk: ``run_stops.py`` lists them by SQLSTATE class) stops the run, raising
+``RunStopped``: the state is unclear. The event is not charged for it, and becomes a dead letter
+only after it stopped ``FOLLOWUP_EVENT_RUN_STOPS_MAX`` runs in a row. A serialization failure or
+a deadlock is first retried once, in place.
 """
 
 import dataclasses
@@ -25,9 +29,10 @@ from typing import Any, Literal, Protocol
 import psycopg
 from psycopg import pq
 
+from followup_pipeline.engine.run_stops import RunStopped, database_fault, error_name, record_stop
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
-from followup_pipeline.store.db import StoreError, lost_connection, storable
+from followup_pipeline.store.db import StoreError, storable
 from followup_pipeline.store.events import Event
 
 #: Batches one run claims at most, so a flood cannot keep a run going for ever.
@@ -83,10 +88,12 @@ class EventWorker:
         self.counts = handler.counts
         #: The sources whose due events this worker claims (a replay claims any it is named).
         self.sources = tuple(sources)
+        #: Who holds this run's claims (``claimed_by``).
+        self.run_id = ""
 
     def run(self, ids: Sequence[int] | None = None) -> Counter[str]:
         """Claim and process due events (or the named pending ones: a replay), batch by batch."""
-        run = f"worker-{uuid.uuid4().hex[:12]}"
+        run = self.run_id = f"worker-{uuid.uuid4().hex[:12]}"
         lease = timedelta(seconds=self.settings.event_lease_s)
         seen: list[int] = []
         for _ in range(MAX_BATCHES):
@@ -103,19 +110,20 @@ class EventWorker:
                         sources=self.sources,
                         exclude=seen,
                     )
-            for event in batch:
+            for index, event in enumerate(batch):
                 seen.append(event.id)
-                self.process(event)
+                self.process(event, behind=[e.id for e in batch[index + 1 :]])
             if not batch or ids is not None:
                 break
         return self.counts
 
-    def process(self, event: Event) -> None:
-        """Hand one claimed event to the handler, then mark it done, retried or dead.
+    def process(self, event: Event, behind: Sequence[int] = ()) -> None:
+        """Hand one claimed event to the handler, then mark it done, retried or dead; or stop
+        the run on an error of the database itself, freeing ``behind`` (the batch's events not
+        started) and charging the event nothing.
 
         The attempt is charged (committed) before the first item: an event that kills the
         worker still reaches its limit, and the untouched events of a batch are charged nothing.
-        Any failure but a lost connection is this event's, never the run's.
         """
         self.counts["events_claimed"] += 1
         if event.attempts >= self.settings.event_attempts(event.source):
@@ -127,21 +135,49 @@ class EventWorker:
         with self.conn.transaction():
             attempts = events.start_attempt(self.conn, event.id)
         event = dataclasses.replace(event, attempts=attempts)
-        try:
+        for retry in (False, True):
+            try:
+                self.attempt(event)
+            except ItemFailed as failed:
+                self.fail(event, failed.step, str(failed), permanent=failed.permanent)
+                return
+            except Exception as error:
+                fault = database_fault(error, self.conn)
+                if fault is None:
+                    self.fail(event, "event", repr(error))
+                    return
+                if fault == "conflict" and not retry:
+                    # Another run's transaction won (two register runs side by side): once more.
+                    self.counts["events_conflict_retried"] += 1
+                    continue
+                raise self.stop(event, error, behind, again=retry) from error
+            self.counts["events_done"] += 1
+            return
+
+    def attempt(self, event: Event) -> None:
+        """The handler does the event's items not done yet; the event is marked done after them
+        unless the handler did so itself."""
+        with self.conn.transaction():
+            done = events.completed_keys(self.conn, event.id)
+        if not self.handler.handle(event, done):
             with self.conn.transaction():
-                done = events.completed_keys(self.conn, event.id)
-            if not self.handler.handle(event, done):
-                with self.conn.transaction():
-                    events.mark_done(self.conn, event.id)
-        except ItemFailed as failed:
-            self.fail(event, failed.step, str(failed), permanent=failed.permanent)
-            return
-        except Exception as error:
-            if lost_connection(error, self.conn):
-                raise  # the database is gone: the state is unclear, abort the run
-            self.fail(event, "event", repr(error))
-            return
-        self.counts["events_done"] += 1
+                events.mark_done(self.conn, event.id)
+
+    def stop(
+        self, event: Event, error: Exception, behind: Sequence[int], *, again: bool
+    ) -> RunStopped:
+        """Record that the event's handling met an error of the database itself (its attempt
+        given back, the stop counted, ``behind`` freed) and the ``RunStopped`` to raise."""
+        named = error_name(error) + (" (again, after one retry)" if again else "")
+        what = record_stop(
+            self.conn,
+            event_id=event.id,
+            run=self.run_id,
+            error=named,
+            stops_max=self.settings.event_run_stops_max,
+            behind=behind,
+        )
+        return RunStopped(f"event:{event.id} stopped the run: {named}; {what}")
 
     def fail(self, event: Event, step: str, error: str, *, permanent: bool = False) -> None:
         """Count the failed attempt: wait with backoff, or dead-letter after the last one."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from followup_pipeline.domain.crm_lead import Attributes, CrmLead
+from followup_pipeline.domain.crm_lead import AMOUNT_ATTRIBUTES, Attributes, CrmLead
 from followup_pipeline.integrations.errors import NotFoundError, SchemaError
 from followup_pipeline.integrations.espocrm import (
     LEAD_FIELDS,
@@ -93,9 +93,11 @@ class EspoLeadWriter:
         self._hmac_secret = hmac_secret
         client = build_client(root, transport=transport, timeouts=timeouts)
         self._http = VendorHttp(client, vendor=VENDOR, message_of=status_reason, sleep=sleep)
-        #: What a search reads: the Lead's standard attributes and those the classification
-        #: lands in.
-        self._select = ",".join(dict.fromkeys([*LEAD_FIELDS.split(","), *custom_fields]))
+        #: What a search reads: the Lead's standard attributes, its amount (a salesperson's
+        #: wins) and those the classification lands in.
+        self._select = ",".join(
+            dict.fromkeys([*LEAD_FIELDS.split(","), *AMOUNT_ATTRIBUTES, *custom_fields])
+        )
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -124,7 +124,7 @@ def input_hash(model: str, messages: Sequence[dict[str, str]]) -> str:
 
 def classify_messages(text: str) -> list[dict[str, str]]:
     """Exactly the messages a classification sends: the system prompt and the lead's text, as
-    ``domain.classification.classification_text`` made it (masked)."""
+    ``domain.lead_text.classification_text`` made it (masked)."""
     return [
         {"role": "system", "content": prompts.CLASSIFY_SYSTEM_PROMPT},
         {"role": "user", "content": prompts.CLASSIFY_USER_TEMPLATE.format(lead=text)},
@@ -207,7 +207,7 @@ class MistralClient:
     def classify_lead(self, text: str, schema: Mapping[str, Any] | None = None) -> ModelAnswer:
         """Ask for a lead's classification in ``schema`` (by default lead.v2 as the package ships
         it; JSON schema, strict) from ``text``, the lead as
-        ``domain.classification.classification_text`` made it (masked); the answer comes back
+        ``domain.lead_text.classification_text`` made it (masked); the answer comes back
         unchecked: ``domain.classification.parse_classification`` decides."""
         return self._complete(
             classify_messages(text),

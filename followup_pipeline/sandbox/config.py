@@ -67,6 +67,12 @@ class SandboxConfig(BaseModel):
     espocrm_api_key: SecretStr = SecretStr("sandbox-espocrm-key")
     espocrm_hmac_secret: SecretStr = SecretStr("sandbox-espocrm-hmac-secret")
     espocrm_stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES))
+    #: The installation's Currency List (Administration → Currency), its default currency first:
+    #: a currency field in another currency is refused (EspoCRM's ``validCurrency``).
+    espocrm_currencies: list[str] = Field(
+        default_factory=lambda: ["EUR", "USD", "GBP", "CHF", "JPY", "KRW", "KWD", "BHD"],
+        min_length=1,
+    )
     webhook_url: str | None = None
     webhooks: list[WebhookSpec] = Field(default_factory=_default_webhooks)
     #: EspoCRM's ProcessWebhookQueue job runs on cron */2: every two minutes.

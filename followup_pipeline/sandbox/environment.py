@@ -36,6 +36,8 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_MISTRAL_API_KEY": config.mistral_api_key.get_secret_value(),
         "FOLLOWUP_COMPANY_LOOKUP_URL": f"{base}/pdl",
         "FOLLOWUP_COMPANY_LOOKUP_API_KEY": config.pdl_api_key.get_secret_value(),
+        # The CRM's Currency List: a payment's amount in one of them is written to its Lead.
+        "FOLLOWUP_LEAD_CRM_CURRENCIES": ",".join(config.espocrm_currencies),
         # The demo tenants' Moodle tokens, by the names their rows give (ACADEMY_BERLIN, …).
         # and their Accredible keys (ACADEMY_BERLIN_CREDENTIALS, …).
         "FOLLOWUP_LMS_TOKENS": json.dumps(

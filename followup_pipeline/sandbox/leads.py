@@ -10,6 +10,12 @@ address or phone number (``logicDefs/Lead.json``, checked by the server too), an
 ``NULLIF(TRIM(firstName + ' ' + lastName), '')`` (``PersonName``): null when both are empty. The
 listing is the search of every list (``search.py``), so ``where`` (``after`` a ``modifiedAt``),
 ``select``, ``orderBy``, ``offset``/``maxSize`` and ``X-No-Total`` answer as EspoCRM's do.
+
+Its currency field is EspoCRM's: ``opportunityAmount`` (a float) and
+``opportunityAmountCurrency``, which must be one of the installation's Currency List
+(``FieldValidators/CurrencyType::checkValidCurrency``, a mandatory validation: 400 "Field
+validation failure" naming the field and ``validCurrency``); a create with an amount and no
+currency gets the default currency (``Record/Service::populateDefaults``).
 """
 
 import json
@@ -34,6 +40,8 @@ LEAD_ATTRIBUTES = [
     "source",
     "description",
     "assignedUserId",
+    "opportunityAmount",
+    "opportunityAmountCurrency",
     "createdAt",
     "modifiedAt",
     # The installation's custom fields (Entity Manager; EspoCRM prefixes them with ``c``): where
@@ -60,6 +68,26 @@ async def _body(request: Request) -> dict[str, Any] | Response:
     if status is not None and status not in LEAD_STATUSES:
         return espo_error(400, f"Bad value for status: {status!r}.")
     return body
+
+
+def _invalid_amount(state: SandboxState, lead: dict[str, Any]) -> Response | None:
+    """EspoCRM's 400 for a currency field that breaks its checks, else None."""
+    amount, currency = lead.get("opportunityAmount"), lead.get("opportunityAmountCurrency")
+    failed = None
+    if amount is not None and (isinstance(amount, bool) or not isinstance(amount, int | float)):
+        failed = "valid"
+    elif (amount is not None or currency is not None) and (
+        currency not in state.config.espocrm_currencies
+    ):
+        failed = "validCurrency"
+    if failed is None:
+        return None
+    data = {"field": "opportunityAmount", "type": failed}
+    body = {"messageTranslation": {"label": "validationFailure", "scope": None, "data": data}}
+    reason = (
+        f"Field validation failure; entityType: Lead, field: opportunityAmount, type: {failed}."
+    )
+    return JSONResponse(body, 400, headers={"X-Status-Reason": reason})
 
 
 #: A Lead's name is required only when none of these is given (``logicDefs/Lead.json``).
@@ -109,6 +137,10 @@ async def create_lead(request: Request, state: SandboxState) -> Response:
         return body
     if not _name(body) and not any(body.get(key) for key in REACHABLE_BY):
         return espo_error(400, "Field name is required.")
+    if body.get("opportunityAmount") is not None and not body.get("opportunityAmountCurrency"):
+        body["opportunityAmountCurrency"] = state.config.espocrm_currencies[0]
+    if (refused := _invalid_amount(state, body)) is not None:
+        return refused
     skip = request.headers.get("x-skip-duplicate-check", "").lower() == "true"
     found = [] if skip else _duplicates(state, body)
     if found:
@@ -131,6 +163,9 @@ async def update_lead(request: Request, state: SandboxState) -> Response:
     body = await _body(request)
     if isinstance(body, Response):
         return body
+    touched = {"opportunityAmount", "opportunityAmountCurrency"} & set(body)
+    if touched and (refused := _invalid_amount(state, {**lead, **body})) is not None:
+        return refused  # EspoCRM validates the fields the request sets
     lead.update(body)
     lead["name"] = _name(lead)
     lead["modifiedAt"] = state.clock.espo()

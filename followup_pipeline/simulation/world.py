@@ -220,6 +220,8 @@ class World:
             "FOLLOWUP_EVENT_LEASE_S": "20",
             # A failed event is tried again at the next run of its job, not minutes later.
             "FOLLOWUP_EVENT_BACKOFF_BASE_S": "0",
+            # The world is an installation that went live: each lead is one CRM Lead.
+            "FOLLOWUP_LEAD_INTAKE_MODE": "live",
         }
         values |= self._extra
         saved = {name: os.environ.get(name) for name in values}

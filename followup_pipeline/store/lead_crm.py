@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -31,6 +32,9 @@ class LeadForCrm:
     crm_lead_id: str | None
     crm_written_at: datetime | None
     crm_fields: dict[str, object]
+    #: The newest payment's amount in its currency's major unit (None: no such payment).
+    paid_amount: Decimal | None = None
+    paid_currency: str | None = None
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,10 @@ class Classified:
     source: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: Whether the event had a message of its own (a payment has none).
+    from_message: bool = True
+    #: The model's answer as it came, where the person's classification differs from it.
+    answer: dict[str, Any] | None = None
 
     @classmethod
     def of(
@@ -116,8 +120,11 @@ class Classified:
         model: str,
         source: str,
         tokens: tuple[int | None, int | None] = (None, None),
+        from_message: bool = True,
+        answer: LeadClassification | None = None,
     ) -> Classified:
-        """A checked answer as it is stored, by the model (with its tokens) or by review."""
+        """A checked answer as it is stored, by the model (with its tokens) or by review;
+        ``answer``: the model's own, when ``checked`` is the person's after it."""
         return cls(
             event_id=event_id,
             lead_id=lead_id,
@@ -131,6 +138,8 @@ class Classified:
             source=source,
             prompt_tokens=tokens[0],
             completion_tokens=tokens[1],
+            from_message=from_message,
+            answer=answer.model_dump() if answer is not None and answer != checked else None,
         )
 
 
@@ -138,7 +147,13 @@ def store_classification(
     conn: psycopg.Connection[Any], classified: Classified, *, now: datetime
 ) -> bool:
     """Store a lead event's classification once; False if it had one already."""
-    params = {**classified.__dict__, "reasons": list(classified.reasons), "created_at": now}
+    answer = Jsonb(classified.answer) if classified.answer is not None else None
+    params = {
+        **classified.__dict__,
+        "reasons": list(classified.reasons),
+        "answer": answer,
+        "created_at": now,
+    }
     return conn.execute(query("classification_insert"), params).fetchone() is not None
 
 

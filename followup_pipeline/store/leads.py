@@ -28,6 +28,8 @@ class LeadRow:
     consent: bool | None = None
     amount: Decimal | None = None
     currency: str | None = None
+    #: ``major`` or ``minor`` (a currency not in ``domain/money.py``'s table); None: no amount.
+    amount_unit: str | None = None
     page: str | None = None
     message: str | None = None
     crm_lead_id: str | None = None
@@ -69,6 +71,7 @@ def link_event(conn: psycopg.Connection[Any], *, event_id: int, lead: LeadRow) -
             "at": lead.at,
             "amount": lead.amount,
             "currency": lead.currency,
+            "amount_unit": lead.amount_unit,
             "page": lead.page,
             "message": lead.message,
             "crm_lead_id": lead.crm_lead_id,

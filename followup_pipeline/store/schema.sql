@@ -245,8 +245,10 @@ CREATE TABLE followup.events (
     claimed_until timestamp with time zone,
     claimed_by text,
     delivery_id text,
+    run_stops integer DEFAULT 0 NOT NULL,
     CONSTRAINT events_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT events_duplicate_count_check CHECK ((duplicate_count >= 0)),
+    CONSTRAINT events_run_stops_check CHECK ((run_stops >= 0)),
     CONSTRAINT events_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text, 'unhandled'::text])))
 );
 
@@ -288,6 +290,8 @@ CREATE TABLE followup.lead_classifications (
     prompt_tokens integer,
     completion_tokens integer,
     created_at timestamp with time zone NOT NULL,
+    from_message boolean DEFAULT true NOT NULL,
+    answer jsonb,
     CONSTRAINT lead_classifications_priority_valid CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT lead_classifications_source_valid CHECK ((source = ANY (ARRAY['model'::text, 'review'::text])))
 );
@@ -313,6 +317,9 @@ CREATE TABLE followup.lead_events (
     page text,
     message text,
     crm_lead_id text,
+    amount_unit text,
+    CONSTRAINT lead_events_amount_unit_given CHECK (((amount IS NULL) = (amount_unit IS NULL))),
+    CONSTRAINT lead_events_amount_unit_valid CHECK ((amount_unit = ANY (ARRAY['major'::text, 'minor'::text]))),
     CONSTRAINT lead_events_kind_valid CHECK ((kind = ANY (ARRAY['form'::text, 'payment'::text, 'crm'::text])))
 );
 
@@ -323,6 +330,15 @@ ALTER TABLE followup.lead_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTIT
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE followup.lead_intake_mode (
+    id boolean DEFAULT true NOT NULL,
+    mode text NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    changed_by text NOT NULL,
+    CONSTRAINT lead_intake_mode_one_row CHECK (id),
+    CONSTRAINT lead_intake_mode_valid CHECK ((mode = ANY (ARRAY['shadow'::text, 'live'::text])))
 );
 
 CREATE TABLE followup.leads (
@@ -702,6 +718,9 @@ ALTER TABLE ONLY followup.lead_events
 
 ALTER TABLE ONLY followup.lead_events
     ADD CONSTRAINT lead_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY followup.lead_intake_mode
+    ADD CONSTRAINT lead_intake_mode_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY followup.leads
     ADD CONSTRAINT leads_email_unique UNIQUE (email);

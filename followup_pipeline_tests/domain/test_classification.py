@@ -4,6 +4,8 @@ and the text about a lead that is sent (masked)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import jsonschema
@@ -13,10 +15,12 @@ from followup_pipeline.domain.classification import (
     SCHEMA_NAME,
     ClassificationRejected,
     LeadClassification,
-    classification_text,
+    for_the_person,
     lead_v2_schema,
     parse_classification,
 )
+from followup_pipeline.domain.crm_lead import ClassificationFacts
+from followup_pipeline.domain.lead_text import EarlierEvent, classification_text
 from followup_pipeline.domain.leads import LeadIn
 
 #: The keywords that make up the structure both sides must state alike (descriptions and titles
@@ -317,3 +321,64 @@ def test_classification_text_takes_the_leads_name_out_only_as_a_whole_word() -> 
         kind="form",
     )
     assert classification_text(lead).endswith("Message:\nMaximal 3 Nutzer. Gruß, [name]")
+
+
+# --- the person's classification: what is sent of their earlier events, what stands -----------
+
+PAYMENT = LeadIn(
+    email="julia.hoffmann@baeckerei.example",
+    name="Julia Hoffmann",
+    amount=Decimal("4900"),
+    currency="jpy",
+    amount_unit="major",
+    source="payment",
+    kind="payment",
+)
+BOUGHT = ClassificationFacts("mid_market", "buy", 2, "Ein Angebot.", "de")
+PAID_ANSWER = LeadClassification.model_validate(
+    {**VALID, "segment": "small_business", "intent": "question", "priority": 3,
+     "summary": "Bezahlt.", "language": "en"}
+)  # fmt: skip
+
+
+def test_classification_text_tells_of_a_payment_and_the_persons_earlier_events() -> None:
+    form = EarlierEvent(
+        kind="form", received_at=datetime(2026, 3, 2, 9, tzinfo=UTC),
+        page="https://shop.example/preise?name=Julia", message=MESSAGE,
+    )  # fmt: skip
+    text = classification_text(PAYMENT, None, [form])
+    assert "Paid with this event: 4900 JPY" in text.splitlines()
+    earlier = text.split("Earlier events of this person (oldest first):\n")[1]
+    line = earlier.splitlines()[0]
+    assert line.startswith("- 2026-03-02, form, page https://shop.example/preise, message: Guten")
+    assert "julia.hoffmann@" not in text  # masked
+    assert "JULIA HOFFMANN" not in text  # the person's name taken out
+    assert text.endswith("Message:\n(no message)")
+    unknown = PAYMENT.model_copy(update={"currency": "XYZ", "amount_unit": "minor"})
+    assert "Paid with this event: 4900 minor units of XYZ" in classification_text(unknown)
+
+
+@pytest.mark.parametrize(
+    ("has_message", "standing", "most_urgent", "expected"),
+    [
+        # A payment after a message: what the message said stands; the answer's summary is kept.
+        (False, BOUGHT, 2, ("mid_market", "buy", 2, "de", "Bezahlt.")),
+        # A payment before any message: the answer is the person's.
+        (False, None, None, ("small_business", "question", 3, "en", "Bezahlt.")),
+        # A new message reclassifies, but never less urgent than they were.
+        (True, BOUGHT, 2, ("small_business", "question", 2, "en", "Bezahlt.")),
+        (True, BOUGHT, 4, ("small_business", "question", 3, "en", "Bezahlt.")),
+    ],
+)
+def test_classification_for_the_person_keeps_what_a_message_said_and_the_urgency(
+    has_message: bool,
+    standing: ClassificationFacts | None,
+    most_urgent: int | None,
+    expected: tuple[str, str, int, str, str],
+) -> None:
+    theirs = for_the_person(
+        PAID_ANSWER, has_message=has_message, standing=standing, most_urgent=most_urgent
+    )
+    assert (theirs.segment, theirs.intent, theirs.priority, theirs.language, theirs.summary) == (
+        expected
+    )

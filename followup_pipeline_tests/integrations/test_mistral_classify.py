@@ -10,10 +10,10 @@ import pytest
 
 from followup_pipeline.domain.classification import (
     ClassificationRejected,
-    classification_text,
     lead_v2_schema,
     parse_classification,
 )
+from followup_pipeline.domain.lead_text import classification_text
 from followup_pipeline.domain.leads import LeadIn
 from followup_pipeline.integrations import prompts
 from followup_pipeline.integrations.mistral import (

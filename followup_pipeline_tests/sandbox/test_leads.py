@@ -91,3 +91,32 @@ async def test_leads_same_name_without_e_mail_is_a_duplicate_and_unknown_fields_
         f"{API}/Lead", json={"firstName": "ada", "lastName": "LOVELACE"}, headers=ESPO
     )
     assert (again.status_code, again.headers["X-Status-Reason"]) == (409, "duplicate")
+
+
+async def test_leads_amount_in_a_listed_currency_is_kept_and_another_is_refused(
+    sandbox: Sandbox,
+) -> None:
+    body = {"lastName": "Sato", "opportunityAmount": 5000, "opportunityAmountCurrency": "JPY"}
+    kept = await sandbox.client.post(f"{API}/Lead", json=body, headers=ESPO)
+    assert kept.status_code == 200
+    lead = kept.json()
+    assert (lead["opportunityAmount"], lead["opportunityAmountCurrency"]) == (5000, "JPY")
+    # An amount without a currency gets the installation's default currency.
+    plain = {"lastName": "Weber", "opportunityAmount": 49.0}
+    defaulted = (await sandbox.client.post(f"{API}/Lead", json=plain, headers=ESPO)).json()
+    assert defaulted["opportunityAmountCurrency"] == "EUR"
+    # A currency outside the Currency List is EspoCRM's validation failure, on create and update.
+    outside = {"lastName": "Berg", "opportunityAmount": 10, "opportunityAmountCurrency": "SEK"}
+    refused = await sandbox.client.post(f"{API}/Lead", json=outside, headers=ESPO)
+    changed = await sandbox.client.put(
+        f"{API}/Lead/{lead['id']}", json={"opportunityAmountCurrency": "SEK"}, headers=ESPO
+    )
+    reason = "Field validation failure; entityType: Lead, field: opportunityAmount, type: "
+    for answer in (refused, changed):
+        assert (answer.status_code, answer.headers["X-Status-Reason"]) == (
+            400,
+            reason + "validCurrency.",
+        )
+        assert answer.json()["messageTranslation"]["data"]["type"] == "validCurrency"
+    read = (await sandbox.client.get(f"{API}/Lead/{lead['id']}", headers=ESPO)).json()
+    assert read["opportunityAmountCurrency"] == "JPY"

@@ -3,12 +3,14 @@ the nightly CRM sweep become one lead per person.
 
 - ``lead_events``, a sensor over the event log (``engine/event_sensor.py``), launches
   ``lead_intake`` when events of the lead sources are due; its steps ``normalise``
-  (``normalise.py``), ``enrich`` and ``classify`` (``steps.py``) and ``crm_upsert``
+  (``normalise.py``), ``enrich`` (``enrich.py``), ``classify`` (``classify.py``) and ``crm_upsert``
   (``upsert.py``, the one write to the CRM, or in shadow mode the record of it) run on the
   engine's event worker: completion keys ``{event_id}:0:{step}``, ``FOLLOWUP_LEAD_MAX_RETRIES``
   retries after
   the first attempt with backoff and jitter, then a dead letter that ``followup dead-letters``
-  lists and replays by the original id.
+  lists and replays by the original id. Each run reads lead intake's mode (``store/lead_mode.py``:
+  shadow until a person runs ``followup leads go-live``) and carries it as the tag
+  ``followup/lead_mode``.
 - ``crm_changes``, every night at ``FOLLOWUP_CRM_CHANGES_AT`` in the team's time zone, stores
   the CRM's Leads changed since its cursor as events (``sweep.py``).
 """
@@ -32,6 +34,9 @@ from followup_pipeline.settings import LEAD_SOURCES, Settings
 #: A lead_intake run that outlives this is failed by run monitoring (the sensor waits while one
 #: is in flight).
 MAX_RUNTIME_S = 30 * 60
+
+#: The run's tag of lead intake's mode: ``shadow`` (nothing written to the CRM) or ``live``.
+MODE_TAG = "followup/lead_mode"
 
 #: The sources whose events this capability handles.
 EVENT_HANDLERS: dict[str, HandlerFactory] = dict.fromkeys(LEAD_SOURCES, make_normaliser)
@@ -57,6 +62,9 @@ def normalise_leads(
     }
     with postgres.connection() as conn:
         handler = make_normaliser(conn, settings, resources)
+        if handler.mode is not None:
+            context.instance.add_run_tags(context.run_id, {MODE_TAG: handler.mode.mode})
+            context.log.info("lead intake %s (%s)", handler.mode.mode, handler.mode.why)
         counts = dict(EventWorker(conn, handler, settings, sources=LEAD_SOURCES).run())
     return outcome_output(context, worker_outcome(counts), counts)
 

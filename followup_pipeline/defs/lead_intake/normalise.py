@@ -3,13 +3,16 @@ person's lead (docs/architecture.md §9).
 
 The worker (``engine/worker.py``) claims, charges attempts, backs off with jitter and dead-letters;
 this handler parses the event's body into a ``LeadIn`` and writes it with the step's completion
-key ``{event_id}:0:normalise`` in one transaction (then the next steps, ``steps.py``, each with
-its own key; the last marks the event done): a retry or a replay
-under the original id finds the key and writes nothing twice. A body that makes no lead (a field
-missing or wrong) is a dead letter at once, naming the field; a payment event that is no paid
-checkout, and a CRM Lead without an e-mail address, are done and counted ``ignored``.
+key ``{event_id}:0:normalise`` in one transaction (then the next steps, ``enrich.py``,
+``classify.py`` and ``upsert.py``, each with its own key; the last marks the event done): a retry
+or a replay under the original id finds the key and writes nothing twice. A body that makes no
+lead (a field missing or wrong) is a dead letter at once, naming the field; a payment event that
+is no paid checkout, and a CRM Lead without an e-mail address, are done and counted ``ignored``.
+A payment in a currency ``domain/money.py`` does not know keeps its amount in minor units,
+counted ``unknown_currency`` and named in a warning.
 """
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -17,7 +20,8 @@ from typing import Any
 
 import psycopg
 
-from followup_pipeline.defs.lead_intake.steps import Classifier, CompanyLookup, Enricher
+from followup_pipeline.defs.lead_intake.classify import Classifier
+from followup_pipeline.defs.lead_intake.enrich import CompanyLookup, Enricher
 from followup_pipeline.defs.lead_intake.upsert import CrmUpserter
 from followup_pipeline.domain.companies import CompanyFacts
 from followup_pipeline.domain.leads import (
@@ -35,11 +39,12 @@ from followup_pipeline.integrations.resources import (
 )
 from followup_pipeline.resources import ClockResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import events, leads
+from followup_pipeline.store import events, lead_mode, leads
 from followup_pipeline.store.events import Event
 from followup_pipeline.store.lead_enrichment import lead_by_id
 
 STEP = "normalise"
+LOG = logging.getLogger(__name__)
 
 
 class LeadNormaliser:
@@ -50,6 +55,8 @@ class LeadNormaliser:
         self.counts: Counter[str] = Counter()
         #: The steps after ``normalise``, when the capability has its vendors.
         self.next_steps: NextSteps | None = None
+        #: Lead intake's mode for this run (read with the steps: shadow writes nothing).
+        self.mode: lead_mode.InForce | None = None
         fields = settings.site_form_fields
         self.parsers: Mapping[str, Callable[[bytes], LeadIn | None]] = {
             "site-form": lambda body: from_site_form(body, fields),
@@ -105,6 +112,7 @@ class LeadNormaliser:
             consent=lead.consent,
             amount=lead.amount,
             currency=lead.currency,
+            amount_unit=lead.amount_unit,
             page=lead.page,
             message=lead.message,
             crm_lead_id=lead.crm_lead_id,
@@ -117,6 +125,13 @@ class LeadNormaliser:
                 events.mark_done(self.conn, event.id)
         self.counts["normalised"] += 1
         self.counts["new_leads" if linked.created else "duplicates"] += 1
+        if lead.amount_unit == "minor":
+            self.counts["unknown_currency"] += 1
+            LOG.warning(
+                "event %s (%s): currency %r is not in the table of minor units: its amount %s "
+                "is kept in minor units (lead_events.amount_unit 'minor'), not written to the CRM",
+                event.id, event.delivery_id, lead.currency, lead.amount,
+            )  # fmt: skip
         return linked.lead_id
 
 
@@ -178,6 +193,9 @@ def make_normaliser(
     clock, crm = resources.get("clock"), resources.get("espocrm")
     if isinstance(companies, CompanyLookupResource) and isinstance(mistral, MistralResource):
         counts = handler.counts
+        with conn.transaction():
+            handler.mode = lead_mode.in_force(conn, settings)
+        shadow = handler.mode.mode == "shadow"
         lookup = CompanyLookup(companies.get_client()) if settings.company_lookup_api_key else None
         writer = (
             crm.lead_writer(tuple(settings.lead_crm_fields.values()))
@@ -189,6 +207,8 @@ def make_normaliser(
             Enricher(conn, lookup, counts),
             Classifier(conn, mistral.get_client(), settings, counts),
             clock.now if isinstance(clock, ClockResource) else lambda: datetime.now(UTC),
-            CrmUpserter(conn, writer, settings, counts) if writer is not None else None,
+            CrmUpserter(conn, writer, settings, counts, shadow=shadow)
+            if writer is not None
+            else None,
         )
     return handler

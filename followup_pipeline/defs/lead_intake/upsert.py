@@ -3,22 +3,24 @@ to the CRM, an EspoCRM ``Lead`` per person.
 
 Search first (the Lead we wrote or read before, else the Leads of the e-mail address), then
 update the one found with what it lacks, or create one. What a person typed in the CRM wins: the
-person's attributes and the description are only filled where empty, and a classification value
-is only replaced while it still holds what we wrote last (``leads.crm_fields``). The write is a
-ledger action keyed ``lead:{event_id}:crm_upsert``: ``attempted`` is committed before the
-request, ``accepted`` with the Lead's id after, in the transaction that records the step and marks
-the event done. An answer that was lost leaves it ``unknown``; the retry waits out the in-flight
-window (also when another event of the same person lost its answer), then searches before
-anything else, so the Lead the lost create made is found and not made twice. One run at a time
+person's attributes, the description and a payment's amount (``domain/crm_lead.py``) are only
+filled where empty, and a classification value is only replaced while it still holds what we
+wrote last (``leads.crm_fields``). The write is a ledger action keyed
+``lead:{event_id}:crm_upsert``: ``attempted`` is committed before the request, ``accepted`` with
+the Lead's id after, in the transaction that records the step and marks the event done. An
+answer that was lost leaves it ``unknown``; the retry waits out the in-flight window (also when
+another event of the same person lost its answer), then searches before anything else, so the
+Lead the lost create made is found and not made twice. One run at a time
 writes a person's Lead (a session advisory lock). A create refused by EspoCRM's duplicate check
 (409, with the duplicates) updates the duplicate of the same e-mail address; duplicates of the
 name alone are other people, and after one more search by the address the create is sent again
 past the check.
 
-Shadow mode (``FOLLOWUP_LEAD_INTAKE_MODE=shadow``, implied by ``FOLLOWUP_DRY_RUN``) reads the CRM
-the same way and records what it would have written (the action ``suppressed``, reason
-``shadow``, the write in its payload) for ``followup leads compare``; it writes nothing, and
-leaves a live write whose answer was lost to a live run.
+Shadow mode (lead intake's mode on record, ``store/lead_mode.py``: where every installation
+starts; implied by ``FOLLOWUP_DRY_RUN``) reads the CRM the same way and records what it would
+have written (the action ``suppressed``, reason ``shadow``, the write in its payload) for
+``followup leads compare``; it writes nothing, and leaves a live write whose answer was lost to a
+live run.
 """
 
 import logging
@@ -123,11 +125,15 @@ class CrmUpserter:
         writer: LeadWriter,
         settings: Settings,
         counts: Counter[str],
+        *,
+        shadow: bool,
     ) -> None:
         self.conn = conn
         self.writer = writer
         self.settings = settings
         self.counts = counts
+        #: Lead intake's mode for this run (``store/lead_mode.py``): True writes nothing.
+        self.shadow = shadow
 
     def run(self, event: Event, lead_id: int, *, now: datetime) -> bool:
         """Write (or in shadow, record) the event's lead to the CRM; mark the event done. One
@@ -168,7 +174,7 @@ class CrmUpserter:
                 "a write of this person lost its answer moments ago: the CRM is searched once "
                 f"the in-flight window ({window:.0f} s) has passed",
             )
-        if self.settings.lead_shadow() and prior.maybe_done:
+        if self.shadow and prior.maybe_done:
             # A live write's answer was lost before the switch to shadow: left for a live run
             # to settle, as the ledger leaves one in a dry run.
             LOG.warning("shadow: %s may have reached the CRM before; left as it is", key)
@@ -179,8 +185,15 @@ class CrmUpserter:
             company=lead.company,
             phone=lead.phone,
             first_source=lead.first_source,
+            amount=lead.paid_amount,
+            currency=lead.paid_currency,
         )
-        wanted = wanted_attributes(facts, classification, self.settings.lead_crm_fields)
+        wanted = wanted_attributes(
+            facts,
+            classification,
+            self.settings.lead_crm_fields,
+            self.settings.lead_crm_currencies,
+        )
         current = self.look(lead)
         sending = (
             wanted if current is None else changes(wanted, current.attributes, lead.crm_fields)
@@ -196,11 +209,11 @@ class CrmUpserter:
                 "crm_lead_id": current.id if current is not None else None,
                 "attributes": sending,
                 "wanted": wanted,
-                "mode": "shadow" if self.settings.lead_shadow() else "live",
+                "mode": "shadow" if self.shadow else "live",
             },
         )
-        if self.settings.lead_shadow():
-            return self.shadow(event, spec)
+        if self.shadow:
+            return self.record_shadow(event, spec)
         if current is not None and op == "unchanged":
             note = "the CRM's Lead holds it already"
             if prior.maybe_done:
@@ -314,7 +327,7 @@ class CrmUpserter:
             self.record(self.conn, event, lead, crm_lead_id, op=op, ours=ours)
         return True
 
-    def shadow(self, event: Event, spec: rows.ActionSpec) -> bool:
+    def record_shadow(self, event: Event, spec: rows.ActionSpec) -> bool:
         """Record what the write would have been; write nothing."""
         with self.conn.transaction():
             rows.suppress(self.conn, spec, reason="shadow")

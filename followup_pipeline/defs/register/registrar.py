@@ -7,6 +7,8 @@ common event (distinct deals, all listed) is written whole in one transaction of
 statements, its deal marks taken in the deals' order so two runs cannot deadlock. Any other
 event, or one whose statements together fail, is done item by item: each item a list of one in
 a transaction of its own, so an item that fails is rolled back alone and those before it kept.
+An error of the database itself (``engine/run_stops.py``) is no item's: it goes up to the
+worker, which stops the run (a conflict with another run it first retries once).
 
 Each item's write is committed with its completion key ``{event_id}:{item}:{step}``; opening is
 ``ON CONFLICT DO NOTHING``, so a redelivery never resets a running cadence. Order: a deal read
@@ -31,6 +33,7 @@ from followup_pipeline.defs.register.items import (
     subject_for,
 )
 from followup_pipeline.domain.registration import Observation, Subject, decide, stage_policy
+from followup_pipeline.engine.run_stops import database_fault
 from followup_pipeline.engine.worker import ItemFailed, completion_key
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError, SchemaError
 from followup_pipeline.integrations.espocrm import IDS_PER_LISTING
@@ -43,7 +46,7 @@ from followup_pipeline.integrations.espocrm_webhooks import (
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.cadences import Plans, load_plans
-from followup_pipeline.store.db import lost_connection, storable
+from followup_pipeline.store.db import storable
 from followup_pipeline.store.events import Event
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.watches import apply_registrations, latest_watches_of
@@ -104,9 +107,9 @@ class Registrar:
             deal = self.read(item)
             with self.conn.transaction():
                 [result] = self.register(event, [(item, deal)]).values()
-        except Exception as error:  # any error of an item but a lost connection: a retry
-            if lost_connection(error, self.conn):
-                raise  # the database is gone: the state is unclear, abort the run
+        except Exception as error:  # any error of an item but the database's own: a retry
+            if database_fault(error, self.conn):
+                raise  # the worker's to judge: the state is unclear, the run stops
             what = error if isinstance(error, IntegrationError) else repr(error)
             step = f"{item.index}:{step_of(item)}"
             raise ItemFailed(step, f"deal {item.deal_id}: {what}") from None
@@ -116,7 +119,8 @@ class Registrar:
         """Decide and write every item of the event together, and mark the event done, in one
         transaction (the common case: distinct deals, all read, so no CRM request is made while
         it holds locks). False, with nothing written, when the event needs the items one by
-        one: an item that is invalid, unread or shares its deal with another, or any error."""
+        one: an item that is invalid, unread or shares its deal with another, or an error
+        that is not the database's own (that one goes up to the worker)."""
         deal_ids = [item.deal_id for item in items]
         if (
             self.unread is not None
@@ -134,7 +138,7 @@ class Registrar:
                 results = self.register(event, read)
                 events.mark_done(self.conn, event.id)
         except Exception as error:
-            if lost_connection(error, self.conn):
+            if database_fault(error, self.conn):
                 raise
             self.counts["events_one_by_one_after_error"] += 1
             return False
@@ -214,8 +218,8 @@ class Registrar:
         self.counts["crm_requests"] += -(-len(set(ids)) // IDS_PER_LISTING)
         try:
             listing = self.crm.list_deals_by_ids(ids=ids)
-        except Exception as error:  # any error of the read but a lost connection
-            if lost_connection(error, self.conn):
+        except Exception as error:  # any error of the read but the database's own
+            if database_fault(error, self.conn):
                 raise
             # Each item that needs the CRM fails in its turn (and the event waits), as a read
             # of its own would have; deletes and complete payloads are applied.

@@ -56,9 +56,10 @@ UPDATE events SET attempts = attempts + 1 WHERE id = %(id)s
 RETURNING attempts;
 
 -- name: events_mark_done
--- Every item of the event is done.
+-- Every item of the event is done (and the count of runs it stopped in a row starts again).
 UPDATE events
-SET status = 'done', processed_at = clock_timestamp(), dead_step = NULL, claimed_until = NULL
+SET status = 'done', processed_at = clock_timestamp(), dead_step = NULL, claimed_until = NULL,
+    run_stops = 0
 WHERE id = %(id)s;
 
 -- name: events_mark_retry
@@ -66,7 +67,7 @@ WHERE id = %(id)s;
 -- from the start of the run.
 UPDATE events
 SET last_error = %(error)s, dead_step = %(step)s, claimed_until = NULL,
-    next_attempt_at = clock_timestamp() + %(delay)s::interval
+    next_attempt_at = clock_timestamp() + %(delay)s::interval, run_stops = 0
 WHERE id = %(id)s;
 
 -- name: events_mark_dead
@@ -76,11 +77,28 @@ SET status = 'dead', last_error = %(error)s, dead_step = %(step)s, claimed_until
     processed_at = clock_timestamp()
 WHERE id = %(id)s;
 
+-- name: events_run_stop
+-- The handling of a claimed event met an error of the database itself (engine/run_stops.py): the
+-- attempt charged when it started is given back, one more run stopped in a row is counted, and
+-- the error kept. The lease is kept: the event waits it out. No row when the event is no longer
+-- this run's claim (its lease ran out and another run took it, or it ended meanwhile).
+UPDATE events
+SET attempts = greatest(attempts - 1, 0), run_stops = run_stops + 1,
+    last_error = %(error)s, dead_step = %(step)s
+WHERE id = %(id)s AND status = 'pending' AND claimed_by = %(run)s
+RETURNING run_stops;
+
+-- name: events_release
+-- A run that stops frees the events of its batch that it did not start: the next run takes them
+-- at once, not after their leases.
+UPDATE events SET claimed_until = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending' AND claimed_by = %(run)s;
+
 -- name: events_requeue
--- Replay: back to pending under its original id, with fresh attempts.
+-- Replay: back to pending under its original id, with fresh attempts (and no run stopped).
 UPDATE events
 SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL,
-    claimed_until = NULL
+    claimed_until = NULL, run_stops = 0
 WHERE id = %(id)s AND status IN ('dead', 'unhandled')
 RETURNING id;
 

@@ -1,7 +1,17 @@
 -- name: lead_for_crm
--- What the CRM write needs of a lead: the person, where they first came from, the CRM's Lead.
-SELECT id, email, name, company, phone, first_source, crm_lead_id, crm_written_at, crm_fields
-FROM leads WHERE id = %(lead_id)s;
+-- What the CRM write needs of a lead: the person, where they first came from, the CRM's Lead,
+-- and the newest payment's amount in its currency's major unit (one kept in minor units, its
+-- currency unknown, is never written to the CRM).
+SELECT l.id, l.email, l.name, l.company, l.phone, l.first_source, l.crm_lead_id,
+       l.crm_written_at, l.crm_fields, paid.amount AS paid_amount, paid.currency AS paid_currency
+FROM leads l
+LEFT JOIN LATERAL (
+    SELECT e.amount, e.currency FROM lead_events e
+    WHERE e.lead_id = l.id AND e.kind = 'payment' AND e.amount_unit = 'major'
+    ORDER BY e.received_at DESC, e.id DESC
+    LIMIT 1
+) paid ON true
+WHERE l.id = %(lead_id)s;
 
 -- name: lead_latest_classification
 -- The newest classification of a lead (of any of its events): what the CRM's Lead shows.

@@ -29,10 +29,10 @@ SELECT EXISTS (SELECT 1 FROM lead_classifications WHERE lead_id = %(lead_id)s) A
 -- A lead event's checked classification, once.
 INSERT INTO lead_classifications (event_id, lead_id, segment, intent, priority, summary, language,
                                   reasons, model, source, prompt_tokens, completion_tokens,
-                                  created_at)
+                                  created_at, from_message, answer)
 VALUES (%(event_id)s, %(lead_id)s, %(segment)s, %(intent)s, %(priority)s, %(summary)s,
         %(language)s, %(reasons)s, %(model)s, %(source)s, %(prompt_tokens)s,
-        %(completion_tokens)s, %(created_at)s)
+        %(completion_tokens)s, %(created_at)s, %(from_message)s, %(answer)s)
 ON CONFLICT (event_id) DO NOTHING
 RETURNING id;
 

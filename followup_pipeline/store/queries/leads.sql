@@ -27,10 +27,10 @@ RETURNING id, (xmax = 0) AS created;
 
 -- name: lead_event_insert
 -- Link a source event to its lead, once per event (a replay links nothing twice).
-INSERT INTO lead_events (lead_id, event_id, source, kind, received_at, amount, currency, page,
-                         message, crm_lead_id)
+INSERT INTO lead_events (lead_id, event_id, source, kind, received_at, amount, currency,
+                         amount_unit, page, message, crm_lead_id)
 VALUES (%(lead_id)s, %(event_id)s, %(source)s, %(kind)s, %(at)s, %(amount)s, %(currency)s,
-        %(page)s, %(message)s, %(crm_lead_id)s)
+        %(amount_unit)s, %(page)s, %(message)s, %(crm_lead_id)s)
 ON CONFLICT (event_id) DO NOTHING
 RETURNING id;
 

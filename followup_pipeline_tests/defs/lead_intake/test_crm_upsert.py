@@ -5,6 +5,7 @@ CRM outage ending in dead letters that a replay writes once, and shadow mode wri
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from followup_pipeline.defs.lead_intake.upsert import CrmUpserter
 from followup_pipeline.integrations.espocrm_leads import ENTITY, EspoLeadWriter
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
+from followup_pipeline.store import lead_mode
 from followup_pipeline.store.alerts import record_dead_letters
 from followup_pipeline.store.dead_letters import requeue_events
 from followup_pipeline.store.lead_crm import LeadForCrm
@@ -95,11 +97,25 @@ def test_crm_a_form_and_a_payment_each_sent_twice_make_one_crm_lead(
         "Ada Lovelace", "Analytical Engines", "Web Site"
     )  # fmt: skip
     assert lead["phoneNumber"] == "+49 30 1234"
-    # The classification landed in the Lead's fields (the default map).
-    assert lead["cFollowupPriority"] in (1, 2, 3, 4)
-    assert lead["cFollowupIntent"]
+    # The classification landed in the Lead's fields (the default map): the person's, from their
+    # message; the payment, with no message of its own, did not make it a question of priority 3.
+    assert (lead["cFollowupIntent"], lead["cFollowupPriority"]) == ("buy", 2)
     assert lead["cFollowupSegment"]
     assert lead["description"]
+    stored = db.execute(
+        "SELECT intent, priority, from_message, answer FROM lead_classifications ORDER BY id"
+    ).fetchall()
+    assert [(c["intent"], c["priority"], c["from_message"]) for c in stored] == [
+        ("buy", 2, True), ("buy", 2, False),
+    ]  # fmt: skip
+    assert (stored[1]["answer"]["intent"], stored[1]["answer"]["priority"]) == ("question", 3)
+    # The model was told of the person: the payment's amount, and their earlier message.
+    asked = httpx.get(f"{sandbox}/_sandbox/mistral/requests", timeout=5).json()["requests"]
+    texts = [m["content"] for r in asked for m in r["messages"] if m["role"] == "user"]
+    paid = [t for t in texts if "Paid with this event: 49" in t][-1]  # this test's, the newest
+    assert "ada@" not in paid  # masked
+    assert re.search(r"^Paid with this event: 49(\.00)? EUR$", paid, re.MULTILINE), paid
+    assert "message: Was kostet das Angebot?" in paid.split("Earlier events of this person")[1]
     row = db.execute("SELECT crm_lead_id, crm_written_at FROM leads").fetchone()
     assert row is not None
     assert row["crm_lead_id"] == lead["id"]
@@ -233,8 +249,10 @@ def test_crm_shadow_mode_writes_nothing_and_compare_shows_the_differences(
     assert "k@brandt-moebel.example: update (shadow: not written" in said
     assert "firstName: pipeline 'Karl', CRM —" in said
     assert "2 lead(s) since 2020-01-01: 0 as the pipeline has it, 2 different, 0 unread" in said
-    # The global dry run implies shadow mode.
-    assert load_settings(dry_run=True).lead_shadow()
+    # The global dry run implies shadow mode, whatever the mode on record.
+    db.execute("UPDATE lead_intake_mode SET mode = 'live'")
+    assert lead_mode.in_force(db, load_settings()).mode == "live"
+    assert lead_mode.in_force(db, load_settings(dry_run=True)).mode == "shadow"
 
 
 def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates_past_a_name(
@@ -258,7 +276,7 @@ def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates
         return httpx.Response(200, json=answer)
 
     writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(handler))
-    upserter = CrmUpserter(db, writer, load_settings(), Counter())
+    upserter = CrmUpserter(db, writer, load_settings(), Counter(), shadow=False)
     wanted = {"firstName": "Ada", "lastName": "Lovelace", "emailAddress": "ada@example.com"}
     lead = LeadForCrm(1, "ada@example.com", "Ada Lovelace", None, None, "site-form", None, None, {})
     duplicates[:] = [{"id": "old1", "name": "Ada Lovelace", "emailAddress": "ADA@example.com"}]
@@ -344,7 +362,7 @@ def test_crm_attempted_is_on_record_before_the_create_leaves_and_no_transaction_
         with work.transaction():
             event = events.event_by_id(work, stored.event_id)
         assert event is not None
-        upserter = CrmUpserter(work, writer, load_settings(), Counter())
+        upserter = CrmUpserter(work, writer, load_settings(), Counter(), shadow=False)
         assert upserter.run(event, lead_id, now=datetime.now(UTC))
         assert work.info.transaction_status == pq.TransactionStatus.IDLE
     assert seen == [{"outcome": "attempted"}]

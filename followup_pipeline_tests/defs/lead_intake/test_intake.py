@@ -74,9 +74,10 @@ def _intake(defs: dg.Definitions, db_url: str, sandbox: str, instance: dg.Dagste
 
 
 def _settings(**values: Any) -> Any:
-    """The machine's settings with the sandbox's company lookup key (the lookup is on)."""
+    """The machine's settings with the sandbox's company lookup key (the lookup is on), as an
+    installation that went live (the mode seeded ``live``; test_lead_mode.py starts in shadow)."""
     key = SandboxConfig().pdl_api_key.get_secret_value()
-    return load_settings(company_lookup_api_key=key, **values)
+    return load_settings(company_lookup_api_key=key, **{"lead_intake_mode": "live", **values})
 
 
 @pytest.fixture

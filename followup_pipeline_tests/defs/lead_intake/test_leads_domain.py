@@ -150,7 +150,7 @@ def test_store_the_newest_form_decides_consent_whatever_order_they_are_handled_i
 
 
 def test_classification_text_leaves_out_a_pages_query() -> None:
-    from followup_pipeline.domain.classification import classification_text
+    from followup_pipeline.domain.lead_text import classification_text
     from followup_pipeline.domain.leads import LeadIn
 
     lead = LeadIn(email="a@b.de", page="/pricing?name=anna&mail=a%40b.de#top", source="site-form",

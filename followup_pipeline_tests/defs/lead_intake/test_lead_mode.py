@@ -1,0 +1,117 @@
+"""Lead intake's mode: a fresh installation starts in shadow (a day of leads writes nothing to the
+CRM), ``followup leads go-live`` (audited, showing the last comparison, confirmed) makes the next
+run write; an installation with live CRM writes on record stays live after the upgrade."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psycopg
+import pytest
+
+from followup_pipeline.cli import main
+from followup_pipeline.defs import build_definitions
+from followup_pipeline.defs.lead_intake import MODE_TAG
+from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.settings import load_settings
+from followup_pipeline.store import lead_mode
+from followup_pipeline.store.db import connect
+from followup_pipeline.store.migrate import migrate
+from followup_pipeline_tests.defs.lead_intake.test_crm_upsert import _crm_leads, _writes
+from followup_pipeline_tests.defs.lead_intake.test_intake import _form, _intake, _store
+
+#: The migration before the mode moved into the database.
+BEFORE_THE_MODE = 21
+
+
+def _intake_run(db_url: str, sandbox: str) -> tuple[dict[str, Any], str]:
+    """One ``lead_intake`` run on default settings (the mode as on record): its counts and its
+    mode tag."""
+    key = SandboxConfig().pdl_api_key.get_secret_value()
+    defs = build_definitions(load_settings(company_lookup_api_key=key, event_backoff_base_s=0))
+    with dg.instance_for_test() as instance:
+        result = _intake(defs, db_url, sandbox, instance)
+        run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    counts: dict[str, Any] = result.output_for_node("normalise_leads")
+    return counts, run.tags[MODE_TAG]
+
+
+def _the_machine(monkeypatch: pytest.MonkeyPatch, db_url: str, sandbox: str, home: Path) -> None:
+    """The commands' view: this database, and the sandbox's CRM as ``followup dev`` writes it."""
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_HOME", str(home))
+    key = SandboxConfig().espocrm_api_key.get_secret_value()
+    (home / "sandbox.env").write_text(
+        f"FOLLOWUP_ESPOCRM_URL={sandbox}/espocrm\nFOLLOWUP_ESPOCRM_API_KEY={key}\n"
+    )
+
+
+def test_lead_mode_a_fresh_installation_shadows_until_a_person_goes_live(
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    before = _writes(sandbox)
+    _store(db, "site-form", _form("eve@shadow-day.example", name="Eve Stein"), "day-1")
+    counts, mode = _intake_run(db_url, sandbox)
+    assert (mode, counts["crm_shadow"]) == ("shadow", 1)
+    assert _writes(sandbox) == before  # a shadow day writes nothing to the CRM
+    assert _crm_leads(sandbox, "eve@shadow-day.example") == []
+
+    _the_machine(monkeypatch, db_url, sandbox, tmp_path)
+    assert main(["leads", "mode"]) == 0
+    assert "lead intake: shadow (since " in capsys.readouterr().out
+    assert main(["leads", "compare", "--since", "2020-01-01", "--by", "Ana"]) == 0
+    capsys.readouterr()
+    # No one to answer here (pytest's stdin is no terminal): refused without --yes.
+    assert main(["leads", "go-live", "--by", "Ana"]) == 1
+    assert "not switched" in capsys.readouterr().out
+    assert main(["leads", "go-live", "--yes", "--by", "Ana", "--reason", "compare agrees"]) == 0
+    said = capsys.readouterr().out
+    compared = "1 lead(s) since 2020-01-01: 0 as the pipeline has it, 1 different, 0 unread"
+    assert f"by Ana: {compared} (in shadow)" in said
+    assert said.rstrip().splitlines()[-1].startswith("lead intake: live (since ")
+    (entry,) = db.execute(
+        "SELECT actor, detail, reason FROM audit_log WHERE action = 'leads.go_live'"
+    ).fetchall()
+    assert (entry["actor"], entry["reason"]) == ("Ana", "compare agrees")
+    assert entry["detail"].startswith("shadow → live; the last comparison")
+    assert compared in entry["detail"]
+
+    # The next run writes: the same person's next event makes their CRM Lead.
+    _store(db, "site-form", _form("eve@shadow-day.example", name="Eve Stein"), "day-2")
+    counts, mode = _intake_run(db_url, sandbox)
+    assert (mode, counts["crm_created"]) == ("live", 1)
+    assert [lead["name"] for lead in _crm_leads(sandbox, "eve@shadow-day.example")] == ["Eve Stein"]
+    assert main(["leads", "shadow", "--by", "Ana", "--reason", "old automation back"]) == 0
+    assert lead_mode.in_force(db, load_settings()).mode == "shadow"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "after"),
+    [("accepted", "live"), ("suppressed", "shadow")],
+)
+def test_lead_mode_an_installation_that_wrote_leads_stays_live_after_the_upgrade(
+    outcome: str, after: str, database_factory: Callable[..., str]
+) -> None:
+    url = database_factory()
+    migrate(url, target=BEFORE_THE_MODE)
+    with connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, reason)"
+            " VALUES ('lead:1:crm_upsert', 'crm_lead', now(), 'UTC', %s, %s)",
+            (outcome, "shadow" if outcome == "suppressed" else None),
+        )
+    migrate(url)
+    with connect(url, autocommit=True) as conn:
+        record = lead_mode.recorded(conn, seed="shadow")
+    assert record.mode == after
+    if after == "live":
+        assert record.changed_by == "the upgrade: live CRM writes on record"
