@@ -50,6 +50,9 @@ class CoreSettings(BaseSettings):
     #: default, so a lost webhook matters for an hour at most, day and night.
     evaluate_hours_start: int = Field(default=0, ge=0, le=23)
     evaluate_hours_end: int = Field(default=24, ge=1, le=24)
+    #: Gone: it bounded ``evaluate``'s hours, which ``evaluate_hours_*`` do now. Set, it stops
+    #: the start with a message saying so, rather than being ignored in silence.
+    business_hours_end: int | None = None
     #: The first day of the Dagster partitions (business hours, business days); unset: the first
     #: day of the previous month, so the Partitions tab shows recent hours, not years of nights.
     partitions_start: date | None = None
@@ -165,6 +168,12 @@ class CoreSettings(BaseSettings):
                     f"{self.holiday_subdivision!r} "
                     f"of {self.holiday_country}; allowed: {', '.join(subdivisions)}"
                 )
+        if self.business_hours_end is not None:
+            raise ValueError(
+                "FOLLOWUP_BUSINESS_HOURS_END is gone: evaluate runs every hour of a business day "
+                "by default; to keep a window, set FOLLOWUP_EVALUATE_HOURS_START and "
+                "FOLLOWUP_EVALUATE_HOURS_END instead"
+            )
         if self.evaluate_hours_end <= self.evaluate_hours_start:
             raise ValueError(
                 "FOLLOWUP_EVALUATE_HOURS_END must be after FOLLOWUP_EVALUATE_HOURS_START"

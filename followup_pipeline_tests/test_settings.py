@@ -47,6 +47,7 @@ def test_settings_defaults() -> None:
             "Opportunity.fieldUpdate.stage",
         ),
         ("FOLLOWUP_DRY_RUN", "perhaps", "FOLLOWUP_DRY_RUN", "boolean"),
+        ("FOLLOWUP_BUSINESS_HOURS_END", "17", "FOLLOWUP_BUSINESS_HOURS_END", "EVALUATE_HOURS"),
     ],
 )
 def test_settings_wrong_value_names_variable_and_allowed_values(

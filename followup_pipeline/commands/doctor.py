@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+import psycopg
 
 from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import probes
@@ -133,9 +134,21 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
 
 
 def lead_mode_check(conn: Any, settings: Settings) -> Check:
-    """Whether lead intake writes to the CRM (live) or only records what it would (shadow)."""
-    mode = lead_mode.in_force(conn, settings)
+    """Whether lead intake writes to the CRM (live) or only records what it would (shadow); a
+    warning when ``FOLLOWUP_LEAD_INTAKE_MODE`` is set to another mode than the one on record."""
+    try:
+        mode = lead_mode.in_force(conn, settings)
+    except psycopg.errors.UndefinedTable:
+        return fail("lead intake", "its mode is not in the database yet: run `followup migrate`")
     line = describe(mode, settings).removeprefix("lead intake: ")
+    set_to = settings.lead_intake_mode
+    if "lead_intake_mode" in settings.model_fields_set and set_to != mode.record.mode:
+        return warn(
+            "lead intake",
+            f"{line}; FOLLOWUP_LEAD_INTAKE_MODE={set_to} is set but only seeds a new "
+            f"installation: `followup leads {'go-live' if set_to == 'live' else 'shadow'}` "
+            "switches",
+        )
     if mode.mode == "live":
         return ok("lead intake", f"{line}: each lead is written to the CRM")
     return ok(

@@ -1,9 +1,10 @@
 """``followup leads mode``, ``followup leads go-live`` and ``followup leads shadow``: lead intake's
 mode (``store/lead_mode.py``), shown and switched on purpose.
 
-Going live shows the mode on record and the last ``followup leads compare``'s summary, then asks
-for the word ``live`` (``--yes`` answers for a script); both switches are audited with who and
-why. The next ``lead_intake`` run works in the new mode: nothing needs a restart.
+Going live shows the mode on record and the last ``followup leads compare``'s summary (none on
+record refuses, unless ``--without-compare``), then asks for the word ``live`` (``--yes`` answers
+for a script); both switches are audited with who and why. Each CRM write reads the mode as it
+goes, so the next write works in the new mode, a run in flight included: nothing needs a restart.
 """
 
 from __future__ import annotations
@@ -41,13 +42,28 @@ def _mode(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _comparison_line(settings: Settings) -> str:
+def _comparison_line(settings: Settings) -> str | None:
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         last = lead_mode.last_comparison(conn)
     if last is None:
-        return "no `followup leads compare` on record: compare before going live"
+        return None
     when = for_people(last.at, settings.timezone)
     return f"the last comparison, {when} by {last.actor}: {last.detail}"
+
+
+def _confirmed() -> bool:
+    """The word ``live`` typed at the prompt (anything else, or no one there, is a no)."""
+    if not sys.stdin.isatty():
+        print("not switched: confirm with --yes when no one can answer here")
+        return False
+    try:
+        answer = input(f'Type "{CONFIRM}" to go live: ').strip()
+    except EOFError:
+        answer = ""
+    if answer != CONFIRM:
+        print("not switched")
+        return False
+    return True
 
 
 def _go_live(args: argparse.Namespace, settings: Settings) -> int:
@@ -57,23 +73,30 @@ def _go_live(args: argparse.Namespace, settings: Settings) -> int:
         print("lead intake is live already: nothing to switch")
         return 0
     comparison = _comparison_line(settings)
-    print(comparison)
+    if comparison is None and not args.without_compare:
+        print(
+            "not switched: no `followup leads compare` on record; compare what lead intake would "
+            "write with the CRM first (or go live with --without-compare)"
+        )
+        return 1
+    print(comparison or "no `followup leads compare` on record (--without-compare)")
     print(
-        "Going live writes each lead to the CRM from the next lead_intake run on; "
+        "Going live writes each lead to the CRM from the next write of lead_intake on; "
         "`followup leads shadow` switches back."
     )
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print("not switched: confirm with --yes when no one can answer here")
-            return 1
-        answer = input(f'Type "{CONFIRM}" to go live: ').strip()
-        if answer != CONFIRM:
-            print("not switched")
-            return 1
+    if not args.yes and not _confirmed():
+        return 1
     with connect(resolve_database_url(settings)) as conn, conn.transaction():
-        lead_mode.switch(
-            conn, "live", by=args.by, settings=settings, reason=args.reason, detail=comparison
+        before = lead_mode.switch(
+            conn,
+            "live",
+            by=args.by,
+            settings=settings,
+            reason=args.reason,
+            detail=comparison or "without a comparison on record",
         )
+    if before is None:
+        print("lead intake was switched live meanwhile: nothing to switch")
     print(describe(_state(settings), settings))
     return 0
 
@@ -85,7 +108,9 @@ def _shadow(args: argparse.Namespace, settings: Settings) -> int:
         print("lead intake is in shadow already: nothing to switch")
         return 0
     with connect(resolve_database_url(settings)) as conn, conn.transaction():
-        lead_mode.switch(conn, "shadow", by=args.by, settings=settings, reason=args.reason)
+        before = lead_mode.switch(conn, "shadow", by=args.by, settings=settings, reason=args.reason)
+    if before is None:
+        print("lead intake was switched to shadow meanwhile: nothing to switch")
     print(describe(_state(settings), settings))
     return 0
 
@@ -95,10 +120,17 @@ def register(sub: Any) -> None:
     shown = sub.add_parser("mode", help="lead intake's mode: shadow or live, since when, by whom")
     shown.set_defaults(handler=_mode)
     live = sub.add_parser(
-        "go-live", help="write leads to the CRM from the next run on (shows the last compare)"
+        "go-live", help="write leads to the CRM from the next write on (shows the last compare)"
     )
     live.add_argument("--yes", action="store_true", help="confirm without asking")
-    shadow = sub.add_parser("shadow", help="stop writing leads to the CRM: record them only")
+    live.add_argument(
+        "--without-compare",
+        action="store_true",
+        help="go live though no `followup leads compare` is on record",
+    )
+    shadow = sub.add_parser(
+        "shadow", help="stop writing leads to the CRM from the next write on: record them only"
+    )
     for parser in (live, shadow):
         parser.add_argument(
             "--by", type=audit.actor, default=audit.os_user(), help="who does it (default: you)"

@@ -77,7 +77,9 @@ def _earlier_line(event: EarlierEvent, name: str | None) -> str:
         parts.append(f"paid {paid}")
     message = _without_name(event.message or "", name).strip()[:EARLIER_MESSAGE_MAX]
     if message:
-        parts.append(f"message: {' '.join(message.split())}")
+        # A CRM Lead's description may hold our own summary: never passed off as their words.
+        said = "the CRM Lead's description" if event.kind == "crm" else "message"
+        parts.append(f"{said}: {' '.join(message.split())}")
     return ", ".join(parts)
 
 

@@ -52,6 +52,14 @@ def local_date(instant: datetime, zone: str) -> date:
     return require_aware(instant).astimezone(ZoneInfo(zone)).date()
 
 
+def due_through(instant: datetime, zone: str, opens: int) -> date:
+    """The last day whose steps are due at ``instant``: a step is due at ``opens`` o'clock of
+    its day in ``zone`` (the working day's start), so before that hour only the days before
+    are (an ``evaluate`` at 00:00 does not make the day's tasks at midnight)."""
+    local = require_aware(instant).astimezone(ZoneInfo(zone))
+    return local.date() if local.hour >= opens else local.date() - timedelta(days=1)
+
+
 def local_to_utc(day: date, at: time, zone: str) -> datetime:
     """The UTC instant of wall-clock ``at`` on ``day`` in ``zone``.
 

@@ -85,4 +85,6 @@ def from_minor_units(amount: int, currency: str | None) -> Money:
     places = exponent(code)
     if places is None:
         return Money(Decimal(amount), code, "minor")
-    return Money(Decimal(amount).scaleb(-places), code, "major")
+    # Exact for any size: the digits as they came, the point moved (no context rounding).
+    sign, digits, _ = Decimal(amount).as_tuple()
+    return Money(Decimal((sign, digits, -places)), code, "major")

@@ -28,6 +28,8 @@ SUBJECT = "lead-intake"
 COMPARED, WENT_LIVE, WENT_SHADOW = "leads.compare", "leads.go_live", "leads.shadow"
 #: Who the first row is by, when the setting seeded it.
 SEEDED_BY = "FOLLOWUP_LEAD_INTAKE_MODE at the first start"
+#: Who the first row is by, when migration 0022 found live CRM writes on record.
+UPGRADE_BY = "the upgrade: live CRM writes on record"
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,13 @@ def switch(
     settings: Settings,
     reason: str | None = None,
     detail: str | None = None,
-) -> LeadMode:
-    """Set the mode and record who did it, in the caller's transaction; the record before."""
+) -> LeadMode | None:
+    """Set the mode and record who did it, in the caller's transaction; the record before, or
+    None (nothing done) when the mode on record is ``mode`` already (another switch won)."""
     recorded(conn, seed=settings.lead_intake_mode)
     before = fetch_one(conn, LeadMode, query("lead_mode_set"), {"mode": mode, "at": None, "by": by})
-    assert before is not None
+    if before is None:
+        return None
     change = f"{before.mode} → {mode}" + (f"; {detail}" if detail else "")
     action = WENT_LIVE if mode == "live" else WENT_SHADOW
     audit.record(conn, actor=by, action=action, subject=SUBJECT, detail=change, reason=reason)
@@ -104,9 +108,12 @@ def at_start(conn: psycopg.Connection[Any], settings: Settings, *, sandbox: bool
     otherwise; with real vendors, a live mode the demo set goes back to shadow. One line for
     the console saying which."""
     record = recorded(conn, seed=settings.lead_intake_mode)
+    # The upgrade's "live" in a home where the demo ran: those writes went to the sandbox.
+    demo_ran = (settings.home / "sandbox" / "state.json").exists()
+    by_demo = record.changed_by == DEMO_BY or (record.changed_by == UPGRADE_BY and demo_ran)
     if sandbox and record.mode == "shadow" and record.changed_by == SEEDED_BY:
         switch(conn, "live", by=DEMO_BY, settings=settings, reason="the demo writes its leads")
-    elif not sandbox and record.mode == "live" and record.changed_by == DEMO_BY:
+    elif not sandbox and record.mode == "live" and by_demo:
         switch(conn, "shadow", by="the start with real vendors", settings=settings,
                reason="the demo's live mode does not carry over to a real CRM")  # fmt: skip
     mode = in_force(conn, settings)

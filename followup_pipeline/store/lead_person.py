@@ -48,3 +48,9 @@ def earlier_events(
     """The person's newest events before ``event_id`` (received by ``before``), oldest first."""
     params = {"lead_id": lead_id, "event_id": event_id, "before": before, "limit": EARLIER_MAX}
     return list(reversed(fetch_all(conn, EarlierEvent, query("lead_earlier_events"), params)))
+
+
+def has_message(conn: psycopg.Connection[Any], event_id: int) -> bool:
+    """Whether the lead event brought a message of its own."""
+    row = conn.execute(query("lead_event_has_message"), {"event_id": event_id}).fetchone()
+    return bool(row and row["has_message"])

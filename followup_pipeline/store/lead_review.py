@@ -12,8 +12,13 @@ from typing import Any
 
 import psycopg
 
-from followup_pipeline.domain.classification import ClassificationRejected, parse_classification
+from followup_pipeline.domain.classification import (
+    ClassificationRejected,
+    for_the_person,
+    parse_classification,
+)
 from followup_pipeline.store import events
+from followup_pipeline.store import lead_person as person
 from followup_pipeline.store.enrichments import ReviewItem, resolve_review_item
 from followup_pipeline.store.lead_crm import reopen_event
 from followup_pipeline.store.lead_enrichment import (
@@ -64,10 +69,28 @@ def decide_lead(
     lead_id = lead_of_event(conn, event_id)
     if lead_id is None:
         raise LeadReviewError(f"lead event {event_id} has no lead")
+    from_message = person.has_message(conn, event_id)
+    theirs = checked
+    if answer is None:
+        # The model's answer accepted: the person's classification, as for a checked one. An
+        # operator's own answer is their word, taken as it is.
+        standing = person.standing(conn, lead_id)
+        theirs = for_the_person(
+            checked,
+            has_message=from_message,
+            standing=standing.from_message,
+            most_urgent=standing.most_urgent,
+        )
     stored = store_classification(
         conn,
         Classified.of(
-            checked, event_id=event_id, lead_id=lead_id, model=item.model, source="review"
+            theirs,
+            event_id=event_id,
+            lead_id=lead_id,
+            model=item.model,
+            source="review",
+            from_message=from_message,
+            answer=checked,
         ),
         now=now,
     )

@@ -8,6 +8,7 @@ import pytest
 
 from followup_pipeline.domain.localtime import (
     ZonedInstant,
+    due_through,
     for_people,
     hours_in_local_day,
     local_date,
@@ -19,6 +20,21 @@ from followup_pipeline.domain.localtime import (
 ZONE = "Europe/Berlin"
 SPRING = date(2026, 3, 29)  # 02:00 → 03:00
 AUTUMN = date(2026, 10, 25)  # 03:00 → 02:00
+
+
+@pytest.mark.parametrize(
+    ("instant", "through"),
+    [
+        (datetime(2026, 3, 2, 5, 59, tzinfo=UTC), date(2026, 3, 1)),  # 06:59 in Berlin
+        (datetime(2026, 3, 2, 6, 0, tzinfo=UTC), date(2026, 3, 2)),  # 07:00
+        (datetime(2026, 3, 2, 23, 30, tzinfo=UTC), date(2026, 3, 2)),  # 00:30 the next day
+        (datetime(2026, 3, 30, 5, 0, tzinfo=UTC), date(2026, 3, 30)),  # 07:00 in summer time
+    ],
+)
+def test_localtime_due_through_the_day_from_its_working_start(
+    instant: datetime, through: date
+) -> None:
+    assert due_through(instant, ZONE, 7) == through
 
 
 def test_localtime_dst_days_have_23_and_25_hours() -> None:

@@ -48,6 +48,8 @@ from followup_pipeline.domain.money import (
         (5000, "", Money(Decimal("5000"), None, "minor")),
         (5000, None, Money(Decimal("5000"), None, "minor")),
         (0, "EUR", Money(Decimal("0.00"), "EUR", "major")),
+        # Exact at any size: no rounding to the decimal context's 28 digits.
+        (10**40 + 1, "eur", Money(Decimal("1" + "0" * 38 + ".01"), "EUR", "major")),
     ],
 )
 def test_money_from_minor_units_by_the_currency_table(

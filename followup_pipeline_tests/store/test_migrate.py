@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from followup_pipeline.domain.money import THREE_DECIMAL, TWO_DECIMAL, ZERO_DECIMAL
 from followup_pipeline.store.events import delivery_key
 from followup_pipeline.store.migrate import available_migrations, current_version, migrate
 from followup_pipeline_tests.store.dump_schema import REGENERATE, SCHEMA_FILE, normalised_dump
@@ -117,4 +120,53 @@ def test_migrate_0010_keys_the_standard_webhooks_events_stored_before_it(
         ("k4", None),
         ("k5", "msg_A"),
         ("k6", None),
+    ]
+
+
+def test_migrate_0021_converts_the_amounts_stored_before_with_each_currencys_decimals(
+    database_factory: Callable[..., str],
+) -> None:
+    """Amounts stored before 0021 were divided by 100 whatever the currency: each is converted
+    again with ``domain/money.py``'s table, an unknown code kept in minor units."""
+    url = database_factory()
+    migrate(url, target=20)
+    stored = [("JPY", "50"), ("EUR", "49.00"), ("kwd", "123.40"), ("XYZ", "50"), (None, "1.5")]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO followup.leads (email, first_source, first_seen_at, last_seen_at)"
+            " VALUES ('a@example.com', 'payment', now(), now())"
+        )
+        for number, (currency, amount) in enumerate(stored):
+            conn.execute(
+                "INSERT INTO followup.events (source, dedup_key, body, headers, status)"
+                " VALUES ('payment', %s, '', '{}', 'done')",
+                (f"k{number}",),
+            )
+            conn.execute(
+                "INSERT INTO followup.lead_events (lead_id, event_id, source, kind, received_at,"
+                " amount, currency) SELECT 1, max(id), 'payment', 'payment', now(), %s, %s"
+                " FROM followup.events",
+                (Decimal(amount), currency),
+            )
+    migrate(url)
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT amount, amount_unit FROM followup.lead_events ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        (Decimal("5000"), "major"),
+        (Decimal("49.00"), "major"),
+        (Decimal("12.340"), "major"),
+        (Decimal("5000"), "minor"),
+        (Decimal("150"), "minor"),
+    ]
+
+
+def test_migrate_0021_knows_the_currencies_of_the_money_table() -> None:
+    text = next(m for m in available_migrations() if m.version == 21).sql
+    lists = [set(re.findall(r"'([A-Z]{3})'", block)) for block in text.split("IN (")[2:]]
+    assert lists == [
+        set(ZERO_DECIMAL),
+        set(THREE_DECIMAL),
+        ZERO_DECIMAL | THREE_DECIMAL | TWO_DECIMAL,
     ]

@@ -16,7 +16,7 @@ from typing import Literal
 from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger, update_key
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.domain.localtime import local_date
+from followup_pipeline.domain.localtime import due_through, local_date
 from followup_pipeline.domain.registration import Observation
 from followup_pipeline.domain.steps import is_exhausted, select_due
 from followup_pipeline.domain.tasks import (
@@ -105,9 +105,10 @@ class DueSteps:
             rows = steps.steps_of(conn, watch_id) if watch else []
         if watch is None or watch.closed_at is not None:
             return
-        today = local_date(self.now, watch.time_zone)
+        # Due at the working day's start (the task's due time), not from midnight.
+        through = due_through(self.now, watch.time_zone, self.settings.business_hours_start)
         due_on = {step.step_no: step.due_on for step in rows}
-        selection = select_due(steps.step_states(rows, watch.time_zone), today)
+        selection = select_due(steps.step_states(rows, watch.time_zone), through)
         if selection.fire is None:
             return
         due = [*selection.supersede, selection.fire]

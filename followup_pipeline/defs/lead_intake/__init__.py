@@ -66,6 +66,12 @@ def normalise_leads(
             context.instance.add_run_tags(context.run_id, {MODE_TAG: handler.mode.mode})
             context.log.info("lead intake %s (%s)", handler.mode.mode, handler.mode.why)
         counts = dict(EventWorker(conn, handler, settings, sources=LEAD_SOURCES).run())
+    for warning in handler.warnings:
+        context.log.warning(warning)
+    used = handler.crm_modes()
+    if handler.mode is not None and used and used != {handler.mode.mode}:
+        # Switched while the run went: its writes were made in both modes (counts say how many).
+        context.instance.add_run_tags(context.run_id, {MODE_TAG: "+".join(sorted(used))})
     return outcome_output(context, worker_outcome(counts), counts)
 
 

@@ -55,8 +55,10 @@ class LeadNormaliser:
         self.counts: Counter[str] = Counter()
         #: The steps after ``normalise``, when the capability has its vendors.
         self.next_steps: NextSteps | None = None
-        #: Lead intake's mode for this run (read with the steps: shadow writes nothing).
+        #: Lead intake's mode at the run's start (each CRM write reads it again).
         self.mode: lead_mode.InForce | None = None
+        #: What the run's log should warn of (a currency not in the table).
+        self.warnings: list[str] = []
         fields = settings.site_form_fields
         self.parsers: Mapping[str, Callable[[bytes], LeadIn | None]] = {
             "site-form": lambda body: from_site_form(body, fields),
@@ -127,12 +129,19 @@ class LeadNormaliser:
         self.counts["new_leads" if linked.created else "duplicates"] += 1
         if lead.amount_unit == "minor":
             self.counts["unknown_currency"] += 1
-            LOG.warning(
-                "event %s (%s): currency %r is not in the table of minor units: its amount %s "
-                "is kept in minor units (lead_events.amount_unit 'minor'), not written to the CRM",
-                event.id, event.delivery_id, lead.currency, lead.amount,
-            )  # fmt: skip
+            warning = (
+                f"event {event.id} ({event.delivery_id}): currency {lead.currency!r} is not in "
+                f"the table of minor units: its amount {lead.amount} is kept in minor units "
+                "(lead_events.amount_unit 'minor'), not written to the CRM"
+            )
+            LOG.warning("%s", warning)
+            self.warnings.append(warning)
         return linked.lead_id
+
+    def crm_modes(self) -> set[str]:
+        """The modes (shadow, live) this run's CRM writes were made in."""
+        upserter = self.next_steps.upserter if self.next_steps is not None else None
+        return upserter.modes if upserter is not None else set()
 
 
 class NextSteps:
@@ -195,7 +204,6 @@ def make_normaliser(
         counts = handler.counts
         with conn.transaction():
             handler.mode = lead_mode.in_force(conn, settings)
-        shadow = handler.mode.mode == "shadow"
         lookup = CompanyLookup(companies.get_client()) if settings.company_lookup_api_key else None
         writer = (
             crm.lead_writer(tuple(settings.lead_crm_fields.values()))
@@ -207,8 +215,6 @@ def make_normaliser(
             Enricher(conn, lookup, counts),
             Classifier(conn, mistral.get_client(), settings, counts),
             clock.now if isinstance(clock, ClockResource) else lambda: datetime.now(UTC),
-            CrmUpserter(conn, writer, settings, counts, shadow=shadow)
-            if writer is not None
-            else None,
+            CrmUpserter(conn, writer, settings, counts) if writer is not None else None,
         )
     return handler

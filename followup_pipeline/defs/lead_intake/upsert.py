@@ -46,7 +46,7 @@ from followup_pipeline.engine.worker import ItemFailed, completion_key
 from followup_pipeline.integrations.errors import IntegrationError, PermanentError, TransientError
 from followup_pipeline.integrations.espocrm_leads import Duplicates
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import events
+from followup_pipeline.store import events, lead_mode
 from followup_pipeline.store import ledger as rows
 from followup_pipeline.store.events import Event
 from followup_pipeline.store.lead_crm import (
@@ -125,15 +125,16 @@ class CrmUpserter:
         writer: LeadWriter,
         settings: Settings,
         counts: Counter[str],
-        *,
-        shadow: bool,
     ) -> None:
         self.conn = conn
         self.writer = writer
         self.settings = settings
         self.counts = counts
-        #: Lead intake's mode for this run (``store/lead_mode.py``): True writes nothing.
-        self.shadow = shadow
+        #: Lead intake's mode for the write at hand (``store/lead_mode.py``), read before each
+        #: write so that a switch reaches a run in flight: True writes nothing.
+        self.shadow = True
+        #: The modes this run's writes were made in.
+        self.modes: set[str] = set()
 
     def run(self, event: Event, lead_id: int, *, now: datetime) -> bool:
         """Write (or in shadow, record) the event's lead to the CRM; mark the event done. One
@@ -151,6 +152,9 @@ class CrmUpserter:
         with self.conn.transaction():
             lead = lead_for_crm(self.conn, lead_id)
             classification = latest_classification(self.conn, lead_id)
+            mode = lead_mode.in_force(self.conn, self.settings).mode
+        self.shadow = mode == "shadow"
+        self.modes.add(mode)
         if lead is None:
             raise ItemFailed(f"0:{STEP}", f"lead {lead_id} is gone", permanent=True)
         ledger = ActionLedger(

@@ -14,10 +14,13 @@ LEFT JOIN LATERAL (
 WHERE l.id = %(lead_id)s;
 
 -- name: lead_latest_classification
--- The newest classification of a lead (of any of its events): what the CRM's Lead shows.
-SELECT segment, intent, priority, summary, language FROM lead_classifications
-WHERE lead_id = %(lead_id)s
-ORDER BY created_at DESC, id DESC
+-- The classification of a lead's newest classified event (by when it came, not when it was
+-- classified: a retry or a review decided late does not win over a newer event): what the CRM's
+-- Lead shows.
+SELECT c.segment, c.intent, c.priority, c.summary, c.language
+FROM lead_classifications c JOIN lead_events e ON e.event_id = c.event_id
+WHERE c.lead_id = %(lead_id)s
+ORDER BY e.received_at DESC, c.id DESC
 LIMIT 1;
 
 -- name: lead_set_crm

@@ -9,9 +9,12 @@ ON CONFLICT (id) DO NOTHING;
 SELECT mode, changed_at, changed_by FROM lead_intake_mode;
 
 -- name: lead_mode_set
--- Switch the mode (the caller records the audit in the same transaction); the row as before.
+-- Switch the mode (the caller records the audit in the same transaction); the row as before, or
+-- none when the mode was that already.
 WITH before AS (SELECT mode, changed_at, changed_by FROM lead_intake_mode FOR UPDATE)
 UPDATE lead_intake_mode AS m
 SET mode = %(mode)s, changed_at = coalesce(%(at)s::timestamptz, now()), changed_by = %(by)s
 FROM before
+WHERE before.mode <> %(mode)s
 RETURNING before.mode, before.changed_at, before.changed_by;
+

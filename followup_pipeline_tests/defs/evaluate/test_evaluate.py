@@ -39,6 +39,9 @@ def test_evaluate_fires_a_due_step_exactly_once(machine: Machine) -> None:
     deal = machine.deal(name="Offer", accountName="Acme GmbH")
     machine.evaluate(MONDAY)
     assert machine.tasks() == []
+    # The step is due on the next Monday at the working day's start (07:00), not at midnight.
+    assert machine.evaluate(MONDAY + timedelta(days=7, hours=-8)).success  # 01:00 in Berlin
+    assert machine.tasks() == []
     first = machine.evaluate(MONDAY + timedelta(days=7))
     machine.evaluate(MONDAY + timedelta(days=7, hours=1))
     tasks = machine.tasks()

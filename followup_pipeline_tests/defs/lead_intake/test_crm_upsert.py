@@ -276,7 +276,7 @@ def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates
         return httpx.Response(200, json=answer)
 
     writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(handler))
-    upserter = CrmUpserter(db, writer, load_settings(), Counter(), shadow=False)
+    upserter = CrmUpserter(db, writer, load_settings(), Counter())
     wanted = {"firstName": "Ada", "lastName": "Lovelace", "emailAddress": "ada@example.com"}
     lead = LeadForCrm(1, "ada@example.com", "Ada Lovelace", None, None, "site-form", None, None, {})
     duplicates[:] = [{"id": "old1", "name": "Ada Lovelace", "emailAddress": "ADA@example.com"}]
@@ -362,7 +362,8 @@ def test_crm_attempted_is_on_record_before_the_create_leaves_and_no_transaction_
         with work.transaction():
             event = events.event_by_id(work, stored.event_id)
         assert event is not None
-        upserter = CrmUpserter(work, writer, load_settings(), Counter(), shadow=False)
+        live = load_settings(lead_intake_mode="live")  # seeds the mode: an installation gone live
+        upserter = CrmUpserter(work, writer, live, Counter())
         assert upserter.run(event, lead_id, now=datetime.now(UTC))
         assert work.info.transaction_status == pq.TransactionStatus.IDLE
     assert seen == [{"outcome": "attempted"}]

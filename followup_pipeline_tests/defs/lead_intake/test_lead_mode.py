@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
+from followup_pipeline.commands.doctor import lead_mode_check
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.lead_intake import MODE_TAG
 from followup_pipeline.sandbox.config import SandboxConfig
@@ -95,23 +96,60 @@ def test_lead_mode_a_fresh_installation_shadows_until_a_person_goes_live(
 
 
 @pytest.mark.parametrize(
-    ("outcome", "after"),
-    [("accepted", "live"), ("suppressed", "shadow")],
+    ("outcomes", "after"),
+    [
+        (["suppressed", "accepted"], "live"),  # its newest write was live
+        (["accepted", "suppressed"], "shadow"),  # it had gone back to shadow
+    ],
 )
 def test_lead_mode_an_installation_that_wrote_leads_stays_live_after_the_upgrade(
-    outcome: str, after: str, database_factory: Callable[..., str]
+    outcomes: list[str], after: str, database_factory: Callable[..., str]
 ) -> None:
     url = database_factory()
     migrate(url, target=BEFORE_THE_MODE)
     with connect(url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, reason)"
-            " VALUES ('lead:1:crm_upsert', 'crm_lead', now(), 'UTC', %s, %s)",
-            (outcome, "shadow" if outcome == "suppressed" else None),
-        )
+        for number, outcome in enumerate(outcomes):
+            conn.execute(
+                "INSERT INTO actions (idempotency_key, kind, due_at, time_zone, outcome, reason)"
+                " VALUES (%s, 'crm_lead', now(), 'UTC', %s, %s)",
+                (
+                    f"lead:{number}:crm_upsert",
+                    outcome,
+                    "shadow" if outcome == "suppressed" else None,
+                ),
+            )
     migrate(url)
     with connect(url, autocommit=True) as conn:
         record = lead_mode.recorded(conn, seed="shadow")
+        audited = conn.execute(
+            "SELECT actor FROM audit_log WHERE subject = 'lead-intake'"
+        ).fetchall()
     assert record.mode == after
     if after == "live":
-        assert record.changed_by == "the upgrade: live CRM writes on record"
+        assert record.changed_by == lead_mode.UPGRADE_BY
+        assert [row["actor"] for row in audited] == [lead_mode.UPGRADE_BY]
+    else:
+        assert audited == []
+
+
+def test_lead_mode_the_demo_goes_live_on_its_sandbox_and_not_on_real_vendors(
+    db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    settings = load_settings(home=tmp_path)
+    said = lead_mode.at_start(db, settings, sandbox=True)
+    assert said.startswith("lead intake: live, each lead is written to the sandbox's CRM")
+    assert lead_mode.recorded(db, seed="shadow").changed_by == lead_mode.DEMO_BY
+    # The same home started later on real vendors: the demo's live mode does not carry over.
+    said = lead_mode.at_start(db, settings, sandbox=False)
+    assert said.startswith("lead intake: shadow, nothing is written to the CRM")
+    # A person's choice stands: their live is kept on real vendors, their shadow on the sandbox.
+    lead_mode.switch(db, "live", by="Ana", settings=settings)
+    assert lead_mode.at_start(db, settings, sandbox=False).startswith("lead intake: live")
+    lead_mode.switch(db, "shadow", by="Ana", settings=settings)
+    assert lead_mode.at_start(db, settings, sandbox=True).startswith("lead intake: shadow")
+    assert lead_mode.switch(db, "shadow", by="Bo", settings=settings) is None  # no-op, unaudited
+    actors = [r["actor"] for r in db.execute("SELECT actor FROM audit_log ORDER BY id")]
+    assert actors == [lead_mode.DEMO_BY, "the start with real vendors", "Ana", "Ana"]
+    # doctor: the setting set to another mode than the one on record is a warning.
+    assert lead_mode_check(db, load_settings(lead_intake_mode="live")).line().startswith("WARN")
+    assert lead_mode_check(db, settings).line().startswith("ok")
