@@ -134,10 +134,12 @@ class ActionLedger:
                 conn, spec, started_at=self.scope.now, run_id=self.scope.run_id
             )
 
-    def found(self, spec: ActionSpec, *, provider_ref: str, note: str) -> None:
+    def found(
+        self, spec: ActionSpec, *, provider_ref: str, note: str, also: Also | None = None
+    ) -> None:
         """Record that the provider has the object of an earlier attempt whose answer was lost
-        (found by its key): a new attempt, ``accepted`` at once. No request is made, so a dry
-        run records it too."""
+        (found by its key): a new attempt, ``accepted`` at once (with ``also`` in the same
+        transaction). No request is made, so a dry run records it too."""
         with self.db.connection() as conn, conn.transaction():
             attempt = rows.begin_attempt(
                 conn, spec, started_at=self.scope.now, run_id=self.scope.run_id
@@ -151,6 +153,8 @@ class ActionLedger:
                     provider_ref=provider_ref,
                     error=note,
                 )
+            if also is not None:
+                also(conn)
 
     def touch(self, attempt: Attempt) -> None:
         """The request leaves now: the in-flight window starts here."""
