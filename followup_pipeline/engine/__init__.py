@@ -1,7 +1,10 @@
 """What every pipeline stands on, besides ``domain``, ``store`` and ``integrations``.
 
 - ``scope``: the frozen run scope (now, run id, log) and the tally of counts and problems.
-- ``ledger``: the action ledger service: one row per outbound effect, its attempts, its outcome.
+- ``effects``: the one way every outbound action goes out (a task, a mail, an alert, a CRM
+  write, a reminder, a certificate, a publication); a sender supplies only its vendor's part.
+- ``ledger``: the action ledger's service under it: one row per outbound effect, its attempts,
+  its outcome.
 - ``mailer``: mail through Graph at most once per ledger key (reports and alerts).
 - ``worker``: the event worker: claims, per-item completions, backoff, dead letters, replay.
 - ``run_stops``: the database errors that stop a worker's run, by SQLSTATE class, charging the
@@ -13,5 +16,6 @@
 - ``runs``: what a Dagster run of any pipeline reports (outcome tag, counts) and the business
   day of a schedule's tick.
 
-A capability (``defs/<name>/``) imports this package, never another capability.
+A capability (``defs/<name>/``) imports this package, never another capability, and never the
+ledger's tables (``store/ledger.py``): only the engine writes them.
 """

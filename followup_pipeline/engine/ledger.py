@@ -1,5 +1,5 @@
-"""The action ledger service: every outbound effect (a task, a mail, an alert, and next a CRM
-write or a reminder) is one ``actions`` row keyed by its idempotency key.
+"""The action ledger service: every outbound effect (a task, a mail, an alert, a CRM write, a
+reminder, a certificate, a publication) is one ``actions`` row keyed by its idempotency key.
 
 The six outcomes: ``attempted`` (committed before the provider is called), ``accepted`` (the
 provider answered, with its id), ``confirmed`` (the provider's object was read back),
@@ -8,8 +8,9 @@ lost: it may have taken effect). Every attempt is kept in ``action_attempts``.
 
 A row left ``attempted`` or ``unknown`` may have reached the provider: a sender asks the provider
 (by the key it carried) before anything else, and not before the *in-flight window* has passed,
-since a request of a run that died may still be landing. Senders use this service by composition:
-``TaskLedger`` (ClickUp tasks), ``Mailer`` (Graph mail), ``OpsBoard`` (alert tasks).
+since a request of a run that died may still be landing. Senders do not use this service
+themselves: ``effects.Outbound`` runs the one sequence over it, and a sender supplies its vendor's
+part.
 
 Dry run (``FOLLOWUP_DRY_RUN``) is decided here, in ``begin``, the one door to a provider: every
 action of every kind is recorded ``suppressed`` with reason ``dry_run``, a warning is logged, and

@@ -1,2 +1,3 @@
-"""Typed clients for the four vendors (EspoCRM, ClickUp, Microsoft Graph, Mistral) and their
-Dagster resources. Clients raise only the errors of ``errors``; see that module's tree."""
+"""Typed clients for the vendors (EspoCRM, its Leads among them; ClickUp; Microsoft Graph;
+Mistral; People Data Labs' company lookup; Moodle; Accredible) and their Dagster resources
+(``resources``). Clients raise only the errors of ``errors``; see that module's tree."""

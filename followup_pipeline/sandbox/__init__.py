@@ -1,6 +1,7 @@
-"""Local doubles of EspoCRM, ClickUp, Microsoft Graph, Mistral and People Data Labs behind one
-Starlette app, and the site form's and the payment provider's webhooks it sends (``senders.py``,
-``intake.py``)."""
+"""Local doubles of EspoCRM, ClickUp, Microsoft Graph, Mistral, People Data Labs, Moodle and
+Accredible behind one Starlette app, and the site form's and the payment provider's webhooks it
+sends (``senders.py``, ``intake.py``). It imports nothing of the package but its settings (an
+import contract holds it): the production code cannot tell it from the real vendors."""
 
 from followup_pipeline.sandbox.app import create_app, sandbox_state
 from followup_pipeline.sandbox.config import SandboxConfig, WebhookSpec
