@@ -46,6 +46,9 @@ from followup_pipeline.store.ledger import SuppressReason as SuppressReason
 
 #: The longest error text an attempt keeps.
 ERROR_MAX = 500
+#: The note of an action found at the provider after a lost answer (a sender may say its own:
+#: ``found_note``; and ``found_outcome``, ``accepted`` when its look-up reads less than the object).
+FOUND_NOTE = "found at the provider by its key"
 #: How a send ended.
 State = Literal[
     "dead", "done", "in_flight", "unreadable", "found", "suppressed", "off", "failed", "sent",
@@ -64,6 +67,15 @@ def error_text(error: BaseException) -> str:
 def ambiguous(error: IntegrationError) -> bool:
     """Whether a failed request may have taken effect."""
     return isinstance(error, TransientError) and error.ambiguous
+
+
+@dataclass(frozen=True)
+class Performed:
+    """What ``perform`` may answer instead of a bare reference: the reference and a note on
+    how it was done (kept as the attempt's text: a task closed already, or gone)."""
+
+    provider_ref: str | None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +112,7 @@ class Sender(Protocol):
         raises ``IntegrationError`` when it cannot tell now."""
         ...
 
-    def perform(self, spec: ActionSpec, touch: Callable[[], None]) -> str | None:
+    def perform(self, spec: ActionSpec, touch: Callable[[], None]) -> str | Performed | None:
         """Send it (calling ``touch`` as the request leaves); the provider's reference."""
         ...
 
@@ -167,6 +179,41 @@ class Outbound:
             self.sleep(remaining)
         return self._settle(spec, sender, prior.last_attempt)
 
+    def confirm(
+        self,
+        spec: ActionSpec,
+        sender: Sender,
+        ref: str,
+        *,
+        note: str | None = None,
+        found_note: str | None = None,
+    ) -> None:
+        """The provider shows the action's object ``ref`` now, read back at a later run (a
+        reminder seen in the learner's messages, a credential in the platform's listing):
+        ``confirmed``, mirrored by ``sender``. An action held as lost or failed is first
+        recorded found (``note``: how it was seen, else ``found_note``, else the sender's); one with
+        no row of ours, or suppressed (issued by hand), changes only the sender's records."""
+        ledger = self.ledger
+        shown = Sent("confirmed", ref)
+        prior = ledger.prior(spec.key)
+        action = prior.action
+        if action is None or action.outcome in ("suppressed", "confirmed"):
+            with ledger.db.connection() as conn, conn.transaction():
+                sender.mirror(conn, spec, shown)
+            return
+        if not prior.done:  # lost, or failed: the provider has it after all
+            note = note or found_note or str(getattr(sender, "found_note", FOUND_NOTE))
+            ledger.found(spec, provider_ref=ref, note=note)
+            prior = ledger.prior(spec.key)
+        last = prior.last_attempt
+        assert prior.action is not None  # the row is there (found above)
+        assert last is not None
+        ledger.finish(
+            last, "confirmed", provider_ref=ref,
+            error=note if note is not None else prior.action.last_error,
+            also=lambda conn: sender.mirror(conn, spec, shown),
+        )  # fmt: skip
+
     def suppress(self, spec: ActionSpec, sender: Sender, reason: SuppressReason) -> Sent:
         """Record the action suppressed for a reason of the sender's own (completed, opted
         out, superseded, …), mirrored in the same transaction; ``done`` when it had reached the
@@ -186,7 +233,18 @@ class Outbound:
             if last is not None:
                 self.ledger.finish(last, "failed", error="the provider does not have it")
             return None
-        return self._found(spec, sender, found, note="found at the provider by its key")
+        if last is not None:  # the search found it: the lost attempt took effect
+            sent = Sent("found", found)
+            # A sender may say how a find is recorded: confirmed (the provider's object was
+            # read) unless its look-up proves less (a mail in Sent Items is accepted, not read).
+            outcome: rows.FinalOutcome = getattr(sender, "found_outcome", "confirmed")
+            note: str = getattr(sender, "found_note", FOUND_NOTE)
+            self.ledger.finish(
+                last, outcome, provider_ref=found, error=note,
+                also=lambda conn: sender.mirror(conn, spec, sent),
+            )  # fmt: skip
+            return sent
+        return self._found(spec, sender, found, note=getattr(sender, "found_note", FOUND_NOTE))
 
     def _found(self, spec: ActionSpec, sender: Sender, ref: str, *, note: str) -> Sent:
         sent = Sent("found", ref)
@@ -217,12 +275,15 @@ class Outbound:
                 found = sender.look_up(spec)
                 if found is not None:
                     return self._finish(spec, sender, attempt, Sent("found", found))
-            ref = sender.perform(spec, lambda: ledger.touch(attempt))
+            performed = sender.perform(spec, lambda: ledger.touch(attempt))
         except IntegrationError as error:
             maybe = sender.may_be_ambiguous and ambiguous(error)
             ledger.fail(attempt, error_text(error), maybe_done=maybe)
             return Sent("failed", error=error)
-        sent = self._finish(spec, sender, attempt, Sent("sent", ref))
+        if not isinstance(performed, Performed):
+            performed = Performed(performed)
+        ref, note = performed.provider_ref, performed.note
+        sent = self._finish(spec, sender, attempt, Sent("sent", ref), note=note)
         try:
             seen = sender.read_back(spec, ref)
         except IntegrationError as error:
@@ -232,16 +293,19 @@ class Outbound:
             return sent
         confirmed = Sent("confirmed", ref)
         ledger.finish(
-            attempt, "confirmed", provider_ref=ref,
+            attempt, "confirmed", provider_ref=ref, error=note,
             also=lambda conn: sender.mirror(conn, spec, confirmed),
         )  # fmt: skip
         return confirmed
 
-    def _finish(self, spec: ActionSpec, sender: Sender, attempt: Attempt, sent: Sent) -> Sent:
+    def _finish(
+        self, spec: ActionSpec, sender: Sender, attempt: Attempt, sent: Sent, *,
+        note: str | None = None,
+    ) -> Sent:  # fmt: skip
         """``accepted`` (or, for one found inside the attempt, ``confirmed``: it was read)."""
         outcome: rows.FinalOutcome = "confirmed" if sent.state == "found" else "accepted"
         self.ledger.finish(
-            attempt, outcome, provider_ref=sent.provider_ref,
+            attempt, outcome, provider_ref=sent.provider_ref, error=note,
             also=lambda conn: sender.mirror(conn, spec, sent),
         )  # fmt: skip
         return sent

@@ -1,31 +1,45 @@
-"""Mail that goes out once: every send is a ledger action, and Graph's Sent Items decide a send
-whose answer was lost.
+"""Mail that goes out once: every send is a ledger action that goes out the one way
+(``engine/effects.py``), and the mailbox decides a send whose answer was lost.
 
-Graph has no idempotency header and a 5xx, 429 or timeout on ``sendMail`` is ambiguous: the
-mail may have gone (docs/vendors.md, Microsoft Graph). So the action is committed ``attempted``
-before the request, its key travels on the message as an extended property, and a row left
-``attempted`` or ``unknown`` (a crash after the 202, a fault that sent and then answered 500) is
-settled by looking for the key in the mailbox before anything is sent again, once the earlier
-request's in-flight window has passed (waited for, up to ``MAX_WAIT_S``).
+Graph has no idempotency header, and a 5xx, 429 or timeout on ``sendMail`` is ambiguous: the
+mail may have gone (docs/vendors.md, Microsoft Graph). So the key travels on the message as an
+extended property, and ``GraphMail``, the sender, supplies Graph's part: the look-up of the key
+among the mailbox's messages (drafts do not count), the send (``touch`` as the request leaves:
+before ``sendMail``, or before the draft's send of a multipart message), no read-back (a 202 is
+"accepted": the copy reaches Sent Items later, and a lost answer is settled by the look-up), and
+no records of its own.
+
+``Mailer`` adds what is mail's around it: an advisory lock per key (two runs of one window at
+once), waiting out up to ``MAX_WAIT_S`` of an earlier send's in-flight window (a run retry
+seconds after a failed run), the earlier run's payload kept when its mail is found, a settle
+without a resend (``resend=False``), and the ``MailResult`` or ``MailError`` its callers read.
 """
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from followup_pipeline.engine.ledger import ActionLedger, DryRun, Prior
+import psycopg
+
+from followup_pipeline.engine.effects import ActionSpec, Kind, Outbound, Sent, State, SuppressReason
+from followup_pipeline.engine.ledger import ActionLedger
 from followup_pipeline.engine.scope import Database, RunScope
-from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.settings import Settings
-from followup_pipeline.store.ledger import ActionSpec, Kind
 from followup_pipeline.store.run_lock import RunLock
 
 MailOutcome = Literal["sent", "already_sent", "suppressed", "in_flight"]
 #: The longest a send waits for an earlier send's in-flight window to pass before it asks the
 #: mailbox (the default window is 100 s); longer, the run fails and says when to run again.
 MAX_WAIT_S = 150.0
+#: Why a send raises ``MailError``, by how it ended.
+FAILURES: dict[State, str] = {
+    "failed": "Graph failed",
+    "unreadable": "Sent Items could not be read",
+    "dead": "failed every attempt: a dead letter until it is replayed",
+    "off": "not sent: mail is off",
+}
 
 
 @dataclass(frozen=True)
@@ -38,7 +52,8 @@ class MailResult:
 
 
 class MailError(RuntimeError):
-    """A send failed; the action says ``failed`` or ``unknown`` and the next run settles it."""
+    """A send did not go: Graph failed (the action says ``failed`` or ``unknown``, and the next
+    run settles it), the mailbox could not be read, or the action is a dead letter."""
 
 
 class LockableDatabase(Database, Protocol):
@@ -48,6 +63,64 @@ class LockableDatabase(Database, Protocol):
     def url(self) -> str:
         """The database's URL."""
         ...
+
+
+@dataclass(frozen=True)
+class Letter:
+    """What one mail says and to whom; with ``text`` it goes as plain text and HTML."""
+
+    to: list[str]
+    subject: str
+    html: str
+    text: str | None = None
+
+
+class GraphMail:
+    """Graph's part of sending one mail (an ``effects.Sender``)."""
+
+    #: The key is on the message, and the mailbox can be searched by it.
+    searchable = True
+    #: The ledger says when a send may have gone; a search before every send would only double
+    #: the requests.
+    searches_first = False
+    may_be_ambiguous = True
+    #: A mail found in Sent Items was sent, not read by its recipient: ``accepted``, as a 202.
+    found_outcome = "accepted"
+    found_note = "found in Sent Items"
+
+    def __init__(self, outlook: OutlookClient, letter: Letter) -> None:
+        self.outlook = outlook
+        self.letter = letter
+
+    def look_up(self, spec: ActionSpec) -> str | None:
+        """The id of the mailbox's message that carries the key, None when there is none."""
+        return self.outlook.find_sent(spec.key)
+
+    def perform(self, spec: ActionSpec, touch: Callable[[], None]) -> str | None:
+        """Send the letter; Graph's ``request-id``."""
+        letter = self.letter
+        if letter.text is None:
+            touch()
+            receipt = self.outlook.send_mail(
+                to=letter.to, subject=letter.subject, html=letter.html, key=spec.key
+            )
+        else:  # text and HTML: multipart/alternative, through a draft; only its send leaves
+            receipt = self.outlook.send_multipart(
+                to=letter.to,
+                subject=letter.subject,
+                html=letter.html,
+                text=letter.text,
+                key=spec.key,
+                before_send=touch,
+            )
+        return receipt.request_id
+
+    def read_back(self, spec: ActionSpec, provider_ref: str | None) -> bool | None:
+        """Nothing to read yet: Graph's 202 is "accepted", its copy lands in Sent Items later."""
+        return None
+
+    def mirror(self, conn: psycopg.Connection[Any], spec: ActionSpec, sent: Sent) -> None:
+        """Mail has no records of its own (its callers keep theirs)."""
 
 
 class Mailer:
@@ -66,9 +139,9 @@ class Mailer:
         self.db = db
         self.outlook = outlook
         self.settings = settings
-        self.sleep = sleep
         self.log = run.log
         self.ledger = ActionLedger.of(db, run, settings)
+        self.outbound = Outbound(self.ledger, sleep=sleep)
 
     def send_once(
         self,
@@ -101,83 +174,45 @@ class Mailer:
                 time_zone=self.settings.timezone,
                 payload=payload,
             )
-            return self._send_once(
-                spec, to=to, subject=subject, html=html, text=text, resend=resend
-            )
+            mail = GraphMail(self.outlook, Letter(to, subject, html, text))
+            return self._result(key, self._send(spec, mail, resend=resend))
         finally:
             lock.release()
 
-    def _send_once(
-        self,
-        spec: ActionSpec,
-        *,
-        to: list[str],
-        subject: str,
-        html: str,
-        text: str | None,
-        resend: bool,
-    ) -> MailResult:
-        key = spec.key
+    def skip(self, *, key: str, kind: Kind, reason: SuppressReason) -> bool:
+        """Record the mail of ``key`` not sent for ``reason`` (a report with nothing due);
+        False when an earlier send reached Graph or may have: that record stays, for a later run
+        to settle against Sent Items."""
         prior = self.ledger.prior(key)
-        if prior.done and prior.action is not None:
-            return MailResult(key, "already_sent", prior.action.provider_ref)
-        if prior.maybe_done:
-            remaining = self.ledger.in_flight_s - prior.age_s
-            if remaining > MAX_WAIT_S:
-                self.log.info("%s: the last send may still be on its way; left alone", key)
-                return MailResult(key, "in_flight")
-            if remaining > 0:
-                # A run retry starts seconds after the failed run: wait out the rest of the
-                # window here, then ask the mailbox, instead of failing the retry too.
-                self.log.info("%s: waiting %.0f s for the last send's window", key, remaining)
-                self.sleep(remaining)
-            settled = self._settle(spec, prior)
-            if settled is not None:
-                return settled
+        if prior.done or prior.maybe_done:
+            return False
+        zone = self.settings.timezone
+        spec = ActionSpec(key=key, kind=kind, due_at=self.run.now, time_zone=zone)
+        return self.ledger.suppress(spec, reason)
+
+    def _send(self, spec: ActionSpec, mail: GraphMail, *, resend: bool) -> Sent:
+        """Settle an earlier send, then (``resend``) send."""
+        # A mail found in the mailbox is the earlier run's: it is recorded with what that run
+        # recorded (its `until`), not with this run's payload, which only a new send records.
+        earlier = self.ledger.prior(spec.key).action
+        as_sent = replace(spec, payload=earlier.payload) if earlier is not None else spec
+        settled = self.outbound.settle(as_sent, mail, wait_s=MAX_WAIT_S)
+        if settled is not None:
+            return settled
         if not resend:
-            raise MailError(f"{key}: the earlier send is not in Sent Items")
-        return self._send(spec, to=to, subject=subject, html=html, text=text)
+            raise MailError(f"{spec.key}: the earlier send is not in Sent Items")
+        return self.outbound.send(spec, mail, wait_s=MAX_WAIT_S)
 
-    def _settle(self, spec: ActionSpec, prior: Prior) -> MailResult | None:
-        """Ask Sent Items about an earlier send whose answer was lost; the result if it went."""
-        try:
-            message_id = self.outlook.find_sent(spec.key)
-        except IntegrationError as error:
-            raise MailError(f"{spec.key}: Sent Items could not be read: {error}") from error
-        if message_id is None:
-            self.log.info("%s: not in Sent Items; sending (again)", spec.key)
-            return None
-        # The mail that went out is the earlier run's: keep what it recorded (its `until`).
-        earlier = prior.action.payload if prior.action is not None else None
-        self.ledger.found(
-            replace(spec, payload=earlier), provider_ref=message_id, note="found in Sent Items"
-        )
-        return MailResult(spec.key, "already_sent", message_id)
-
-    def _send(
-        self, spec: ActionSpec, *, to: list[str], subject: str, html: str, text: str | None
-    ) -> MailResult:
-        try:
-            attempt = self.ledger.begin(spec)
-        except DryRun:
-            return MailResult(spec.key, "suppressed")
-        if attempt is None:  # another run sent it meanwhile
-            return MailResult(spec.key, "already_sent")
-
-        def stamp() -> None:
-            self.ledger.touch(attempt)  # the in-flight window starts now
-
-        try:
-            if text is None:
-                stamp()
-                receipt = self.outlook.send_mail(to=to, subject=subject, html=html, key=spec.key)
-            else:  # text and HTML: multipart/alternative, through a draft
-                receipt = self.outlook.send_multipart(
-                    to=to, subject=subject, html=html, text=text, key=spec.key, before_send=stamp
-                )
-        except IntegrationError as error:
-            # A 5xx, 429 or timeout: maybe sent.
-            self.ledger.fail(attempt, str(error), maybe_done=isinstance(error, TransientError))
-            raise MailError(f"{spec.key}: Graph failed: {error}") from error
-        self.ledger.finish(attempt, "accepted", provider_ref=receipt.request_id)
-        return MailResult(spec.key, "sent", receipt.request_id)
+    def _result(self, key: str, sent: Sent) -> MailResult:
+        """What the callers read of how a send ended; ``MailError`` when it did not go."""
+        if sent.state in ("sent", "confirmed"):
+            return MailResult(key, "sent", sent.provider_ref)
+        if sent.reached:  # sent before, or found in the mailbox
+            return MailResult(key, "already_sent", sent.provider_ref)
+        if sent.state == "in_flight":
+            self.log.info("%s: the last send may still be on its way; left alone", key)
+            return MailResult(key, "in_flight")
+        if sent.state == "suppressed":
+            return MailResult(key, "suppressed")
+        why = FAILURES[sent.state] + (f": {sent.error}" if sent.error is not None else "")
+        raise MailError(f"{key}: {why}") from sent.error

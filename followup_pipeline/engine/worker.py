@@ -16,13 +16,18 @@ a full disk: ``run_stops.py`` lists them by SQLSTATE class) stops the run, raisi
 ``RunStopped``: the state is unclear. The event is not charged for it, and becomes a dead letter
 only after it stopped ``FOLLOWUP_EVENT_RUN_STOPS_MAX`` runs in a row. A serialization failure or
 a deadlock is first retried once, in place.
+
+A capability makes its handler for each run from a ``WorkerRun``: the worker's connection (no
+transaction stays open on it between units), the run's database (``PostgresResource``: work
+committed on a connection of its own, as the action ledger's ``attempted`` before a request
+leaves), the run's scope (now, run id, the op's log), the settings and the op's resources.
 """
 
-import dataclasses
 import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
@@ -30,6 +35,7 @@ import psycopg
 from psycopg import pq
 
 from followup_pipeline.engine.run_stops import RunStopped, database_fault, error_name, record_stop
+from followup_pipeline.engine.scope import Database, RunScope
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events
 from followup_pipeline.store.db import StoreError, storable
@@ -134,7 +140,7 @@ class EventWorker:
             return
         with self.conn.transaction():
             attempts = events.start_attempt(self.conn, event.id)
-        event = dataclasses.replace(event, attempts=attempts)
+        event = replace(event, attempts=attempts)
         for retry in (False, True):
             try:
                 self.attempt(event)
@@ -207,9 +213,22 @@ def worker_outcome(counts: Mapping[str, object]) -> Literal["ok", "partial"]:
 #: The Dagster resources of the op that runs the worker, by key (a handler takes its vendor
 #: clients from them).
 ResourcesByKey = Mapping[str, object]
-#: How a capability makes the handler of its source's events for one run: from the run's
-#: connection, the settings and the op's resources.
-HandlerFactory = Callable[[psycopg.Connection[Any], Settings, ResourcesByKey], EventHandler]
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """What a handler of one run is made from (the module's docstring): the worker's connection,
+    the run's database and scope, the settings and the op's resources."""
+
+    conn: psycopg.Connection[Any]
+    db: Database
+    scope: RunScope
+    settings: Settings
+    resources: ResourcesByKey = field(default_factory=dict)
+
+
+#: How a capability makes the handler of its source's events for one run.
+HandlerFactory = Callable[[WorkerRun], EventHandler]
 
 
 class EventHandlers:
@@ -220,26 +239,18 @@ class EventHandlers:
     def __init__(self, factories: Mapping[str, HandlerFactory]) -> None:
         self.factories = dict(factories)
 
-    def dispatcher(
-        self, conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
-    ) -> EventHandler:
+    def dispatcher(self, run: WorkerRun) -> EventHandler:
         """One handler that hands each event to its source's handler (made on first use)."""
-        return _Dispatcher(self.factories, conn, settings, resources)
+        return _Dispatcher(self.factories, run)
 
 
 class _Dispatcher:
     """Hands each event to the handler of its source; their counts are summed here."""
 
-    def __init__(
-        self,
-        factories: Mapping[str, HandlerFactory],
-        conn: psycopg.Connection[Any],
-        settings: Settings,
-        resources: ResourcesByKey,
-    ) -> None:
+    def __init__(self, factories: Mapping[str, HandlerFactory], run: WorkerRun) -> None:
         self.factories = factories
         self.made: dict[str, EventHandler] = {}
-        self.args = (conn, settings, resources)
+        self.run = run
         self.counts: Counter[str] = Counter()
 
     def handle(self, event: Event, done: set[str]) -> bool:
@@ -248,6 +259,6 @@ class _Dispatcher:
             raise ItemFailed("source", f"no handler for source {event.source!r}", permanent=True)
         handler = self.made.get(event.source)
         if handler is None:
-            handler = self.made[event.source] = self.factories[event.source](*self.args)
+            handler = self.made[event.source] = self.factories[event.source](self.run)
             handler.counts = self.counts
         return handler.handle(event, done)

@@ -1,6 +1,7 @@
 """How an alert reaches a person: one mail to the operations owner and backup through Graph,
-sent once per ledger key (``Mailer``); when mail fails, or nobody is set to receive it, a task in
-the operations list in ClickUp (``OpsBoard``), also once per key (``{key}:clickup``)."""
+sent once per ledger key (``engine/mailer.py``); when mail fails, or nobody is set to receive it,
+a task in the operations list in ClickUp (``board.py``), also once per key (``{key}:clickup``).
+Both go out the engine's one way (``engine/effects.py``)."""
 
 from __future__ import annotations
 
@@ -8,78 +9,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
+from followup_pipeline.defs.alerts.board import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.domain.alerts import AlertMail, is_dead_letter_digest, render_alert
-from followup_pipeline.engine.ledger import ActionLedger, DryRun
+from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
-from followup_pipeline.engine.scope import Database, RunScope
+from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.clickup import ClickUpClient
-from followup_pipeline.integrations.errors import IntegrationError, TransientError
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.machine import ui_url
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
-from followup_pipeline.store.ledger import ActionSpec
 from followup_pipeline.store.run_lock import RunLock
 
 Channel = Literal["mail", "clickup", "in_flight", "suppressed"]
-#: The tag every alert task carries in the operations list.
-ALERT_TAG = "followup-alert"
-
-
-class AlertNotSent(RuntimeError):
-    """Neither channel took the alert; the next ``alert`` run tries again."""
-
-
-def clickup_key(key: str) -> str:
-    """The ledger key of an alert's ClickUp task."""
-    return f"{key}:clickup"
-
-
-class OpsBoard:
-    """Tasks in the operations list, created at most once per ledger key (its key travels as a
-    tag and is searched before any create)."""
-
-    def __init__(
-        self, run: RunScope, db: Database, board: ClickUpClient, settings: Settings
-    ) -> None:
-        self.run = run
-        self.board = board
-        self.settings = settings
-        self.ledger = ActionLedger.of(db, run, settings)
-
-    def post_once(self, key: str, *, name: str, markdown: str) -> str:
-        """The task id of ``key``'s task, created unless it exists; ``AlertNotSent`` when
-        ClickUp fails or an earlier create may still be on its way; ``DryRun`` in a dry run."""
-        prior = self.ledger.prior(key)
-        if prior.done and prior.action is not None:
-            return prior.action.provider_ref or ""
-        if self.ledger.in_flight(prior):
-            raise AlertNotSent(f"{key}: the last create may still be on its way")
-        zone = self.settings.timezone
-        spec = ActionSpec(key=key, kind="alert", due_at=self.run.now, time_zone=zone)
-        attempt = self.ledger.begin(spec)
-        if attempt is None:
-            return ""  # another run created it meanwhile
-        try:
-            found = self.board.find_tasks_by_key(idempotency_key=key)
-            if found:
-                self.ledger.finish(attempt, "confirmed", provider_ref=found[0].id)
-                return found[0].id
-            self.ledger.touch(attempt)  # the in-flight window starts now
-            task = self.board.create_task(
-                name=name[:250],
-                markdown=markdown,
-                due_date=None,
-                assignees=(),
-                idempotency_key=key,
-                tags=(ALERT_TAG,),
-            )
-        except IntegrationError as error:
-            ambiguous = isinstance(error, TransientError) and error.ambiguous
-            self.ledger.fail(attempt, str(error), maybe_done=ambiguous)
-            raise AlertNotSent(f"{key}: ClickUp failed: {error}") from error
-        self.ledger.finish(attempt, "accepted", provider_ref=task.id)
-        return task.id
 
 
 @dataclass(frozen=True)

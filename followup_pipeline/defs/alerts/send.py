@@ -3,7 +3,8 @@ or as a task in the operations list in ClickUp when mail fails."""
 
 import dagster as dg
 
-from followup_pipeline.defs.alerts.delivery import AlertDelivery, AlertNotSent, Delivered
+from followup_pipeline.defs.alerts.board import AlertNotSent
+from followup_pipeline.defs.alerts.delivery import AlertDelivery, Delivered
 from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import ClickUpResource, OutlookResource

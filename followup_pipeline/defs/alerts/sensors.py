@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
+from followup_pipeline.defs.alerts.board import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.defs.alerts.checks import (
     catch_up_signals,
     dead_letter_signals,
     pending_signal,
     stale_signal,
 )
-from followup_pipeline.defs.alerts.delivery import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.alerts import fingerprint, self_alert_key
 from followup_pipeline.domain.text import cut_at_word

@@ -14,7 +14,8 @@ from datetime import date
 from typing import Literal
 
 from followup_pipeline.defs.evaluate.ports import DealSource
-from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger, update_key
+from followup_pipeline.defs.evaluate.task_upkeep import TaskUpkeep, update_key
+from followup_pipeline.defs.evaluate.tasks import WAITS, TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import due_through, local_date
 from followup_pipeline.domain.registration import Observation
@@ -55,6 +56,7 @@ class DueSteps:
         self.db = db
         self.crm = crm
         self.tasks = tasks
+        self.upkeep = TaskUpkeep(tasks)
         self.settings = settings
         self.calendar = calendar
         self.now = run.now
@@ -112,7 +114,7 @@ class DueSteps:
         if selection.fire is None:
             return
         due = [*selection.supersede, selection.fire]
-        settled = [self.tasks.settle(watch, step_no) for step_no in due]
+        settled = [self.tasks.settle(watch, step_no, due_on[step_no]) for step_no in due]
         if any(state in WAITS for state in settled):
             return
         if "fired" in settled:
@@ -165,7 +167,7 @@ class DueSteps:
                 continue
             summary = TaskSummary(row.summary_hash, row.line1, row.line2)
             content = self.content(watch, deal, row.step_no, row.due_on, row.step_count, summary)
-            self.tasks.update_task(watch, row, content)
+            self.upkeep.update_task(watch, row, content)
         return self.tally
 
     def content(

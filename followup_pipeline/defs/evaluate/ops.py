@@ -145,7 +145,7 @@ def evaluate_due(
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
     tally.add(due.refresh_summaries())
     due.close_exhausted()
-    tasks.close_tasks()
+    due.upkeep.close_tasks()
     tally.add(tasks.tally)
     if synced.complete and resets.complete and settings.now is None:
         # (A run on a clock set by FOLLOWUP_NOW reads, but never moves the cursor.)

@@ -1,6 +1,6 @@
-"""What ``evaluate``'s workers need from the vendors, named as Protocols: the CRM and the task
-board (the database is ``engine.scope.Database``). The real ones are the vendor clients; a test
-may hand in anything that answers the same way."""
+"""What ``evaluate``'s workers need from the vendors, named as Protocols: the CRM, the task
+board, and what keeping its tasks up to date needs (the database is ``engine.scope.Database``).
+The real ones are the vendor clients; a test may hand in anything that answers the same way."""
 
 from collections.abc import Sequence
 from datetime import datetime
@@ -75,4 +75,20 @@ class TaskBoard(Protocol):
 
     def close_task(self, *, task_id: str, comment: str, closed_status: str | None = None) -> Task:
         """Close a task with the list's closed status and a comment saying why."""
+        ...
+
+
+class TaskWriter(TaskBoard, Protocol):
+    """The task board, with what keeping a task up to date needs."""
+
+    def update_task(self, *, task_id: str, markdown: str) -> Task:
+        """Write a task's description again (idempotent)."""
+        ...
+
+    def add_comment(self, *, task_id: str, comment: str) -> None:
+        """Add a comment to a task (sent once)."""
+        ...
+
+    def comment_texts(self, *, task_id: str) -> list[str]:
+        """The texts of a task's newest comments."""
         ...

@@ -4,11 +4,12 @@ the nightly CRM sweep become one lead per person.
 - ``lead_events``, a sensor over the event log (``engine/event_sensor.py``), launches
   ``lead_intake`` when events of the lead sources are due; its steps ``normalise``
   (``normalise.py``), ``enrich`` (``enrich.py``), ``classify`` (``classify.py``) and ``crm_upsert``
-  (``upsert.py``, the one write to the CRM, or in shadow mode the record of it) run on the
-  engine's event worker: completion keys ``{event_id}:0:{step}``, ``FOLLOWUP_LEAD_MAX_RETRIES``
-  retries after
-  the first attempt with backoff and jitter, then a dead letter that ``followup dead-letters``
-  lists and replays by the original id. Each run reads lead intake's mode (``store/lead_mode.py``:
+  (``upsert.py``, the one write to the CRM, or in shadow mode the record of it, sent the engine's
+  one way with its CRM part in ``crm_sender.py``) run on the engine's event worker, each handler
+  with the run's database and scope (its now, its id, its log): completion keys
+  ``{event_id}:0:{step}``, ``FOLLOWUP_LEAD_MAX_RETRIES`` retries after the first attempt with
+  backoff and jitter, then a dead letter that ``followup dead-letters`` lists and replays by the
+  original id. Each run reads lead intake's mode (``store/lead_mode.py``:
   shadow until a person runs ``followup leads go-live``) and carries it as the tag
   ``followup/lead_mode``.
 - ``crm_changes``, every night at ``FOLLOWUP_CRM_CHANGES_AT`` in the team's time zone, stores
@@ -22,7 +23,12 @@ from followup_pipeline.defs.lead_intake.sweep import sweep
 from followup_pipeline.engine.event_sensor import events_tick
 from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.scope import RunScope
-from followup_pipeline.engine.worker import EventWorker, HandlerFactory, worker_outcome
+from followup_pipeline.engine.worker import (
+    EventWorker,
+    HandlerFactory,
+    WorkerRun,
+    worker_outcome,
+)
 from followup_pipeline.integrations.resources import (
     CompanyLookupResource,
     EspoCrmResource,
@@ -60,8 +66,9 @@ def normalise_leads(
         "espocrm": espocrm,
         "clock": clock,
     }
+    scope = RunScope(clock.now(), context.run_id, context.log)
     with postgres.connection() as conn:
-        handler = make_normaliser(conn, settings, resources)
+        handler = make_normaliser(WorkerRun(conn, postgres, scope, settings, resources))
         if handler.mode is not None:
             context.instance.add_run_tags(context.run_id, {MODE_TAG: handler.mode.mode})
             context.log.info("lead intake %s (%s)", handler.mode.mode, handler.mode.why)

@@ -31,7 +31,7 @@ from followup_pipeline.domain.leads import (
     from_payment,
     from_site_form,
 )
-from followup_pipeline.engine.worker import ItemFailed, ResourcesByKey, completion_key
+from followup_pipeline.engine.worker import ItemFailed, WorkerRun, completion_key
 from followup_pipeline.integrations.resources import (
     CompanyLookupResource,
     EspoCrmResource,
@@ -192,11 +192,11 @@ class NextSteps:
         return self.upserter.run(event, lead_id, now=now)
 
 
-def make_normaliser(
-    conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
-) -> LeadNormaliser:
-    """The lead sources' handler: with the ``company_lookup`` and ``mistral`` resources, all
-    its steps (``crm_upsert`` too with ``espocrm``); without them, ``normalise`` alone."""
+def make_normaliser(run: WorkerRun) -> LeadNormaliser:
+    """The lead sources' handler for one run: with the ``company_lookup`` and ``mistral``
+    resources, all its steps (``crm_upsert`` too with ``espocrm``, on the run's database and
+    scope); without them, ``normalise`` alone."""
+    conn, settings, resources = run.conn, run.settings, run.resources
     handler = LeadNormaliser(conn, settings)
     companies, mistral = resources.get("company_lookup"), resources.get("mistral")
     clock, crm = resources.get("clock"), resources.get("espocrm")
@@ -215,6 +215,6 @@ def make_normaliser(
             Enricher(conn, lookup, counts),
             Classifier(conn, mistral.get_client(), settings, counts),
             clock.now if isinstance(clock, ClockResource) else lambda: datetime.now(UTC),
-            CrmUpserter(conn, writer, settings, counts) if writer is not None else None,
+            CrmUpserter(run, writer, counts) if writer is not None else None,
         )
     return handler

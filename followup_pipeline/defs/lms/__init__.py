@@ -5,14 +5,17 @@ per tenant and time zone, as durable records that survive a restart.
   schedule does not depend on them). For each tenant not ``off``: a sync of its courses'
   learners and quizzes into assignments and planned reminder records (``sync.py``; Moodle's
   completions too once a day), then, in the tenant's business hours, every reminder due by now:
-  re-checked, then sent once through the action ledger or suppressed with the reason
-  (``remind.py``). A tenant whose Moodle or mailbox fails is counted and left for the next run;
-  the others go on.
+  re-checked, then sent once through the engine's one way out (``engine/effects.py``) or
+  suppressed with the reason (``remind.py``; by mail or Moodle's message:
+  ``reminder_delivery.py``). A tenant whose Moodle or mailbox fails is counted and left for the
+  next run; the others go on.
 - The same run publishes each tenant's content that is due, approved and current
-  (``publish.py``), and, once an hour per tenant, reconciles its certificates: Moodle's course
-  completions against what the credential platform confirms (``certify.py``). What can be
-  neither done nor suppressed goes to the catch-up queue with the tenant's owner
-  (``catch_up.py``).
+  (``publish.py``; Moodle's part: ``module_publication.py``), and, once an hour per tenant,
+  reconciles its certificates: Moodle's course completions (``course_completions.py``) against
+  what the credential platform confirms (``certify.py``; the export: ``credential_export.py``).
+  What can be neither done nor suppressed goes to the catch-up queue with the tenant's owner
+  (``catch_up.py``); a tenant's mode as a send's, and what a read-back after the send records:
+  ``outbound.py``.
 - ``lms_weekly``, Monday 07:00 in the team's zone: each tenant's reminders by outcome in one
   mail to the academy's owner and backup, once per tenant and ISO week.
 """
@@ -93,11 +96,7 @@ def remind_learners(
         whole = tenant.synced_at is None or run.now - tenant.synced_at >= WHOLE_SYNC_EVERY
         synced = sync_tenant(postgres, tenant, site, now=run.now, completions=whole)
         mail = outlook.client_for(tenant.sender) if tenant.channel == "email" else None
-        channel = Channel(
-            site=site,
-            mailer=Mailer(run, postgres, mail, settings) if mail is not None else None,
-            sent_items=mail,
-        )
+        channel = Channel(site=site, mailbox=mail)
         done = remind_tenant(run, postgres, tenant, channel, settings)
         done["planned"] += synced.planned
         done["superseded_plans"] += synced.superseded

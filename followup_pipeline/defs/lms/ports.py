@@ -1,7 +1,8 @@
 """What learning reminders need of an LMS site (a tenant's Moodle) and of a credential platform,
 as Protocols: the sync reads courses' learners, quizzes and completions; the send re-checks a
-completion and sends or reads back a message; certificates read course completions and issue and
-read back credentials; publishing shows a course module and reads it back."""
+completion and sends or reads back a message (Moodle's, or a mail from the tenant's mailbox);
+certificates read course completions and issue and read back credentials; publishing shows a
+course module and reads it back."""
 
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
@@ -83,6 +84,27 @@ class LmsSite(Protocol):
 
     def find_message(self, user_id: int, marker: str) -> Found | None:
         """The message to the learner whose text holds ``marker``."""
+        ...
+
+
+class Receipt(Protocol):
+    """Graph's answer to a mail it took."""
+
+    @property
+    def request_id(self) -> str | None: ...
+
+
+class Mailbox(Protocol):
+    """A tenant's mailbox (Graph), as reminders by e-mail use it."""
+
+    def send_mail(
+        self, *, to: list[str], subject: str, html: str, key: str | None = None
+    ) -> Receipt:
+        """One HTML message; ``key`` travels on it, so that ``find_sent`` finds it."""
+        ...
+
+    def find_sent(self, key: str) -> str | None:
+        """The id of the sent message that carries ``key``, None when there is none."""
         ...
 
 

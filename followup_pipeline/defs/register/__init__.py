@@ -1,20 +1,15 @@
 """Registration: the ``crm_events`` sensor over the event log (``engine/event_sensor.py``) and the
 ``register`` job."""
 
-from typing import Any
+from datetime import UTC, datetime
 
 import dagster as dg
-import psycopg
 
 from followup_pipeline.defs.register.registrar import Registrar
 from followup_pipeline.engine.event_sensor import events_tick
 from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
-from followup_pipeline.engine.worker import (
-    EventWorker,
-    HandlerFactory,
-    ResourcesByKey,
-    worker_outcome,
-)
+from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.engine.worker import EventWorker, HandlerFactory, WorkerRun, worker_outcome
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import Settings
@@ -41,9 +36,12 @@ def register_events(
     espocrm: EspoCrmResource,
 ) -> dg.Output[RunCounts]:
     """Claim due events in batches and open or close watches; counts as run metadata."""
+    # Registration reads no instant of its own (a watch counts from its event's receipt), so the
+    # job takes no clock: the scope's now is when the run started.
+    scope = RunScope(datetime.now(UTC), context.run_id, context.log)
     with postgres.connection() as conn:
-        handler = make_registrar(conn, settings, {"espocrm": espocrm})
-        counts = dict(EventWorker(conn, handler, settings, sources=SOURCES).run())
+        run = WorkerRun(conn, postgres, scope, settings, {"espocrm": espocrm})
+        counts = dict(EventWorker(conn, make_registrar(run), settings, sources=SOURCES).run())
     return outcome_output(context, worker_outcome(counts), counts)
 
 
@@ -58,15 +56,13 @@ def register() -> None:
     register_events()
 
 
-def make_registrar(
-    conn: psycopg.Connection[Any], settings: Settings, resources: ResourcesByKey
-) -> Registrar:
+def make_registrar(run: WorkerRun) -> Registrar:
     """The handler of EspoCRM's events, for the engine's worker (and a replay): it needs the
     ``espocrm`` resource."""
-    espocrm = resources["espocrm"]
+    espocrm = run.resources["espocrm"]
     if not isinstance(espocrm, EspoCrmResource):
         raise TypeError(f"the espocrm resource is a {type(espocrm).__name__}")
-    return Registrar(conn, espocrm.get_client(), settings)
+    return Registrar(run.conn, espocrm.get_client(), run.settings)
 
 
 #: The sources whose events this capability handles.

@@ -12,7 +12,8 @@ capability that consumes events offers its own), so this capability imports none
 import dagster as dg
 
 from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
-from followup_pipeline.engine.worker import EventHandlers, EventWorker, worker_outcome
+from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.engine.worker import EventHandlers, EventWorker, WorkerRun, worker_outcome
 from followup_pipeline.integrations.resources import (
     CompanyLookupResource,
     EspoCrmResource,
@@ -67,7 +68,8 @@ def replay_dead_letters(
             "mistral": mistral,
             "clock": clock,
         }
-        handler = event_handlers.dispatcher(conn, settings, vendors)
+        scope = RunScope(clock.now(), context.run_id, context.log)
+        handler = event_handlers.dispatcher(WorkerRun(conn, postgres, scope, settings, vendors))
         counts: RunCounts = dict(EventWorker(conn, handler, settings, sources=()).run(ids=requeued))
     with postgres.connection() as conn, conn.transaction():
         replayed, refused_actions = replay_actions(conn, keys)

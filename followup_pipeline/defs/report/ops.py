@@ -29,6 +29,7 @@ from followup_pipeline.domain.reports import (
     render_morning,
     render_weekly,
 )
+from followup_pipeline.engine.effects import SuppressReason
 from followup_pipeline.engine.mailer import Mailer, MailError, MailResult
 from followup_pipeline.engine.runs import RunCounts, outcome_output, skipped_output
 from followup_pipeline.engine.scope import RunScope
@@ -36,7 +37,6 @@ from followup_pipeline.integrations.resources import OutlookResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import reports as store
-from followup_pipeline.store.ledger import ActionSpec, SuppressReason
 
 Data = TypeVar("Data")
 
@@ -210,17 +210,12 @@ def report_op(report: Report[Data]) -> dg.OpDefinition:
                 f":{letter.suffix}" if letter.suffix else ""
             )
             if letter.skip is not None:
-                prior = mailer.ledger.prior(base)
-                if prior.done or prior.maybe_done:
+                if mailer.skip(key=base, kind="report", reason=letter.skip):
+                    context.log.info("%s: not sent (%s)", base, letter.skip)
+                else:
                     # Sent, or maybe sent (an answer lost): the record stays as it is, for a
                     # later run of the window to settle against Sent Items.
                     context.log.info("%s: nothing due now; its earlier send is left", base)
-                else:
-                    spec = ActionSpec(
-                        key=base, kind="report", due_at=run.now, time_zone=settings.timezone
-                    )
-                    mailer.ledger.suppress(spec, letter.skip)
-                    context.log.info("%s: not sent (%s)", base, letter.skip)
                 tally[f"skipped_{letter.skip}"] = tally.get(f"skipped_{letter.skip}", 0) + 1
                 continue
             rendered = report.render(letter.data, settings.report_language)

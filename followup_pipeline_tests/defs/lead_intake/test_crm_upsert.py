@@ -5,6 +5,7 @@ CRM outage ending in dead letters that a replay writes once, and shadow mode wri
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -19,8 +20,12 @@ import pytest
 
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.alerts.checks import dead_letter_signals
+from followup_pipeline.defs.lead_intake.crm_sender import CrmLeadSender, LeadWrite
 from followup_pipeline.defs.lead_intake.upsert import CrmUpserter
+from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.engine.worker import WorkerRun
 from followup_pipeline.integrations.espocrm_leads import ENTITY, EspoLeadWriter
+from followup_pipeline.resources import PostgresResource
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import lead_mode
@@ -255,9 +260,9 @@ def test_crm_shadow_mode_writes_nothing_and_compare_shows_the_differences(
     assert lead_mode.in_force(db, load_settings(dry_run=True)).mode == "shadow"
 
 
-def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates_past_a_name(
-    db: psycopg.Connection[Any],
-) -> None:
+def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates_past_a_name() -> (
+    None
+):
     """EspoCRM's duplicate check answers 409 with the duplicates (a JSON array): one of the same
     address is the person (updated); one of the same name only is someone else (created past
     the check with ``X-Skip-Duplicate-Check``)."""
@@ -276,16 +281,16 @@ def test_crm_a_create_refused_as_a_duplicate_updates_the_same_address_or_creates
         return httpx.Response(200, json=answer)
 
     writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(handler))
-    upserter = CrmUpserter(db, writer, load_settings(), Counter())
     wanted = {"firstName": "Ada", "lastName": "Lovelace", "emailAddress": "ada@example.com"}
     lead = LeadForCrm(1, "ada@example.com", "Ada Lovelace", None, None, "site-form", None, None, {})
+    sender = CrmLeadSender(writer, LeadWrite(1, lead, None, wanted), Counter())
     duplicates[:] = [{"id": "old1", "name": "Ada Lovelace", "emailAddress": "ADA@example.com"}]
-    record, op = upserter.write(lead, None, wanted, wanted)
+    record, op = sender.write()
     assert (record.id, op) == ("old1", "update")
     assert [(r.method, r.url.path) for r in sent[-1:]] == [("PUT", "/api/v1/Lead/old1")]
     sent.clear()
     duplicates[:] = [{"id": "other", "name": "Ada Lovelace", "emailAddress": "ada@else.example"}]
-    record, op = upserter.write(lead, None, wanted, wanted)
+    record, op = sender.write()
     assert (record.id, op) == ("new1", "create")
     # Before creating past the check, the address is searched once more.
     assert [(r.method, r.headers.get("x-skip-duplicate-check")) for r in sent] == [
@@ -363,7 +368,9 @@ def test_crm_attempted_is_on_record_before_the_create_leaves_and_no_transaction_
             event = events.event_by_id(work, stored.event_id)
         assert event is not None
         live = load_settings(lead_intake_mode="live")  # seeds the mode: an installation gone live
-        upserter = CrmUpserter(work, writer, live, Counter())
+        scope = RunScope(datetime.now(UTC), "run-1", logging.getLogger("test.crm_upsert"))
+        run = WorkerRun(work, PostgresResource(url=db_url), scope, live)
+        upserter = CrmUpserter(run, writer, Counter())
         assert upserter.run(event, lead_id, now=datetime.now(UTC))
         assert work.info.transaction_status == pq.TransactionStatus.IDLE
     assert seen == [{"outcome": "attempted"}]
@@ -389,3 +396,18 @@ def test_crm_a_value_a_person_changed_in_the_crm_is_not_written_over(
     assert _run(defs, db_url, sandbox)["crm_updated"] == 1
     [after] = _crm_leads(sandbox, "kept@example.com")
     assert (after["phoneNumber"], after["cFollowupPriority"]) == ("+49 30 1234", theirs)
+
+
+def test_crm_a_leads_write_is_attempted_under_the_run_that_made_it(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    """The op hands the worker's handlers the run's scope: the CRM write's attempt carries the
+    Dagster run's id."""
+    defs = build_definitions(_settings(event_backoff_base_s=0))
+    _store(db, "site-form", _form("run@example.com"), "r1")
+    result = _intake(defs, db_url, sandbox, SHARED["instance"])
+    attempts = db.execute(
+        "SELECT t.run_id FROM action_attempts t JOIN actions a ON a.id = t.action_id"
+        " WHERE a.kind = 'crm_lead'"
+    ).fetchall()
+    assert attempts == [{"run_id": result.run_id}]

@@ -4,11 +4,15 @@ run write; an installation with live CRM writes on record stays live after the u
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import httpx
 import psycopg
 import pytest
 
@@ -16,9 +20,17 @@ from followup_pipeline.cli import main
 from followup_pipeline.commands.doctor import lead_mode_check
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.lead_intake import MODE_TAG
+from followup_pipeline.defs.lead_intake.upsert import CrmUpserter
+from followup_pipeline.domain.crm_lead import LeadFacts, wanted_attributes
+from followup_pipeline.engine.effects import ActionSpec
+from followup_pipeline.engine.ledger import ActionLedger
+from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.engine.worker import WorkerRun
+from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
+from followup_pipeline.resources import PostgresResource
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
-from followup_pipeline.store import lead_mode
+from followup_pipeline.store import events, lead_mode, leads
 from followup_pipeline.store.db import connect
 from followup_pipeline.store.migrate import migrate
 from followup_pipeline_tests.defs.lead_intake.test_crm_upsert import _crm_leads, _writes
@@ -153,3 +165,63 @@ def test_lead_mode_the_demo_goes_live_on_its_sandbox_and_not_on_real_vendors(
     # doctor: the setting set to another mode than the one on record is a warning.
     assert lead_mode_check(db, load_settings(lead_intake_mode="live")).line().startswith("WARN")
     assert lead_mode_check(db, settings).line().startswith("ok")
+
+
+#: A live write's answer was lost before the switch to shadow. What the CRM shows of the person
+#: at the step's search, then at the engine's look-up (None: it cannot say, a 503) → the
+#: action's outcome and the run's count.
+LOST_IN_SHADOW: dict[str, tuple[bool, bool | None, str, str]] = {
+    "the lost create made it": (True, True, "accepted", "crm_unchanged"),
+    "it did not take effect": (False, False, "suppressed", "crm_shadow"),
+    "the CRM cannot say now": (False, None, "unknown", "crm_skipped_lost_answer_left_for_live"),
+}
+
+
+@pytest.mark.parametrize(("before", "after", "outcome", "count"), LOST_IN_SHADOW.values(),
+                         ids=LOST_IN_SHADOW)  # fmt: skip
+def test_lead_mode_shadow_settles_a_lost_live_write_by_a_search_or_leaves_it_for_live(
+    db: psycopg.Connection[Any],
+    db_url: str,
+    before: bool,
+    after: bool | None,
+    outcome: str,
+    count: str,
+) -> None:
+    settings = load_settings(lead_intake_mode="shadow", action_in_flight_s=0)
+    stored = _store(db, "site-form", _form("lost@example.com", name="Ada Lovelace"), "x1")
+    with db.transaction():
+        row = leads.LeadRow(email="lost@example.com", source="site-form", kind="form",
+                            at=datetime.now(UTC), name="Ada Lovelace")  # fmt: skip
+        lead_id = leads.link_event(db, event_id=stored.event_id, lead=row).lead_id
+    facts = LeadFacts(email="lost@example.com", name="Ada Lovelace", first_source="site-form")
+    crm_lead = {"id": "L1", **wanted_attributes(facts, None, settings.lead_crm_fields, ())}
+    postgres = PostgresResource(url=db_url)
+    scope = RunScope(datetime.now(UTC), "run-1", logging.getLogger("test.lead_mode"))
+    spec = ActionSpec(key=f"lead:{stored.event_id}:crm_upsert", kind="crm_lead",
+                      due_at=scope.now, time_zone="UTC")  # fmt: skip
+    live = ActionLedger(postgres, scope, in_flight_s=0, max_attempts=9)
+    attempt = live.begin(spec)
+    assert attempt is not None
+    live.fail(attempt, "HTTP 502 after the create was sent", maybe_done=True)
+    searches: list[bool | None] = [before, after]
+
+    def crm(request: httpx.Request) -> httpx.Response:
+        assert request.method == "GET", "shadow mode writes nothing"
+        shows = searches[0] if len(searches) == 1 else searches.pop(0)
+        if shows is None:
+            return httpx.Response(503, json={"message": "down"})
+        return httpx.Response(200, json={"total": 1, "list": [crm_lead]} if shows else {"list": []})
+
+    writer = EspoLeadWriter("http://crm.test", "k", transport=httpx.MockTransport(crm),
+                            sleep=lambda _: None)  # fmt: skip
+    counts: Counter[str] = Counter()
+    with connect(db_url) as work:
+        with work.transaction():
+            event = events.event_by_id(work, stored.event_id)
+        assert event is not None
+        upserter = CrmUpserter(WorkerRun(work, postgres, scope, settings), writer, counts)
+        assert upserter.run(event, lead_id, now=scope.now)
+    action = db.execute("SELECT outcome FROM actions WHERE idempotency_key = %s", (spec.key,))
+    assert action.fetchone() == {"outcome": outcome}
+    assert counts == {count: 1}
+    assert db.execute("SELECT status FROM events").fetchone() == {"status": "done"}
