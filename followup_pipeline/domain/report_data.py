@@ -160,12 +160,12 @@ def lead_step(step: str | None) -> str:
 
 def crm_state(outcome: str, reason: str | None) -> str:
     """What a ``crm_lead`` action of the ledger means for the overview: ``written`` (the CRM
-    took it), ``shadow`` (shadow mode: recorded, not written), ``not_yet`` (on its way, retried
+    took it), ``shadow`` (shadow mode or a dry run: recorded, not written), ``not_yet`` (on its way, retried
     or failed so far), ``left_out`` (suppressed for another reason)."""
     if outcome in ("accepted", "confirmed"):
         return "written"
     if outcome == "suppressed":
-        return "shadow" if reason == "shadow" else "left_out"
+        return "shadow" if reason in ("shadow", "dry_run") else "left_out"
     return "not_yet"
 
 

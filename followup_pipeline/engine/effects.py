@@ -149,6 +149,11 @@ class Outbound:
         ledger = self.ledger
         reason = "dry_run" if ledger.dry_run else MODE_REASONS.get(mode)
         if reason is not None:
+            if ledger.prior(spec.key).maybe_done:
+                # It may have reached the provider before this run went dry (or shadow): left
+                # as it is, for a live run to settle; never overwritten as suppressed.
+                self.log.warning("%s may have been sent before; left for a live run", spec.key)
+                return Sent("in_flight")
             return self._suppress(spec, sender, reason)
         try:
             attempt = ledger.begin(spec)
@@ -158,10 +163,13 @@ class Outbound:
             return Sent("done")
         return self._call(spec, sender, attempt)
 
-    def settle(self, spec: ActionSpec, sender: Sender, *, wait_s: float = 0.0) -> Sent | None:
+    def settle(
+        self, spec: ActionSpec, sender: Sender, *, wait_s: float = 0.0, conclude: bool = True
+    ) -> Sent | None:
         """Steps 1 to 3 alone: what the ledger and the provider say of ``spec`` before anything
         is sent (dead, done, in flight, unreadable, found); None when nothing stands in the way
-        of a send."""
+        of a send. ``conclude=False``: a look-up that does not find it leaves the lost attempt
+        as it is (for a caller that will not send now: the provider may still show it later)."""
         ledger = self.ledger
         prior = ledger.prior(spec.key)
         action = prior.action
@@ -177,7 +185,7 @@ class Outbound:
         if remaining > 0:
             self.log.info("%s: waiting %.0f s for the last request's window", spec.key, remaining)
             self.sleep(remaining)
-        return self._settle(spec, sender, prior.last_attempt)
+        return self._settle(spec, sender, prior.last_attempt if conclude else None)
 
     def confirm(
         self,

@@ -134,6 +134,7 @@ class Mailer:
         settings: Settings,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        max_attempts: int | None = None,
     ) -> None:
         self.run = run
         self.db = db
@@ -141,6 +142,8 @@ class Mailer:
         self.settings = settings
         self.log = run.log
         self.ledger = ActionLedger.of(db, run, settings)
+        if max_attempts is not None:  # (alerts: never a dead letter; their schedule bounds them)
+            self.ledger.max_attempts = max_attempts
         self.outbound = Outbound(self.ledger, sleep=sleep)
 
     def send_once(
@@ -196,7 +199,9 @@ class Mailer:
         # recorded (its `until`), not with this run's payload, which only a new send records.
         earlier = self.ledger.prior(spec.key).action
         as_sent = replace(spec, payload=earlier.payload) if earlier is not None else spec
-        settled = self.outbound.settle(as_sent, mail, wait_s=MAX_WAIT_S)
+        # Not resending: a mail not found yet stays lost, not failed; a later run asks again
+        # (Graph's copy reaches Sent Items after its 202).
+        settled = self.outbound.settle(as_sent, mail, wait_s=MAX_WAIT_S, conclude=resend)
         if settled is not None:
             return settled
         if not resend:

@@ -110,6 +110,9 @@ CASES = {
     "a tenant dry": Case(None, FakeSender(), "suppressed", "suppressed", [], ["suppressed"],
                          mode="dry"),
     "a tenant off": Case(None, FakeSender(), "off", None, [], [], mode="off"),
+    # A dry run never overwrites what may have reached the provider: left for a live run.
+    "dry run over a lost answer": Case("unknown", FakeSender(searchable=False), "in_flight",
+                                       "unknown", [], [], dry_run=True),
 }  # fmt: skip
 
 
@@ -192,3 +195,14 @@ def test_effects_a_send_waits_out_a_short_window_and_a_suppress_never_hides_a_se
     other = ActionSpec(key="task:1:2", kind="task", due_at=NOW, time_zone="UTC")
     assert outbound.suppress(other, sender, "completed").state == "suppressed"
     assert sender.mirrored == ["found", "suppressed"]
+
+
+def test_effects_a_settle_that_will_not_send_leaves_a_lost_attempt_lost(
+    db_url: str, db: psycopg.Connection[Any]
+) -> None:
+    _before(_ledger(db_url), "unknown")
+    outbound = Outbound(_ledger(db_url))
+    assert outbound.settle(SPEC, FakeSender(), conclude=False) is None  # not there (yet)
+    assert db.execute("SELECT outcome FROM actions").fetchone() == {"outcome": "unknown"}
+    assert outbound.settle(SPEC, FakeSender()) is None  # a sender that will send: concluded
+    assert db.execute("SELECT outcome FROM actions").fetchone() == {"outcome": "failed"}

@@ -11,6 +11,7 @@ earlier create may still be landing, or the task's action is a dead letter.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,10 @@ class AlertTask:
         """An alert task has no records of its own (the alert row names its key)."""
 
 
+#: The attempts an alert action may fail before it is a dead letter: never.
+NEVER_DEAD = sys.maxsize
+
+
 class OpsBoard:
     """Tasks in the operations list, created at most once per ledger key."""
 
@@ -97,6 +102,9 @@ class OpsBoard:
         self.board = board
         self.settings = settings
         self.ledger = ActionLedger.of(db, run, settings)
+        # An alert is never a dead letter: the alert sensor's schedule of retries bounds its
+        # tries, and one given up would reach no one.
+        self.ledger.max_attempts = NEVER_DEAD
         self.outbound = Outbound(self.ledger)
 
     def post_once(self, key: str, *, name: str, markdown: str) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
-from followup_pipeline.defs.alerts.board import AlertNotSent, OpsBoard, clickup_key
+from followup_pipeline.defs.alerts.board import NEVER_DEAD, AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.domain.alerts import AlertMail, is_dead_letter_digest, render_alert
 from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
@@ -49,7 +49,7 @@ class AlertDelivery:
         self.settings = settings
         self.log = run.log
         # A dry run holds alerts too: its mails and tasks are recorded suppressed (dry_run).
-        self.mailer = Mailer(run, postgres, outlook, settings)
+        self.mailer = Mailer(run, postgres, outlook, settings, max_attempts=NEVER_DEAD)
         self.ops = OpsBoard(run, postgres, board, settings) if board is not None else None
 
     def _ambiguous(self, key: str) -> bool:

@@ -32,7 +32,7 @@ from followup_pipeline.store.lms_certificates import CertificateRow
 NO_ADDRESS = "the learner has no e-mail address in Moodle"
 
 
-@dataclass
+@dataclass(frozen=True)
 class CertificateBook:
     """The records of one tenant's certificates in one run, and the run's counts of them."""
 

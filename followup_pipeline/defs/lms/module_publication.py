@@ -31,7 +31,7 @@ from followup_pipeline.store.lms_content import ContentRow
 VISIBLE = "visible"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ContentBook:
     """The records of one tenant's content in one run, and the run's counts of them."""
 

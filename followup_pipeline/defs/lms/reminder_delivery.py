@@ -65,7 +65,7 @@ def message_text(row: DueRow, zone: str) -> tuple[str, str]:
     return subject, text
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReminderBook:
     """The records of one tenant's reminders in one run, and the run's counts of them."""
 
