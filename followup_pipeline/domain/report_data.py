@@ -160,8 +160,8 @@ def lead_step(step: str | None) -> str:
 
 def crm_state(outcome: str, reason: str | None) -> str:
     """What a ``crm_lead`` action of the ledger means for the overview: ``written`` (the CRM
-    took it), ``shadow`` (shadow mode or a dry run: recorded, not written), ``not_yet`` (on its way, retried
-    or failed so far), ``left_out`` (suppressed for another reason)."""
+    took it), ``shadow`` (shadow mode or a dry run: recorded, not written), ``not_yet`` (on its
+    way, retried or failed so far), ``left_out`` (suppressed for another reason)."""
     if outcome in ("accepted", "confirmed"):
         return "written"
     if outcome == "suppressed":
