@@ -6,7 +6,10 @@ its ``dagster/max_runtime``, and meanwhile holds its concurrency slot, so the ev
 launch nothing. A run of ours holds a presence in Postgres while it executes
 (``store/presence.py``): a session named after it, which dies with its process.
 
-The rule: a run tagged ``followup/presence=postgres`` with no live presence is absent. One absent
+The rule: a run tagged ``followup/presence=postgres`` with no live presence is absent; so is a
+run of a job that opens one (tagged ``expected`` from its launch) that has been started for
+``START_GRACE_S`` (120 s) without opening it: its process died before its first step did (a code
+server killed between a run's start and its resources). One absent
 on two ticks in a row, and for at least ``FOLLOWUP_DEAD_RUN_AFTER_S`` since it was first seen
 absent, is failed (``report_run_failed``): Dagster frees its slot, the ``alerts`` sensor reports
 it, and ``run_retries`` tries it again. The wait covers the few seconds between the steps of a
@@ -25,7 +28,13 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from followup_pipeline.engine.scope import Database
-from followup_pipeline.store.presence import TAG, TAG_VALUE, live_presences
+from followup_pipeline.store.presence import (
+    START_GRACE_S,
+    TAG,
+    TAG_EXPECTED,
+    TAG_VALUE,
+    live_presences,
+)
 
 #: A previous tick longer ago than this does not show that a run stayed absent since.
 STALE_AFTER_S = 300.0
@@ -75,7 +84,9 @@ def reap(
     """One tick at ``now``, from the previous tick's ``cursor``: what it did and the next
     cursor."""
     records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={TAG: TAG_VALUE})
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTED], tags={TAG: [TAG_VALUE, TAG_EXPECTED]}
+        )
     )
     if not records:
         return Reaped([], 0, 0), _dump(now, {})
@@ -90,6 +101,8 @@ def reap(
         if run.run_id in presences.run_ids:
             continue  # present: forgotten, if it was watched
         started = record.start_time or record.create_timestamp.timestamp()
+        if run.tags.get(TAG) == TAG_EXPECTED and now.timestamp() - started < START_GRACE_S:
+            continue  # starting: its first step has not opened its presence yet
         if started < presences.server_started.timestamp():
             left += 1
             continue

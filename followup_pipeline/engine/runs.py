@@ -16,6 +16,8 @@ from followup_pipeline.engine.scope import RunCounts as RunCounts
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import StoreError
 from followup_pipeline.store.holidays import load_calendar
+from followup_pipeline.store.presence import TAG as PRESENCE_TAG
+from followup_pipeline.store.presence import TAG_EXPECTED as PRESENCE_EXPECTED
 
 OUTCOME_TAG = "followup/outcome"
 #: The run's business counts in one short line (``opened=2 fired=3``), for lists of runs.
@@ -29,9 +31,14 @@ MAX_RUNTIME_TAG = "dagster/max_runtime"
 Outcome = Literal["ok", "partial", "skipped"]
 
 
-def time_limit(seconds: int) -> dict[str, str]:
-    """The tag that gives a job a time limit of ``seconds``."""
-    return {MAX_RUNTIME_TAG: str(seconds)}
+def time_limit(seconds: int, *, presence: bool = True) -> dict[str, str]:
+    """The tags of a job: a time limit of ``seconds``, and (``presence``: its ops hold the
+    ``postgres`` resource) that its runs hold a presence, so that the ``dead_runs`` sensor
+    judges a run killed before its first step opened one (``engine/reaper.py``)."""
+    tags = {MAX_RUNTIME_TAG: str(seconds)}
+    if presence:
+        tags[PRESENCE_TAG] = PRESENCE_EXPECTED
+    return tags
 
 
 def outcome_output(

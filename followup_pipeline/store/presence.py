@@ -21,6 +21,13 @@ PREFIX = "followup-run:"
 TAG = "followup/presence"
 TAG_VALUE = "postgres"
 TAG_NONE = "none"
+#: The tag a job that opens a presence gives its runs from the start (``engine.runs.time_limit``):
+#: a run killed before its first step opened the presence is still judged by it, once it has
+#: been started for ``START_GRACE_S``.
+TAG_EXPECTED = "expected"
+#: How long a run may be started without its presence yet (its process starting, its code
+#: loading) before it is judged absent.
+START_GRACE_S = 120.0
 #: Server-side keepalives of a presence's session: idle seconds before the first probe, seconds
 #: between probes, probes unanswered before the server drops the session.
 KEEPALIVE_IDLE_S = 30

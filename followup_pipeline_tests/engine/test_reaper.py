@@ -19,7 +19,9 @@ from followup_pipeline.integrations.resources import ClickUpResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.presence import (
+    START_GRACE_S,
     TAG,
+    TAG_EXPECTED,
     TAG_NONE,
     TAG_VALUE,
     Presences,
@@ -305,3 +307,36 @@ def test_a_reaped_run_is_retried_and_alerted(db_url: str, db: psycopg.Connection
     [alert] = db.execute("SELECT kind, subject, message, run_id FROM alerts").fetchall()
     assert (alert["kind"], alert["subject"], alert["run_id"]) == ("run_failure", "register", dead)
     assert alert["message"].startswith("RunFailure: its process is gone")
+
+
+def test_reaper_fails_a_run_killed_before_its_first_step_opened_its_presence(
+    db_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A code server killed between a run's start and its resources: the run never tagged itself
+    # `postgres`, but its job said from the launch that it would (`expected`).
+    with dg.instance_for_test() as instance:
+        starting = _add_run(instance, {TAG: TAG_EXPECTED})
+        tick = Ticks(instance, db_url)
+        now = datetime.now(UTC)
+        assert tick(now) == "0 run(s) failed, 0 absent run(s) watched"  # still starting
+        later = now + timedelta(seconds=START_GRACE_S + 1)
+        assert tick(later) == "0 run(s) failed, 1 absent run(s) watched"
+        assert (
+            tick(later + timedelta(seconds=AFTER_S)) == "1 run(s) failed, 0 absent run(s) watched"
+        )
+        assert tick.status(starting) == dg.DagsterRunStatus.FAILURE
+
+
+def test_every_job_that_holds_a_presence_says_so_from_its_launch() -> None:
+    from followup_pipeline.defs import build_definitions
+
+    repository = build_definitions(load_settings()).get_repository_def()
+    said = {}
+    for job in repository.get_all_jobs():
+        holds = all(
+            "postgres" in node.definition.required_resource_keys for node in job.graph.nodes
+        )
+        said[job.name] = (holds, job.tags.get(TAG) == TAG_EXPECTED)
+    assert all(holds == tagged for holds, tagged in said.values()), said
+    assert said["housekeeping_backup"] == (False, False)
+    assert said["register"] == (True, True)

@@ -97,7 +97,7 @@ def back_up(
 
 @dg.job(
     description="Nightly: followup purge with the retention settings.",
-    tags=time_limit(MAX_RUNTIME_S),
+    tags=time_limit(MAX_RUNTIME_S, presence=False),
     executor_def=dg.in_process_executor,
 )
 def housekeeping_purge() -> None:
@@ -106,7 +106,7 @@ def housekeeping_purge() -> None:
 
 @dg.job(
     description="Nightly: followup backup into the backups folder; the newest are kept.",
-    tags=time_limit(MAX_RUNTIME_S),
+    tags=time_limit(MAX_RUNTIME_S, presence=False),
     executor_def=dg.in_process_executor,
 )
 def housekeeping_backup() -> None:
