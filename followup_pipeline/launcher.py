@@ -30,6 +30,7 @@ from followup_pipeline.console import FinishedRuns, say
 from followup_pipeline.defs.report.window import current_window
 from followup_pipeline.demo_tenants import seed_demo_tenants
 from followup_pipeline.domain.localtime import for_people
+from followup_pipeline.engine.work import after_migrate
 from followup_pipeline.machine import (
     LOCATION,
     install_dagster_home,
@@ -238,6 +239,7 @@ class Launcher:
         url = self.env["FOLLOWUP_DATABASE_URL"]
         applied = migrate(url)
         offsets = prepare_cadence(url, self.settings)
+        after_migrate(url, self.settings, [m.version for m in applied])
         self.say(
             f"database ready ({len(applied)} migration(s) applied); cadence "
             f"{self.settings.cadence_name!r}: business days {', '.join(map(str, offsets))}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from followup_pipeline.engine.work import LIST_MIGRATION, after_migrate
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.cadences import prepare_cadence
 from followup_pipeline.store.db import resolve_database_url
@@ -22,10 +23,19 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     applied = migrate(url, target=args.target)
     for migration in applied:
         print(f"applied {migration.version:04d}_{migration.name}")
-    print(f"schema at version {current_version(url)}")
+    version = current_version(url)
+    print(f"schema at version {version}")
     if args.target is None:
         offsets = prepare_cadence(url, settings)
         print(f"cadence {settings.cadence_name!r}: business days {', '.join(map(str, offsets))}")
+    if version >= LIST_MIGRATION:
+        # Also after --target: the upgrade's failures were alerted before the list existed.
+        synced = after_migrate(url, settings, [m.version for m in applied])
+        if synced.new or synced.closed:
+            print(
+                f"work waiting for a person: {synced.new} item(s) taken in, "
+                f"{synced.closed} closed (followup work list)"
+            )
     return 0
 
 

@@ -17,7 +17,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -28,6 +28,7 @@ from followup_pipeline.commands import probes
 from followup_pipeline.commands.lead_switch import describe
 from followup_pipeline.commands.probes import Check, fail, ok, warn
 from followup_pipeline.domain.localtime import for_people
+from followup_pipeline.engine import work as work_list
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.machine import (
     LOCATION,
@@ -38,7 +39,7 @@ from followup_pipeline.machine import (
     with_sandbox,
 )
 from followup_pipeline.settings import ConfigError, Settings
-from followup_pipeline.store import lead_mode
+from followup_pipeline.store import lead_mode, work
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
 from followup_pipeline.store.events import webhook_silence
@@ -124,6 +125,7 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
         except UnknownCadence as error:
             yield fail("cadence", str(error))
         yield lead_mode_check(conn, settings)
+        yield work_check(conn, settings, now=datetime.now(UTC))
         if settings.espocrm_webhooks:
             now = build_clock(settings.now).now()
             yield webhook_check(conn, now=now, zone=settings.timezone)
@@ -155,6 +157,33 @@ def lead_mode_check(conn: Any, settings: Settings) -> Check:
         "lead intake",
         f"{line}: nothing is written to the CRM, what would be is kept for `followup leads "
         "compare`; `followup leads go-live` switches",
+    )
+
+
+def work_check(conn: Any, settings: Settings, *, now: datetime) -> Check:
+    """What waits for a person in the work list, brought up to date first (the alert checks may
+    not be running): open items (nobody acknowledged them) warn, with the oldest's age and the
+    pipelines; acknowledged ones are owned, and said."""
+    try:
+        work_list.sync(conn, settings, at=now)
+        counts = work.counts(conn)
+    except psycopg.errors.UndefinedTable:
+        return fail("work list", "not in the database yet: run `followup migrate`")
+    open_ = [c for c in counts if c.state == "open"]
+    acknowledged = sum(c.items for c in counts if c.state == "acknowledged")
+    owned = f"; {acknowledged} acknowledged" if acknowledged else ""
+    if not open_:
+        return ok("work list", f"nothing open{owned}")
+    pipelines: dict[str, int] = {}
+    for count in open_:
+        pipelines[count.pipeline] = pipelines.get(count.pipeline, 0) + count.items
+    oldest = min(c.oldest for c in open_)
+    hours = (now - oldest).total_seconds() / 3600
+    parts = ", ".join(f"{n} {p}" for p, n in sorted(pipelines.items()))
+    return warn(
+        "work list",
+        f"{sum(pipelines.values())} open ({parts}), the oldest {hours:.1f} h{owned}: "
+        "`followup work list`",
     )
 
 

@@ -1,9 +1,10 @@
 """``followup lms queue | content … | certificates``: the learning reminders' catch-up queue,
 content and certificates.
 
-- ``lms queue [--tenant T] [--closed-days N]``: every open action that can be neither done nor
-  suppressed, with its owner (and backup), how long it waits and why; closed ones of the last
-  days with how they closed.
+- ``lms queue [--tenant T] [--closed-days N]``: the learning reminders' part of the list of work
+  waiting for a person (``followup work --pipeline learning``): every action that can be neither
+  done nor suppressed, with its owner (and backup), how long it waits and why; closed ones of
+  the last days with how they closed.
 - ``lms content add TENANT CONTENT --version N --title … --course ID --cmid ID --publish-at
   WHEN``: a version of a piece of content (its course module in Moodle, kept hidden until
   published); ``lms content approve TENANT CONTENT VERSION --by NAME``; ``lms content list
@@ -22,39 +23,28 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from followup_pipeline.commands import add_by
+from followup_pipeline.commands.work import print_items, read
+from followup_pipeline.domain.work import Selection
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import audit, lms, lms_certificates, lms_content, lms_queue
+from followup_pipeline.store import audit, lms, lms_certificates, lms_content
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.lms_content import ContentVersion, content_lock
 from followup_pipeline.store.run_lock import RunLock
 
 
-def _age(since: datetime, now: datetime) -> str:
-    hours = (now - since).total_seconds() / 3600
-    return f"{hours / 24:.1f}d" if hours >= 48 else f"{hours:.1f}h"
-
-
 def _queue(args: argparse.Namespace, settings: Settings) -> int:
+    """The learning reminders' view of the list of work waiting for a person."""
     now = datetime.now(UTC)
-    since = now - timedelta(days=args.closed_days) if args.closed_days else None
-    with connect(resolve_database_url(settings), autocommit=True) as conn:
-        items = lms_queue.items(conn, tenant_id=args.tenant, closed_since=since)
-    open_ = [i for i in items if i.closed_at is None]
-    if not items:
-        print("the catch-up queue is empty: every due action is done, suppressed or on its way")
-        return 0
-    for item in items:
-        backup = f" (backup {item.backup})" if item.backup else ""
-        state = (
-            f"open {_age(item.queued_at, now)}"
-            if item.closed_at is None
-            else f"closed {item.closed_at:%Y-%m-%d %H:%M}Z: {item.closed_how}"
-        )
-        print(f"#{item.id} {item.tenant_id} {item.kind}: {item.what}")
-        print(f"    {state}; owner {item.owner}{backup}")
-        print(f"    why: {item.reason}")
-        print(f"    key: {item.action_key}")
-    print(f"{len(open_)} open, {len(items) - len(open_)} closed")
+    states = ["open", "acknowledged"] + (["closed"] if args.closed_days else [])
+    selection = Selection(pipeline="learning", tenant=args.tenant, states=tuple(states))
+    items = read(settings, selection)
+    if args.closed_days:
+        since = now - timedelta(days=args.closed_days)
+        items = [i for i in items if i.closed_at is None or i.closed_at >= since]
+    print_items(
+        items,
+        empty="the catch-up queue is empty: every due action is done, suppressed or on its way",
+    )
     return 0
 
 

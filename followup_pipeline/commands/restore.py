@@ -30,6 +30,7 @@ from followup_pipeline.commands.archive import (
     read_archive,
     run_tool,
 )
+from followup_pipeline.engine.work import after_migrate
 from followup_pipeline.machine import NoInstance, dagster_home, install_dagster_home, open_instance
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit
@@ -135,8 +136,10 @@ def _restore_from(
         f"restored {source} (made {made} by followup {manifest.get('package_version', '?')}, "
         f"schema version {manifest.get('schema_version', '?')})"
     )
-    for migration in migrate(app_url):
+    applied = migrate(app_url)
+    for migration in applied:
         print(f"applied {migration.version:04d}_{migration.name}")
+    after_migrate(app_url, settings, [m.version for m in applied])
     print(f"schema at version {current_version(app_url)}")
     with translated_errors(), connect(app_url, autocommit=True) as conn:
         now = machine_counts(conn) or {}

@@ -37,7 +37,7 @@ from followup_pipeline.ingress.signatures import (
     verify_stripe,
 )
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import events
+from followup_pipeline.store import events, work
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
 from followup_pipeline.store.gauges import Series
 from followup_pipeline.store.lms import LMS_STATES, STATUS_WINDOW, TenantStatus
@@ -153,6 +153,14 @@ class Ingress:
             await cursor.execute(query("operator_gauges"), params)
             for one in await cursor.fetchall():
                 values[f"op|{one.name}|{one.label}"] = float(one.value)
+        async with (
+            self.pool.connection() as conn,
+            conn.cursor(row_factory=typed_row(work.Count)) as cursor,
+        ):
+            await cursor.execute(query("work_counts"))
+            for count in await cursor.fetchall():
+                key = f"work|{count.state}|{count.pipeline}|{count.kind}|{count.owner}"
+                values[key] = values.get(key, 0.0) + count.items
         return values
 
     async def _ping(self) -> None:

@@ -123,6 +123,7 @@ class Metrics:
                 line = f'followup_lms_reminders{{tenant="{tenant}",state="{state}"}}'
                 lines.append(f"{line} {_number(gauges[key])}")
             lines.extend(_operator_lines(gauges))
+            lines.extend(_work_lines(gauges))
         return "\n".join(lines) + "\n"
 
 
@@ -152,4 +153,35 @@ def _operator_lines(gauges: Mapping[str, float]) -> list[str]:
             labelled = key.split("|", 2)[2].replace("\\", "\\\\").replace('"', '\\"')
             where = f'{{{label}="{labelled}"}}' if label else ""
             lines.append(f"{metric}{where} {_number(value)}")
+    return lines
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def _work_lines(gauges: Mapping[str, float]) -> list[str]:
+    """The list of work waiting for a person: open and acknowledged items in all (always
+    there, 0 when none: an alert rule on them clears), and by pipeline, kind and owner."""
+    lines = [
+        "# HELP followup_work_items Items of the work list waiting for a person, by state "
+        "(open: nobody acknowledged it yet).",
+        "# TYPE followup_work_items gauge",
+    ]
+    rows = sorted((k.split("|", 4), v) for k, v in gauges.items() if k.startswith("work|"))
+    for state in ("open", "acknowledged"):
+        total = sum(v for parts, v in rows if parts[1] == state)
+        lines.append(f'followup_work_items{{state="{state}"}} {_number(total)}')
+    for state, metric in (("open", "followup_work_open"),
+                          ("acknowledged", "followup_work_acknowledged")):  # fmt: skip
+        lines += [
+            f"# HELP {metric} Work-list items {state}, by pipeline, kind and owner.",
+            f"# TYPE {metric} gauge",
+        ]
+        for parts, value in rows:
+            if parts[1] != state:
+                continue
+            _, _, pipeline, kind, owner = parts
+            where = f'pipeline="{pipeline}",kind="{kind}",owner="{_label(owner)}"'
+            lines.append(f"{metric}{{{where}}} {_number(value)}")
     return lines

@@ -23,10 +23,10 @@ from followup_pipeline.domain.leads import (
     from_site_form,
 )
 from followup_pipeline.domain.localtime import local_date, local_to_utc
+from followup_pipeline.domain.work import NOBODY
 from followup_pipeline.settings import LEAD_SOURCES, Settings
 from followup_pipeline.simulation.evidence import Evidence, Invariant, rows, verdict
 from followup_pipeline.store.lead_review import LEAD_SUBJECT
-from followup_pipeline.store.lms_queue import NOBODY
 
 LEAD_EVENTS: LiteralString = """
 SELECT e.id, e.source, e.status, e.attempts, e.body, l.crm_lead_id AS lead_crm_id,
@@ -54,7 +54,7 @@ SELECT r.idempotency_key, r.due_at, r.delivery_outcome, r.reason, t.mode, t.time
        q.owner AS queue_owner
 FROM followup.lms_reminders r
 JOIN followup.tenants t ON t.id = r.tenant_id
-LEFT JOIN followup.lms_queue q ON q.action_key = r.idempotency_key AND q.closed_at IS NULL
+LEFT JOIN followup.work_items q ON q.action_key = r.idempotency_key AND q.state <> 'closed'
 ORDER BY r.due_at, r.id
 """
 CONTENT: LiteralString = """

@@ -236,6 +236,20 @@ def rows_of(conn: psycopg.Connection[Any], key: str) -> list[AlertRow]:
     return fetch_all(conn, AlertRow, query("alert_rows_of_key"), {"key": key})
 
 
+def work_items_of(conn: psycopg.Connection[Any], key: str) -> list[int] | None:
+    """The items of the work list the alert ``key`` is about; None when a row of it is about
+    anything else (a failed run, a lag)."""
+    rows = conn.execute(query("alert_sources_of_key"), {"key": key}).fetchall()
+    items: list[int] = []
+    for row in rows:
+        kind, _, rest = str(row["source"]).partition(":")
+        number = rest.split(":", 1)[0]
+        if kind != "work" or not number.isdigit():
+            return None
+        items.append(int(number))
+    return items or None
+
+
 def also_to(conn: psycopg.Connection[Any], key: str) -> list[str]:
     """Whom the alert ``key`` goes to besides the operations list."""
     found = conn.execute(query("alert_also_to"), {"key": key}).fetchall()

@@ -40,6 +40,7 @@ SuppressReason = Literal[
     "completed",
     "opted_out",
     "expired",
+    "decided",
 ]
 #: Outcomes of an action that may have reached the provider: ask it before anything else.
 MAYBE_DONE = ("attempted", "unknown", "accepted")
@@ -191,6 +192,12 @@ def confirm(conn: psycopg.Connection[Any], key: str, provider_ref: str | None) -
     """Record that the provider's object of ``key`` was read back (``confirmed``)."""
     params = {"key": key, "provider_ref": provider_ref}
     return conn.execute(query("action_confirm"), params).fetchone() is not None
+
+
+def decide(conn: psycopg.Connection[Any], key: str) -> bool:
+    """A person closed the dead action ``key`` with a reason: suppressed (``decided``); False
+    if it is no longer failed."""
+    return conn.execute(query("action_decided"), {"key": key}).fetchone() is not None
 
 
 def replay_action(conn: psycopg.Connection[Any], key: str) -> bool:

@@ -87,9 +87,9 @@ def report_keys(conn: psycopg.Connection[Any], key: str) -> list[ReportKey]:
     return fetch_all(conn, ReportKey, query("report_keys"), params)
 
 
-def dead_letter_count(conn: psycopg.Connection[Any], *, max_attempts: int) -> int:
-    """Events and actions waiting for an operator."""
-    row = conn.execute(query("dead_letter_count"), {"max_attempts": max_attempts}).fetchone()
+def dead_letter_count(conn: psycopg.Connection[Any]) -> int:
+    """The deal follow-up's and lead intake's dead letters waiting in the work list."""
+    row = conn.execute(query("dead_letter_count")).fetchone()
     return int(row["dead"]) if row else 0
 
 
@@ -131,11 +131,10 @@ def open_by_stage(conn: psycopg.Connection[Any], *, until: datetime) -> list[Sta
     return fetch_all(conn, StageLine, query("weekly_open_by_stage"), {"until": until})
 
 
-def dead_letters_between(
-    conn: psycopg.Connection[Any], *, start: datetime, until: datetime, max_attempts: int
-) -> int:
-    """Events and actions that became dead letters in [``start``, ``until``)."""
-    params = {"start": start, "until": until, "max_attempts": max_attempts}
+def dead_letters_between(conn: psycopg.Connection[Any], *, start: datetime, until: datetime) -> int:
+    """Dead letters of the work list that last failed in [``start``, ``until``), those a person
+    closed with a decision left out."""
+    params = {"start": start, "until": until}
     row = conn.execute(query("weekly_dead_letters"), params).fetchone()
     return int(row["dead"]) if row else 0
 

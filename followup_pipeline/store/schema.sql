@@ -112,7 +112,7 @@ CREATE TABLE followup.actions (
     CONSTRAINT actions_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT actions_kind_valid CHECK ((kind = ANY (ARRAY['task'::text, 'close_task'::text, 'task_update'::text, 'report'::text, 'alert'::text, 'crm_lead'::text, 'reminder'::text, 'certificate'::text, 'publication'::text]))),
     CONSTRAINT actions_outcome_valid CHECK ((outcome = ANY (ARRAY['attempted'::text, 'accepted'::text, 'confirmed'::text, 'suppressed'::text, 'failed'::text, 'unknown'::text]))),
-    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text, 'completed'::text, 'opted_out'::text, 'expired'::text]))),
+    CONSTRAINT actions_reason_valid CHECK ((reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'dry_run'::text, 'nothing_due'::text, 'shadow'::text, 'completed'::text, 'opted_out'::text, 'expired'::text, 'decided'::text]))),
     CONSTRAINT actions_replayed_attempts_valid CHECK ((replayed_attempts >= 0)),
     CONSTRAINT actions_suppressed_has_reason CHECK (((outcome = 'suppressed'::text) = (reason IS NOT NULL)))
 );
@@ -432,32 +432,6 @@ CREATE TABLE followup.lms_opt_outs (
     opted_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE followup.lms_queue (
-    id bigint NOT NULL,
-    tenant_id text NOT NULL,
-    action_key text NOT NULL,
-    kind text NOT NULL,
-    what text NOT NULL,
-    reason text NOT NULL,
-    owner text NOT NULL,
-    backup text,
-    queued_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL,
-    closed_at timestamp with time zone,
-    closed_how text,
-    CONSTRAINT lms_queue_closed_whole CHECK (((closed_at IS NULL) = (closed_how IS NULL))),
-    CONSTRAINT lms_queue_kind_valid CHECK ((kind = ANY (ARRAY['reminder'::text, 'certificate'::text, 'publication'::text])))
-);
-
-ALTER TABLE followup.lms_queue ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME followup.lms_queue_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
-);
-
 CREATE TABLE followup.lms_reminders (
     id bigint NOT NULL,
     tenant_id text NOT NULL,
@@ -659,6 +633,56 @@ ALTER TABLE followup.watches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE followup.work_items (
+    id bigint NOT NULL,
+    subject text NOT NULL,
+    pipeline text NOT NULL,
+    kind text NOT NULL,
+    tenant_id text,
+    what text NOT NULL,
+    reason text NOT NULL,
+    step text,
+    error text,
+    event_id bigint,
+    action_key text,
+    owner text NOT NULL,
+    backup text,
+    state text DEFAULT 'open'::text NOT NULL,
+    opened_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    failed_at timestamp with time zone NOT NULL,
+    failures integer DEFAULT 1 NOT NULL,
+    alerted integer DEFAULT 0 NOT NULL,
+    acknowledged_by text,
+    acknowledged_at timestamp with time zone,
+    replays integer DEFAULT 0 NOT NULL,
+    replayed_by text,
+    replayed_at timestamp with time zone,
+    closed_at timestamp with time zone,
+    closed_how text,
+    closed_by text,
+    closed_note text,
+    CONSTRAINT work_items_ack_whole CHECK (((acknowledged_at IS NULL) = (acknowledged_by IS NULL))),
+    CONSTRAINT work_items_alerted_check CHECK ((alerted >= 0)),
+    CONSTRAINT work_items_closed_how_valid CHECK ((closed_how = ANY (ARRAY['replayed'::text, 'resolved'::text, 'decided'::text, 'expired'::text]))),
+    CONSTRAINT work_items_closed_whole CHECK ((((state = 'closed'::text) = (closed_at IS NOT NULL)) AND ((closed_at IS NULL) = (closed_how IS NULL)))),
+    CONSTRAINT work_items_decided_by_someone CHECK (((closed_how IS DISTINCT FROM 'decided'::text) OR ((closed_by IS NOT NULL) AND (closed_note IS NOT NULL)))),
+    CONSTRAINT work_items_failures_check CHECK ((failures >= 1)),
+    CONSTRAINT work_items_kind_valid CHECK ((kind = ANY (ARRAY['dead_event'::text, 'dead_action'::text, 'invalid_item'::text, 'reminder'::text, 'certificate'::text, 'publication'::text]))),
+    CONSTRAINT work_items_pipeline_valid CHECK ((pipeline = ANY (ARRAY['deal_followup'::text, 'lead_intake'::text, 'learning'::text, 'operations'::text]))),
+    CONSTRAINT work_items_replays_check CHECK ((replays >= 0)),
+    CONSTRAINT work_items_state_valid CHECK ((state = ANY (ARRAY['open'::text, 'acknowledged'::text, 'closed'::text])))
+);
+
+ALTER TABLE followup.work_items ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.work_items_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 ALTER TABLE ONLY followup.action_attempts
     ADD CONSTRAINT action_attempts_pkey PRIMARY KEY (id);
 
@@ -746,9 +770,6 @@ ALTER TABLE ONLY followup.lms_content
 ALTER TABLE ONLY followup.lms_opt_outs
     ADD CONSTRAINT lms_opt_outs_pkey PRIMARY KEY (tenant_id, learner_id, action_type);
 
-ALTER TABLE ONLY followup.lms_queue
-    ADD CONSTRAINT lms_queue_pkey PRIMARY KEY (id);
-
 ALTER TABLE ONLY followup.lms_reminders
     ADD CONSTRAINT lms_reminders_key_unique UNIQUE (idempotency_key);
 
@@ -782,6 +803,9 @@ ALTER TABLE ONLY followup.watch_steps
 ALTER TABLE ONLY followup.watches
     ADD CONSTRAINT watches_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY followup.work_items
+    ADD CONSTRAINT work_items_pkey PRIMARY KEY (id);
+
 CREATE INDEX actions_crm_lead_created ON followup.actions USING btree (created_at) WHERE (kind = 'crm_lead'::text);
 
 CREATE INDEX actions_open ON followup.actions USING btree (outcome) WHERE (outcome = ANY (ARRAY['attempted'::text, 'unknown'::text, 'failed'::text]));
@@ -810,8 +834,6 @@ CREATE INDEX lead_classifications_lead ON followup.lead_classifications USING bt
 
 CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
 
-CREATE UNIQUE INDEX lms_queue_one_open ON followup.lms_queue USING btree (action_key) WHERE (closed_at IS NULL);
-
 CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id, due_at) WHERE (delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'failed'::text, 'unknown'::text]));
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
@@ -827,6 +849,12 @@ CREATE INDEX watch_steps_task_ref ON followup.watch_steps USING btree (task_ref)
 CREATE UNIQUE INDEX watches_one_open ON followup.watches USING btree (subject_type, subject_id) WHERE (closed_at IS NULL);
 
 CREATE INDEX watches_subject ON followup.watches USING btree (subject_type, subject_id, registered_at DESC);
+
+CREATE UNIQUE INDEX work_items_one_open ON followup.work_items USING btree (subject) WHERE (state <> 'closed'::text);
+
+CREATE INDEX work_items_subject ON followup.work_items USING btree (subject, closed_at);
+
+CREATE INDEX work_items_waiting ON followup.work_items USING btree (pipeline, kind, owner) WHERE (state <> 'closed'::text);
 
 CREATE TRIGGER watches_enrich_queue AFTER INSERT ON followup.watches FOR EACH ROW WHEN ((new.closed_at IS NULL)) EXECUTE FUNCTION followup.enrich_queue_new_watch();
 
@@ -862,9 +890,6 @@ ALTER TABLE ONLY followup.lms_content
 
 ALTER TABLE ONLY followup.lms_opt_outs
     ADD CONSTRAINT lms_opt_outs_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
-
-ALTER TABLE ONLY followup.lms_queue
-    ADD CONSTRAINT lms_queue_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
 
 ALTER TABLE ONLY followup.lms_reminders
     ADD CONSTRAINT lms_reminders_tenant_id_learner_id_assignment_id_fkey FOREIGN KEY (tenant_id, learner_id, assignment_id) REFERENCES followup.lms_assignments(tenant_id, learner_id, quiz_id);

@@ -19,13 +19,15 @@ import httpx
 import psycopg
 import pytest
 
-from followup_pipeline.defs.alerts.checks import dead_letter_signals
+from followup_pipeline.defs.alerts.checks import work_signals
+from followup_pipeline.engine import work
 from followup_pipeline.integrations.clickup import ClickUpClient
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.settings import Settings
 from followup_pipeline.simulation.invariants import Invariant, ReportWindow, check
 from followup_pipeline.simulation.world import World
 from followup_pipeline.store import alerts, lms, lms_content, watch_control
+from followup_pipeline.store import work as work_store
 from followup_pipeline.store.db import connection_kwargs
 
 BERLIN, NEW_YORK = "academy-berlin", "academy-newyork"
@@ -141,7 +143,8 @@ def _build(world: World, conn: psycopg.Connection[Any]) -> Built:
     world.control("DELETE", "/faults")
     assert world.run("morning_report", partition="2026-03-09").success
     now = utc(2026, 3, 9, 7, 5)
-    signals = dead_letter_signals(conn, world.settings, now=now)
+    work.sync(conn, world.settings, at=now)
+    signals, _ = work_signals(work_store.to_alert(conn))
     limit, window = world.settings.alert_dead_letters_per_window, world.settings.alert_window()
     keys = alerts.record_dead_letters(conn, signals, at=now, limit=limit, window=window)
     config = {"ops": {"send_alerts": {"config": {"alert_keys": keys}}}}

@@ -1,20 +1,17 @@
-"""What the ``alert_checks`` sensor looks for, besides failed runs: new dead letters, an event
-pending too long, and business hours without a successful ``evaluate``."""
+"""What the ``alert_checks`` sensor looks for, besides failed runs: new items of the list of work
+waiting for a person, an event pending too long, and business hours without a successful
+``evaluate``."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
-import psycopg
-
 from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.work import CATCH_UP_KINDS
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import lms_queue
 from followup_pipeline.store.alerts import PendingEvent, Signal
-from followup_pipeline.store.dead_letters import dead_letters
+from followup_pipeline.store.work import WorkItem
 
 
 def _minutes(delta: timedelta) -> str:
@@ -22,44 +19,53 @@ def _minutes(delta: timedelta) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-#: The learning reminders' own actions: their dead letters go to the catch-up queue.
-LEARNING_ACTION = re.compile(r"^action:(lms:(?!weekly:)|lms-cert:|lms-publish:)")
-#: How long a learning action's dead letter waits for its run to queue it (every 15 minutes)
-#: before it is alerted as a dead letter after all (its tenant off, its course dropped).
-QUEUE_GRACE = timedelta(hours=1)
-
-
-def dead_letter_signals(
-    conn: psycopg.Connection[Any], settings: Settings, *, now: datetime | None = None
-) -> list[Signal]:
-    """Every dead letter, one signal each, named by its ``event:``/``action:`` name. An alert's
-    own ledger action is left out: alerting never alerts about itself; so is a learning
-    action's, which the catch-up queue alerts with its owner (``catch_up_signals``), unless no
-    run queued it within an hour."""
-    found = []
-    queued = {f"action:{key}" for key in lms_queue.open_action_keys(conn)}
-    for letter in dead_letters(conn, max_attempts=settings.action_max_attempts):
-        if letter.name.startswith("action:alert:") or letter.name in queued:
+def work_signals(items: list[WorkItem]) -> tuple[list[Signal], list[Signal]]:
+    """One signal for each failure of an open item of the list not alerted yet: dead letters
+    (dead events, dead actions, invalid items) and the learning reminders' items, apart. Each
+    goes to the operations list and to the item's owner and backup; a failure after a replay is
+    a new signal. A learning item's fingerprint is its tenant's and kind's: a bulk of them
+    (every learner of a course without an address) is one mail a window, the rest counted in
+    the next (``followup work list`` has them all)."""
+    dead: list[Signal] = []
+    catch_up: list[Signal] = []
+    for item in items:
+        also = tuple(a for a in (item.owner, item.backup) if a and "@" in a)
+        owners = f"Owner: {item.owner}" + (f", backup: {item.backup}" if item.backup else "")
+        again = f" (failed again after {item.replays} replay(s))" if item.failures > 1 else ""
+        if item.kind in CATCH_UP_KINDS:
+            catch_up.append(
+                Signal(
+                    kind="catch_up",
+                    source=f"work:{item.id}:{item.failures}",
+                    fingerprint=f"queue:{item.tenant_id}:{item.kind}",
+                    subject=f"{item.tenant_id}: {item.what}",
+                    message=(
+                        f"{item.reason}{again}. {owners}. Key {item.action_key}. "
+                        f"See it: followup work show {item.id}; all that waits: "
+                        f"followup lms queue --tenant {item.tenant_id}."
+                    ),
+                    occurred_at=item.failed_at,
+                    also_to=also,
+                )
+            )
             continue
-        waits = now is None or now - letter.since < QUEUE_GRACE
-        if LEARNING_ACTION.match(letter.name) and waits:
-            continue
-        step = f" at step {letter.step}" if letter.step else ""
-        found.append(
+        step = f" at step {item.step}" if item.step else ""
+        dead.append(
             Signal(
                 kind="dead_letter",
-                # A second death after a replay is a new dead letter; so is each invalid item.
-                source=f"{letter.name}|{letter.step or ''}|{letter.since.isoformat()}",
-                fingerprint=f"dead:{letter.name}",
-                subject=letter.name,
+                source=f"work:{item.id}:{item.failures}",
+                fingerprint=f"dead:{item.subject}",
+                subject=item.subject,
                 message=(
-                    f"{letter.what}{step}, {letter.attempts} attempts: "
-                    f"{letter.error or 'no error recorded'}"
+                    f"{item.what}{step}, {item.reason}{again}: "
+                    f"{item.error or 'no error recorded'}. {owners}. "
+                    f"See it: followup work show {item.id}."
                 ),
-                occurred_at=letter.since,
+                occurred_at=item.failed_at,
+                also_to=also,
             )
         )
-    return found
+    return dead, catch_up
 
 
 def pending_signal(
@@ -133,27 +139,3 @@ def stale_signal(
         message=f"no successful run for {_minutes(silence)} of business hours; {last}",
         occurred_at=now,
     )
-
-
-def catch_up_signals(conn: psycopg.Connection[Any]) -> list[Signal]:
-    """Every open item of the learning reminders' catch-up queue, one signal each, to the
-    operations list and the item's owner and backup. One fingerprint per tenant and kind: a
-    bulk of them (every learner of a course without an address) is one mail a window, the
-    rest counted in the next (``followup lms queue`` lists them all)."""
-    return [
-        Signal(
-            kind="catch_up",
-            source=f"queue:{item.id}",
-            fingerprint=f"queue:{item.tenant_id}:{item.kind}",
-            subject=f"{item.tenant_id}: {item.what}",
-            message=(
-                f"{item.reason}. Owner: {item.owner}"
-                + (f", backup: {item.backup}" if item.backup else "")
-                + f". Key {item.action_key}. All that waits: followup lms queue --tenant "
-                + f"{item.tenant_id}."
-            ),
-            occurred_at=item.queued_at,
-            also_to=tuple(a for a in (item.owner, item.backup) if a and "@" in a),
-        )
-        for item in lms_queue.items(conn, closed_since=None)
-    ]

@@ -19,9 +19,10 @@ from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.machine import ui_url
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
+from followup_pipeline.store import work as work_store
 from followup_pipeline.store.run_lock import RunLock
 
-Channel = Literal["mail", "clickup", "in_flight", "suppressed"]
+Channel = Literal["mail", "clickup", "in_flight", "suppressed", "items_closed"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,16 @@ class AlertDelivery:
 
     def _deliver(self, key: str) -> Delivered:
         mail, ids = self.render(key)
+        with self.postgres.connection() as conn:
+            about = store.work_items_of(conn, key)
+            closed = work_store.closed_among(conn, about) if about else set()
+        if (
+            about
+            and closed == set(about)
+            and self.mailer.skip(key=key, kind="alert", reason="superseded")
+        ):
+            # Every item it is about was closed before it reached anyone: it goes nowhere.
+            return Delivered(key, "items_closed", "every item it was about is closed")
         if self.mailer.ledger.prior(clickup_key(key)).done:
             return Delivered(key, "clickup", "sent before")
         with self.postgres.connection() as conn:

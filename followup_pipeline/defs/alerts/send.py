@@ -49,6 +49,7 @@ def send_alerts(
         "clickup": sum(d.channel == "clickup" for d in done),
         "in_flight": sum(d.channel == "in_flight" for d in done),
         "suppressed_dry_run": sum(d.channel == "suppressed" for d in done),
+        "items_closed": sum(d.channel == "items_closed" for d in done),
         "not_sent": len(failed),
     }
     if failed:

@@ -8,15 +8,11 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 
 from followup_pipeline.defs.alerts.board import AlertNotSent, OpsBoard, clickup_key
-from followup_pipeline.defs.alerts.checks import (
-    catch_up_signals,
-    dead_letter_signals,
-    pending_signal,
-    stale_signal,
-)
+from followup_pipeline.defs.alerts.checks import pending_signal, stale_signal, work_signals
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.alerts import fingerprint, self_alert_key
 from followup_pipeline.domain.text import cut_at_word
+from followup_pipeline.engine import work
 from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.runs import calendar_of
 from followup_pipeline.engine.scope import RunScope
@@ -25,6 +21,7 @@ from followup_pipeline.machine import ui_url
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
+from followup_pipeline.store import work as work_store
 
 ALERT_TAG = "followup/alert"
 #: When an alert that reached nobody is tried again, counted from when it was recorded; then
@@ -137,8 +134,9 @@ def check_tick(
     clock: ClockResource,
     settings: Settings,
 ) -> dg.SensorResult:
-    """Record what the ``alerts`` sensor missed, new dead letters, a lag of pending events
-    and a silent ``evaluate``; launch an ``alert`` run for each alert that reached nobody."""
+    """Record what the ``alerts`` sensor missed, new items of the list of work waiting for a
+    person, a lag of pending events and a silent ``evaluate``; launch an ``alert`` run for each
+    alert that reached nobody."""
     now = clock.now()
     first_tick = not context.cursor
     state = _cursor(context.cursor, now)
@@ -151,11 +149,14 @@ def check_tick(
             if f"run:{run.run_id}" not in known:
                 failure = failure_signal(context.instance, run, "run failed", now)
                 store.record(conn, failure, window=settings.alert_window())
-        # Each new dead letter has an alert of its own up to the window's limit; the rest are
-        # held for a digest an hour after the last such mail. On the first tick, the dead
-        # letters already there are not news: on the record, without an alert
-        # (`followup dead-letters list` has them).
-        letters = dead_letter_signals(conn, settings, now=now)
+        # The list of work waiting for a person is brought up to date, and each failure of an
+        # open item not alerted yet raises a signal. Each dead letter has an alert of its own up
+        # to the window's limit; the rest are held for a digest an hour after the last such
+        # mail. On the first tick, the items already there are not news: on the record, without
+        # an alert (`followup work list` has them).
+        work.sync(conn, settings, at=now)
+        items = work_store.to_alert(conn)
+        letters, catch_up = work_signals(items)
         store.record_dead_letters(
             conn,
             letters,
@@ -164,6 +165,11 @@ def check_tick(
             window=settings.alert_window(),
             known=first_tick,
         )
+        # Each learning item, once, to its owner too.
+        for item in catch_up:
+            store.record(conn, item, window=settings.alert_window())
+        for alerted in items:
+            work_store.mark_alerted(conn, alerted.id, alerted.failures)
         lag = pending_signal(
             store.oldest_pending_event(conn),
             now=now,
@@ -181,9 +187,6 @@ def check_tick(
         for episode in (lag, silence):
             if episode is not None:
                 store.record(conn, episode, window=None)
-        # Each item of the learning reminders' catch-up queue, once, to its owner too.
-        for item in catch_up_signals(conn):
-            store.record(conn, item, window=settings.alert_window())
         waiting = store.unsent(conn)
     if waiting and not (settings.ops_recipients() or settings.ops_clickup_list_id):
         context.log.error(

@@ -1,21 +1,22 @@
-"""The catch-up queue's door (docs/architecture.md §10): an open action of a tenant that can be
-neither done nor suppressed — a reminder or a certificate that failed its every attempt, a
-learner without an address, content due and not approved — is parked with the tenant's named
-owner and backup (the operations owner and backup where the tenant names none), and closed,
-with how, when it is done or settled. The alert checks mail each new item to the operations list
-and its owner (``defs/alerts/checks.py``); ``followup lms queue`` lists them."""
+"""The learning reminders' door to the one list of work waiting for a person
+(``engine/work.py``, docs/architecture.md §12): an open action of a tenant that can be neither
+done nor suppressed — a reminder or a certificate that failed its every attempt, a learner
+without an address, content due and not approved — waits with the tenant's named owner and
+backup (the operations owner and backup where the tenant names none), and closes, with how,
+when it is done or settled. The alert checks mail each new item to the operations list and its
+owner (``defs/alerts/checks.py``); ``followup lms queue`` and ``followup work`` list them."""
 
 from datetime import datetime
 
+from followup_pipeline.domain.work import ItemKind
+from followup_pipeline.engine import work
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import lms_queue
 from followup_pipeline.store.lms import Tenant
-from followup_pipeline.store.lms_queue import Parked, QueueKind
 
 
 class CatchUp:
-    """The queue of one tenant in one run."""
+    """One tenant's items of the list, in one run."""
 
     def __init__(self, db: Database, tenant: Tenant, settings: Settings, now: datetime) -> None:
         self.db = db
@@ -23,21 +24,21 @@ class CatchUp:
         self.settings = settings
         self.now = now
 
-    def park(self, key: str, kind: QueueKind, what: str, reason: str) -> bool:
-        """Queue the action with its owner (once while open); whether it is new."""
-        item = Parked(
-            tenant_id=self.tenant.id,
-            action_key=key,
-            kind=kind,
-            what=what,
-            reason=reason,
-            owner=self.tenant.owner or self.settings.ops_owner,
-            backup=self.tenant.backup or self.settings.ops_backup,
-        )
-        with self.db.connection() as conn, conn.transaction():
-            return lms_queue.park(conn, item, at=self.now)
+    def park(self, key: str, kind: ItemKind, what: str, reason: str) -> bool:
+        """The action waits with its owner (once while it waits); whether it is a new item."""
+        with self.db.connection() as conn:
+            return work.park(
+                conn,
+                action_key=key,
+                kind=kind,
+                tenant=self.tenant,
+                what=what,
+                reason=reason,
+                settings=self.settings,
+                at=self.now,
+            )
 
     def close(self, key: str, how: str) -> bool:
-        """Close the action's open item (if any), with how it ended."""
+        """Close the action's waiting item (if any), with how it ended."""
         with self.db.connection() as conn, conn.transaction():
-            return lms_queue.close(conn, key, how, at=self.now)
+            return work.settle_parked(conn, key, how, at=self.now)

@@ -23,9 +23,9 @@ from followup_pipeline.defs.lms.outbound import FOUND, failure
 from followup_pipeline.defs.lms.ports import CredentialPlatform
 from followup_pipeline.engine.effects import ActionSpec, Sent
 from followup_pipeline.engine.scope import Database
+from followup_pipeline.engine.work import settle_parked
 from followup_pipeline.integrations.errors import PermanentError, SchemaError, TransientError
 from followup_pipeline.store import lms_certificates as certs
-from followup_pipeline.store import lms_queue
 from followup_pipeline.store.lms_certificates import CertificateRow
 
 #: Why a certificate cannot be exported for a learner.
@@ -104,7 +104,7 @@ class CredentialExport:
         elif sent.state == "confirmed":
             ref = sent.provider_ref
             certs.set_state(conn, row, "confirmed", at=now, credential_id=ref)
-            lms_queue.close(conn, row.idempotency_key, f"confirmed: credential {ref}", at=now)
+            settle_parked(conn, row.idempotency_key, f"confirmed: credential {ref}", at=now)
             counts["confirmed"] += 1
         else:  # sent, or found at the platform by its key
             certs.set_state(conn, row, "issued", at=now, credential_id=sent.provider_ref)

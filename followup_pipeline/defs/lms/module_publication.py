@@ -23,7 +23,8 @@ from followup_pipeline.defs.lms.outbound import failure
 from followup_pipeline.defs.lms.ports import CourseSite
 from followup_pipeline.engine.effects import ActionSpec, Sent, error_text
 from followup_pipeline.engine.scope import Database
-from followup_pipeline.store import lms_content, lms_queue
+from followup_pipeline.engine.work import settle_parked
+from followup_pipeline.store import lms_content
 from followup_pipeline.store.lms import Tenant
 from followup_pipeline.store.lms_content import ContentRow
 
@@ -87,7 +88,7 @@ class ModulePublication:
         if sent.state == "suppressed" and sent.reason == "superseded":
             why = f"superseded by version {row.current_version}: never published"
             lms_content.set_state(conn, row, "superseded", at=now, reason=why)
-            lms_queue.close(
+            settle_parked(
                 conn, row.idempotency_key, "superseded: a later version replaced it", at=now
             )
             counts["superseded"] += 1
@@ -96,7 +97,7 @@ class ModulePublication:
             counts[f"held_{self.book.tenant.mode}"] += 1
         elif sent.state == "confirmed":
             lms_content.set_state(conn, row, "confirmed", at=now)
-            lms_queue.close(conn, row.idempotency_key, "published and read back", at=now)
+            settle_parked(conn, row.idempotency_key, "published and read back", at=now)
             counts["confirmed"] += 1
         else:  # published, or found visible after a lost answer
             lms_content.set_state(conn, row, "published", at=now)

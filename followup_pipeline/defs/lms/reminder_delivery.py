@@ -32,8 +32,9 @@ from followup_pipeline.defs.lms.outbound import FOUND, failure
 from followup_pipeline.defs.lms.ports import LmsSite, Mailbox
 from followup_pipeline.engine.effects import ActionSpec, Sent
 from followup_pipeline.engine.scope import Database
+from followup_pipeline.engine.work import settle_parked
 from followup_pipeline.integrations.errors import PermanentError, SchemaError, TransientError
-from followup_pipeline.store import lms, lms_queue
+from followup_pipeline.store import lms
 from followup_pipeline.store.lms import DueRow
 
 #: What each reminder says first.
@@ -85,11 +86,11 @@ class ReminderBook:
         key, now = row.idempotency_key, self.now
         lms.settle(conn, row.id, outcome, reason=reason, at=now)
         if outcome == "suppressed":
-            lms_queue.close(conn, key, f"suppressed: {reason}", at=now)
+            settle_parked(conn, key, f"suppressed: {reason}", at=now)
             self.counts[f"suppressed_{reason}"] += 1
             return
         if outcome == "accepted":
-            lms_queue.close(conn, key, "sent: accepted", at=now)
+            settle_parked(conn, key, "sent: accepted", at=now)
             lms.mark_succeeded(conn, row.tenant_id, row.learner_id, row.assignment_id, now)
         self.counts[f"reminders_{outcome}"] += 1
 

@@ -1,16 +1,25 @@
-"""Replay: re-process dead-lettered events and actions by their original names.
+"""Replay: re-process items of the list of work waiting for a person under their original ids.
 
-Launched from the Launchpad with ``ops: {replay_dead_letters: {config: {names: [...]}}}``. Each
-``event:<id>`` goes back to pending under its original id and is registered in this run, so the
-items it finished before are skipped. Each ``action:<key>`` gets a fresh budget of attempts and is
-carried out by the next ``evaluate`` run, which searches ClickUp for its key before any create.
+Launched from the Launchpad with ``ops: {replay_dead_letters: {config: {...}}}``: ``names``
+(``event:<id>``, ``action:<key>``) or ``items`` (their numbers), or the filters of ``followup
+work`` (``pipeline``, ``kinds``, ``step``, ``error``, ``owner``, ``since``, ``tenant``,
+``subject``; ``all`` for every waiting item). ``dry`` lists what they select in the run's log
+and changes nothing. Each dead event goes back to pending under its original id and is
+registered in this run, so the items it finished before are skipped. Each dead action gets a
+fresh budget of attempts and is carried out by its pipeline's next run, which searches the
+provider for its key before any create.
 
 The events are handled by their source's handler, found in the ``event_handlers`` resource (each
 capability that consumes events offers its own), so this capability imports none of them.
 """
 
-import dagster as dg
+from datetime import datetime
 
+import dagster as dg
+from pydantic import Field
+
+from followup_pipeline.domain.work import Selection, parse_since
+from followup_pipeline.engine import work
 from followup_pipeline.engine.runs import RunCounts, outcome_output, time_limit
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.engine.worker import EventHandlers, EventWorker, WorkerRun, worker_outcome
@@ -21,17 +30,47 @@ from followup_pipeline.integrations.resources import (
 )
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import audit
-from followup_pipeline.store.dead_letters import parse_name, replay_actions, requeue_events
+from followup_pipeline.store.dead_letters import parse_name
 
 
 class ReplayConfig(dg.Config):
-    """Names as ``event:<id>`` or ``action:<key>``."""
+    """What to replay: names, item numbers or filters (every one set narrows the selection)."""
 
-    names: list[str]
+    names: list[str] = Field(default_factory=list)
+    items: list[int] = Field(default_factory=list)
+    pipeline: str | None = None
+    kinds: list[str] = Field(default_factory=list)
+    step: str | None = None
+    error: str | None = None
+    owner: str | None = None
+    #: today, yesterday, 6h, 2d or 2026-12-03T08:00 (the machine's zone unless it says).
+    since: str | None = None
+    tenant: str | None = None
+    subject: str | None = None
+    #: Every waiting item, unfiltered (needed when nothing else narrows it).
+    all: bool = False
+    #: List what the selection names in the run's log; change nothing.
+    dry: bool = False
     #: Who replays (kept in the audit): the Launchpad has no login of its own to tell.
     by: str = "the Dagster UI"
     reason: str | None = None
+
+    def selection(self, zone: str, now: datetime) -> Selection:
+        """The selection, ``ValueError`` naming a malformed part."""
+        for name in self.names:
+            parse_name(name)
+        return Selection(
+            ids=tuple(self.items),
+            names=tuple(n.strip() for n in self.names),
+            pipeline=self.pipeline,
+            kinds=tuple(self.kinds),
+            step=self.step,
+            error=self.error,
+            owner=self.owner,
+            since=parse_since(self.since, zone=zone, now=now) if self.since else None,
+            tenant=self.tenant,
+            subject=self.subject,
+        )
 
 
 @dg.op
@@ -46,52 +85,67 @@ def replay_dead_letters(
     mistral: MistralResource,
     clock: ClockResource,
 ) -> dg.Output[RunCounts]:
-    """Requeue the named events under their original ids and register them now."""
+    """Replay what the selection names; register the replayed events now."""
+    now = clock.now()
     try:
-        names = [parse_name(text) for text in config.names]
+        selection = config.selection(settings.timezone, now)
     except ValueError as error:
         raise dg.Failure(description=str(error)) from None
-    ids = [n.event_id for n in names if n.kind == "event"]
-    keys = [n.value for n in names if n.kind == "action"]
+    if not selection.is_narrowed() and not config.all:
+        raise dg.Failure(
+            description="name items (names, items) or narrow with a filter; all: true for "
+            "every waiting item"
+        )
+    by = config.by.strip() or "the Dagster UI"
     with postgres.connection() as conn:
-        with conn.transaction():
-            requeued, refused = requeue_events(conn, ids)
-            for event_id in requeued:
-                audit.record(conn, actor=config.by.strip() or "the Dagster UI",
-                             action="dead_letter.replay", subject=f"event:{event_id}",
-                             reason=config.reason)  # fmt: skip
-        for event_id, why in refused.items():
-            context.log.warning("event:%s not replayed: %s", event_id, why)
+        chosen = work.select(conn, selection, settings, at=now)
+        context.log.info("%s item(s) selected (%s)", len(chosen), selection.describe())
+        missing = [f"#{n}" for n in selection.ids if n not in {i.id for i in chosen}]
+        by_name = tuple(n for n in selection.names if n not in {i.subject for i in chosen})
+        for item in chosen:
+            why = work.why_not(conn, item, "replay")
+            refusal = f" (would be refused: {why})" if why else ""
+            context.log.info("#%s %s %s: %s%s", item.id, item.kind, item.subject, item.what,
+                             refusal)  # fmt: skip
+        if config.dry:
+            for label in [*missing, *by_name]:
+                context.log.info("%s: no such waiting item", label)
+            return outcome_output(context, "ok", {"selected": len(chosen), "dry": 1})
+        done = work.replay(conn, chosen, by=by, reason=config.reason, at=now, names=by_name)
+        for label in missing:
+            done.refused[label] = "no such waiting item"
+        for label, why in done.refused.items():
+            context.log.warning("%s not replayed: %s", label, why)
+        conn.commit()  # the replay is on record, and the worker wants no transaction open
         vendors = {
             "espocrm": espocrm,
             "company_lookup": company_lookup,
             "mistral": mistral,
             "clock": clock,
         }
-        scope = RunScope(clock.now(), context.run_id, context.log)
+        scope = RunScope(now, context.run_id, context.log)
         handler = event_handlers.dispatcher(WorkerRun(conn, postgres, scope, settings, vendors))
-        counts: RunCounts = dict(EventWorker(conn, handler, settings, sources=()).run(ids=requeued))
-    with postgres.connection() as conn, conn.transaction():
-        replayed, refused_actions = replay_actions(conn, keys)
-        for key in replayed:
-            audit.record(conn, actor=config.by.strip() or "the Dagster UI",
-                         action="dead_letter.replay", subject=f"action:{key}",
-                         reason=config.reason)  # fmt: skip
-    for key, why in refused_actions.items():
-        context.log.warning("action:%s not replayed: %s", key, why)
-    refused_count = len(refused) + len(refused_actions)
+        worker = EventWorker(conn, handler, settings, sources=())
+        counts: RunCounts = dict(worker.run(ids=done.requeued))
+        work.sync(conn, settings, at=clock.now())
+    replayed_events = sum(1 for i in done.touched if i.event_id is not None)
+    replayed_names = sum(1 for n in done.by_name if n.startswith("action:"))
     counts.update(
-        requested=len(names),
-        requeued=len(requeued),
-        actions_replayed=len(replayed),
-        refused=refused_count,
+        selected=len(chosen),
+        requeued=len(done.requeued),
+        actions_replayed=len(done.touched) - replayed_events + replayed_names,
+        refused=len(done.refused),
     )
-    outcome = "partial" if refused_count else worker_outcome(counts)
+    if not chosen and not done.by_name:
+        context.log.warning("nothing to replay (%s)", selection.describe())
+    outcome = "partial" if done.refused else worker_outcome(counts)
     return outcome_output(context, outcome, counts)
 
 
 @dg.job(
-    description="Re-process dead-lettered events or actions by their original id.",
+    description=(
+        "Re-process items of the work list (dead events, dead actions) by their original id."
+    ),
     tags=time_limit(30 * 60),
 )
 def replay() -> None:

@@ -72,7 +72,7 @@ def morning_data(
         since_by_owner=since_by_owner,
         review_open=open_review_items(conn),
         health=Health(
-            store.dead_letter_count(conn, max_attempts=settings.action_max_attempts),
+            store.dead_letter_count(conn),
             last_evaluate,
             pending or None,
         ),
@@ -122,9 +122,7 @@ def weekly_data(
         closed=week.closed,
         open_by_stage=store.open_by_stage(conn, until=until),
         failed_runs=len(failed),
-        dead_letters=store.dead_letters_between(
-            conn, start=start, until=until, max_attempts=settings.action_max_attempts
-        ),
+        dead_letters=store.dead_letters_between(conn, start=start, until=until),
         tasks_per_day={**days, **week.tasks_per_day},
         late=not preview and friday < local_date(now, settings.timezone),
         preview=preview,

@@ -93,6 +93,10 @@ SELECT source FROM alerts WHERE source = ANY(%(sources)s::text[]);
 SELECT id, kind, subject, message, run_id, occurred_at, held, counted_in
 FROM alerts WHERE action_key = %(key)s ORDER BY id;
 
+-- name: alert_sources_of_key
+-- What raised each row of an alert (``work:<item>:<failure>`` for an item of the work list).
+SELECT source FROM alerts WHERE action_key = %(key)s ORDER BY id;
+
 -- name: alert_also_to
 -- Whom an alert goes to besides the operations list, in the order first named.
 SELECT address FROM (

@@ -74,10 +74,14 @@ WHERE subject_type = 'LeadEvent' AND subject_id = ANY(%(events)s::text[])
 RETURNING id;
 
 -- name: erase_text_in_queue
--- What the learning reminders' catch-up queue says of an item (a learner's name).
-UPDATE lms_queue SET what = regexp_replace(what, %(pattern)s, '[erased]', 'gi'),
-                     reason = regexp_replace(reason, %(pattern)s, '[erased]', 'gi')
+-- What the list of work waiting for a person says of an item (a learner's name).
+UPDATE work_items SET what = regexp_replace(what, %(pattern)s, '[erased]', 'gi'),
+                      reason = regexp_replace(reason, %(pattern)s, '[erased]', 'gi'),
+                      error = regexp_replace(error, %(pattern)s, '[erased]', 'gi'),
+                      closed_note = regexp_replace(closed_note, %(pattern)s, '[erased]', 'gi')
 WHERE strpos(lower(what), lower(%(text)s)) > 0 OR strpos(lower(reason), lower(%(text)s)) > 0
+   OR strpos(lower(coalesce(error, '')), lower(%(text)s)) > 0
+   OR strpos(lower(coalesce(closed_note, '')), lower(%(text)s)) > 0
 RETURNING id;
 
 -- name: erase_open_watch

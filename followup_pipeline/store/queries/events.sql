@@ -127,10 +127,15 @@ SELECT id, source, event_type, received_at, attempts, dead_step, last_error, pro
 FROM events WHERE status = 'dead' ORDER BY id;
 
 -- name: events_gauges
--- For /metrics: the dead-letter count, the age in seconds of the oldest pending event, and the
--- model answers waiting for an operator's review.
+-- For /metrics: the dead-letter count (a dead event a person closed in the work list, with a
+-- reason, counts no more), the age in seconds of the oldest pending event, and the model
+-- answers waiting for an operator's review.
 SELECT
-    (SELECT count(*) FROM events WHERE status = 'dead') AS dead,
+    (SELECT count(*) FROM events e WHERE e.status = 'dead'
+       AND NOT EXISTS (SELECT 1 FROM work_items w
+                       WHERE w.event_id = e.id AND w.kind = 'dead_event'
+                         AND w.closed_how = 'decided'
+                         AND w.failed_at >= coalesce(e.processed_at, e.received_at))) AS dead,
     (SELECT count(*) FROM events WHERE status = 'pending') AS pending,
     (SELECT extract(epoch FROM now() - min(received_at)) FROM events WHERE status = 'pending')
         AS oldest_pending_s,

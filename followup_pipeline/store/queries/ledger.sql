@@ -64,6 +64,13 @@ UPDATE actions SET replayed_attempts = attempts, updated_at = now()
 WHERE idempotency_key = %(key)s AND outcome = 'failed'
 RETURNING id;
 
+-- name: action_decided
+-- A person closed a dead action with a reason (the work list): suppressed, by a decision; its
+-- attempts stay on the record.
+UPDATE actions SET outcome = 'suppressed', reason = 'decided', updated_at = now()
+WHERE idempotency_key = %(key)s AND outcome = 'failed'
+RETURNING id;
+
 -- name: action_age
 -- Seconds since an action last changed, by the database's real time (clock_timestamp(), not a
 -- simulated clock): how long its last request may still be on its way.

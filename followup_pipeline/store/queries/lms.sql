@@ -142,7 +142,7 @@ SELECT t.id AS tenant_id, t.mode, t.time_zone,
                            AND r.settled_at >= %(since)s)::int AS confirmed,
        count(r.id) FILTER (WHERE r.delivery_outcome = 'planned' AND r.due_at > %(now)s)::int
            AS planned,
-       (SELECT count(*) FROM lms_queue q
-        WHERE q.tenant_id = t.id AND q.closed_at IS NULL)::int AS queued
+       (SELECT count(*) FROM work_items q
+        WHERE q.tenant_id = t.id AND q.state <> 'closed')::int AS queued
 FROM tenants t LEFT JOIN lms_reminders r ON r.tenant_id = t.id
 GROUP BY t.id ORDER BY t.id;

@@ -82,11 +82,11 @@ WHERE idempotency_key = %(key)s OR idempotency_key LIKE %(forced)s ESCAPE '!'
 ORDER BY id;
 
 -- name: dead_letter_count
--- Events and actions waiting for an operator.
-SELECT (SELECT count(*) FROM events WHERE status = 'dead')
-     + (SELECT count(*) FROM actions
-         WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s)
-       AS dead;
+-- The dead letters of the deal follow-up and lead intake waiting in the work list for a person
+-- (open or acknowledged; the learning reminders' go to their tenants' owners).
+SELECT count(*) AS dead FROM work_items
+WHERE state <> 'closed' AND pipeline <> 'learning'
+  AND kind IN ('dead_event', 'dead_action', 'invalid_item');
 
 -- name: weekly_counts
 -- The week's steps fired, watches opened, in [start, until).
@@ -125,15 +125,12 @@ WHERE fired_at >= %(start)s AND fired_at < %(until)s AND task_ref <> 'dry-run'
 GROUP BY 1;
 
 -- name: weekly_dead_letters
--- Events and actions that became dead letters in [start, until) (by when they last failed). A
--- CRM Lead write is counted with its event, the dead letter.
-SELECT (SELECT count(*) FROM events
-         WHERE status = 'dead' AND processed_at >= %(start)s AND processed_at < %(until)s)
-     + (SELECT count(*) FROM actions
-         WHERE outcome = 'failed' AND attempts - replayed_attempts >= %(max_attempts)s
-           AND kind <> 'crm_lead'
-           AND updated_at >= %(start)s AND updated_at < %(until)s)
-       AS dead;
+-- Items of the work list (the deal follow-up's and lead intake's dead letters) that last failed
+-- in [start, until) and were not closed by a person. A CRM Lead write is counted with its event.
+SELECT count(*) AS dead FROM work_items
+WHERE pipeline <> 'learning' AND kind IN ('dead_event', 'dead_action', 'invalid_item')
+  AND failed_at >= %(start)s AND failed_at < %(until)s
+  AND closed_how IS DISTINCT FROM 'decided';
 
 -- name: weekly_leads_in
 -- The week's lead events, by source and priority (NULL: not classified by the week's end), in

@@ -17,12 +17,18 @@ import sqlalchemy as sa
 from followup_pipeline.cli import main
 from followup_pipeline.commands.alerts import channel
 from followup_pipeline.defs import alerts as capability
+from followup_pipeline.defs import build_definitions
 from followup_pipeline.defs.alerts.checks import stale_signal
 from followup_pipeline.defs.alerts.sensors import ALERT_TAG
 from followup_pipeline.domain.alerts import fingerprint
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.settings import Settings
+from followup_pipeline.domain.work import Selection
+from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store import alerts as store
+from followup_pipeline.store import events
+from followup_pipeline.store import work as work_store
+from followup_pipeline.store.events import store_delivery
+from followup_pipeline_tests.defs.lead_intake.test_intake import _resources as lead_resources
 
 from ..evaluate.conftest import SANDBOX, Machine
 
@@ -519,3 +525,53 @@ def test_alerts_failed_alert_runs_of_one_kind_make_one_task(
     (task,) = _ops_tasks(machine)
     assert task["name"].startswith("[followup] alert run failed: ")
     assert db.execute("SELECT count(*) AS n FROM alerts").fetchone() == {"n": 0}
+
+
+def test_alerts_a_dead_letter_that_fails_again_on_replay_is_closed_by_a_person_and_goes_quiet(
+    machine: Machine,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A paid checkout without its customer's details: it can never become a lead.
+    paid = {"id": "cs_9", "object": "checkout.session", "amount_total": 4900, "currency": "eur",
+            "payment_status": "paid"}  # fmt: skip
+    body = json.dumps({"id": "evt_9", "type": "checkout.session.completed",
+                       "data": {"object": paid}}).encode()  # fmt: skip
+    event = store_delivery(db, source="payment", event_type="checkout.session.completed",
+                           body=body, headers={}, delivery_id="evt_9")  # fmt: skip
+    settings = {**OPS, "lead_intake_mode": "live"}
+    intake = build_definitions(load_settings(**settings)).resolve_job_def("lead_intake")
+    resources = lead_resources(machine.db_url, machine.sandbox)
+    assert intake.execute_in_process(instance=machine.instance, resources=resources).success
+    assert db.execute("SELECT status FROM events").fetchone() == {"status": "dead"}
+    (request,) = _check(machine, MONDAY_10)
+    assert _send(machine, request, MONDAY_10).success
+    [mail] = _alert_mails(machine)
+    assert mail["to"] == ["owner@example.com", "backup@example.com"]
+    # Replayed, it fails again: news, alerted once more (not sent yet when the person decides).
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", machine.db_url)
+    assert main(["work", "replay", f"event:{event.event_id}", "--by", "Olga"]) == 0
+    assert intake.execute_in_process(instance=machine.instance, resources=resources).success
+    (again,) = _check(machine, MONDAY_10 + timedelta(minutes=5))
+    [item] = work_store.select(db, Selection())
+    assert (item.kind, item.pipeline, item.failures, item.replays) == (
+        "dead_event", "lead_intake", 2, 1
+    )  # fmt: skip
+    # A person closes it with a reason: audited; the gauges count it no more; the alert that
+    # had not reached anyone yet goes nowhere, and no further one is raised.
+    why = "no customer on the checkout: refunded by hand"
+    assert main(["work", "close", str(item.id), "--by", "Olga", "--reason", why]) == 0
+    audited = db.execute("SELECT actor, action, subject, reason FROM audit_log").fetchall()
+    assert [(a["actor"], a["action"], a["reason"]) for a in audited] == [
+        ("Olga", "work.replay", None), ("Olga", "work.close", why)
+    ]  # fmt: skip
+    assert events.gauges(db)["dead"] == 0
+    assert work_store.counts(db) == []
+    assert _send(machine, again, MONDAY_10 + timedelta(minutes=6)).success
+    assert len(_alert_mails(machine)) == 1
+    assert store.unsent(db) == []
+    assert _check(machine, MONDAY_10 + timedelta(hours=2)) == []
+    capsys.readouterr()
+    assert main(["work", "replay", "--pipeline", "lead_intake"]) == 0  # nothing waits
+    assert "nothing to replay" in capsys.readouterr().out

@@ -143,7 +143,7 @@ def test_control_failed_action_becomes_a_dead_letter_and_replays_once(
     with machine.control() as control:
         control.delete("/faults").raise_for_status()  # the cause is fixed
     assert main(["dead-letters", "replay", f"action:{key}"]) == 0
-    assert "retried by the next evaluate run" in capsys.readouterr().out
+    assert f"action:{key}: replayed" in capsys.readouterr().out
     machine.evaluate(MONDAY + timedelta(days=7, hours=4))
     machine.evaluate(MONDAY + timedelta(days=7, hours=5))
     [task] = machine.tasks()

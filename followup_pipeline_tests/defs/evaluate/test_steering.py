@@ -179,7 +179,7 @@ def test_steering_days_off_and_cadences_from_the_cli_and_every_action_in_the_aud
         ("dana", "holiday.add"),
         ("dana", "holiday.remove"),
         ("dana", "cadence.set"),
-        ("dana", "dead_letter.replay"),
+        ("dana", "work.replay"),
         ("dana", "review.accept"),
         ("dana", "review.reject"),
         ("dana", "purge"),

@@ -19,9 +19,11 @@ import psycopg
 import pytest
 
 from followup_pipeline.defs import build_definitions
-from followup_pipeline.defs.alerts.checks import dead_letter_signals
+from followup_pipeline.defs.alerts.checks import work_signals
 from followup_pipeline.defs.lead_intake.crm_sender import CrmLeadSender, LeadWrite
 from followup_pipeline.defs.lead_intake.upsert import CrmUpserter
+from followup_pipeline.domain.work import Selection
+from followup_pipeline.engine import work
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.engine.worker import WorkerRun
 from followup_pipeline.integrations.espocrm_leads import ENTITY, EspoLeadWriter
@@ -29,6 +31,7 @@ from followup_pipeline.resources import PostgresResource
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import lead_mode
+from followup_pipeline.store import work as work_store
 from followup_pipeline.store.alerts import record_dead_letters
 from followup_pipeline.store.dead_letters import requeue_events
 from followup_pipeline.store.lead_crm import LeadForCrm
@@ -171,7 +174,11 @@ def test_crm_a_lost_answer_to_the_create_is_found_by_search_and_not_made_twice(
 
 
 def test_crm_down_longer_than_the_retries_dead_letters_then_a_replay_writes_each_once(
-    db: psycopg.Connection[Any], db_url: str, sandbox: str, monkeypatch: pytest.MonkeyPatch
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     defs = build_definitions(_settings(event_backoff_base_s=0, lead_max_retries=1))
     _fault(sandbox, vendor="espocrm", kind="outage", seconds=600)
@@ -185,27 +192,47 @@ def test_crm_down_longer_than_the_retries_dead_letters_then_a_replay_writes_each
     ).fetchall()
     assert [d["dead_step"] for d in dead] == ["0:crm_upsert"] * 2
     assert all("503" in d["last_error"] and "CRM Lead search" in d["last_error"] for d in dead)
-    # One alert per dead letter, each named, for the owner and the backup.
+    # Each waits in the work list, owned by operations; one alert each, named, to both.
     settings = _settings(ops_owner="ops@example.com", ops_backup="backup@example.com")
-    signals = dead_letter_signals(db, settings)
+    work.sync(db, settings, at=datetime.now(UTC))
+    signals, _ = work_signals(work_store.to_alert(db))
     keys = record_dead_letters(
         db, signals, at=datetime.now(UTC), limit=10, window=settings.alert_window()
     )
     assert sorted(k.split(":dead:")[1].split("@")[0] for k in keys) == sorted(
         f"event:{d['id']}" for d in dead
     )
-    assert settings.ops_recipients() == ["ops@example.com", "backup@example.com"]
+    assert {s.also_to for s in signals} == {("ops@example.com", "backup@example.com")}
     # The earlier steps are done and kept: a replay does not ask the model again.
     asked = len(httpx.get(f"{sandbox}/_sandbox/mistral/requests", timeout=5).json()["requests"])
     httpx.delete(f"{sandbox}/_sandbox/faults", timeout=5).raise_for_status()
     monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_OPS_OWNER", "ops@example.com")
     from followup_pipeline.cli import main
 
-    assert main(["dead-letters", "replay", *(f"event:{d['id']}" for d in dead)]) == 0
+    # Every dead letter of the step since this morning, in bulk: --dry lists, changes nothing.
+    by_step = ["--step", "0:crm_upsert", "--since", "today", "--pipeline", "lead_intake"]
+    capsys.readouterr()
+    assert main(["work", "replay", *by_step, "--dry"]) == 0
+    listed = capsys.readouterr().out
+    assert "would replay 2 item(s)" in listed
+    assert all(f"event:{d['id']}" in listed for d in dead)
+    assert db.execute("SELECT count(*) AS n FROM events WHERE status = 'dead'").fetchone() == {
+        "n": 2
+    }
+    assert main(["work", "replay", *by_step, "--by", "Ops Olga", "--reason", "CRM back"]) == 0
+    audited = db.execute(
+        "SELECT actor, subject, reason FROM audit_log WHERE action = 'work.replay' ORDER BY id"
+    ).fetchall()
+    assert [(a["actor"], a["reason"]) for a in audited] == [("Ops Olga", "CRM back")] * 2
     replayed = _run(defs, db_url, sandbox)
     assert (replayed["events_done"], replayed["crm_created"]) == (2, 2)
     asked_now = httpx.get(f"{sandbox}/_sandbox/mistral/requests", timeout=5).json()["requests"]
     assert len(asked_now) == asked
+    # Done after the replay: the items close as replayed, by themselves.
+    work.sync(db, settings, at=datetime.now(UTC))
+    closed = work_store.select(db, Selection(pipeline="lead_intake", states=("closed",)))
+    assert [(i.closed_how, i.replayed_by) for i in closed] == [("replayed", "Ops Olga")] * 2
     for email in emails:
         assert len(_crm_leads(sandbox, email)) == 1
     assert _run(defs, db_url, sandbox).get("events_claimed", 0) == 0

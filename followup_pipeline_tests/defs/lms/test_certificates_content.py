@@ -15,18 +15,34 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
-from followup_pipeline.defs.alerts.checks import catch_up_signals, dead_letter_signals
+from followup_pipeline.defs.alerts.checks import work_signals
+from followup_pipeline.domain.work import Selection
+from followup_pipeline.engine import work
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import alerts as alert_store
-from followup_pipeline.store import lms_queue
+from followup_pipeline.store import work as work_store
+from followup_pipeline.store.alerts import Signal
 from followup_pipeline.store.lms_content import content_lock
 from followup_pipeline.store.run_lock import RunLock
+from followup_pipeline.store.work import WorkItem
 
 from .lms_world import BERLIN, TOKENS, control, make_tenant, run_lms, seed_site, utc
 
 OWNER, BACKUP = "owner@academy-berlin.example", "backup@academy-berlin.example"
 #: Monday 2 March 2026, 10:00 in Berlin: no reminder of the seeded quiz is due yet.
 MONDAY = utc(2026, 3, 2, 9)
+
+
+def _items(db: psycopg.Connection[Any], *states: str) -> list[WorkItem]:
+    """The learning reminders' items of the work list (default: the waiting ones)."""
+    chosen = states or ("open", "acknowledged")
+    return work_store.select(db, Selection(pipeline="learning", states=chosen))
+
+
+def _signals(db: psycopg.Connection[Any], **settings: Any) -> tuple[list[Signal], list[Signal]]:
+    """What the alert checks raise now: dead letters, and the learning items."""
+    work.sync(db, load_settings(**settings), at=MONDAY)
+    return work_signals(work_store.to_alert(db))
 
 
 def _certifying(db: psycopg.Connection[Any], sandbox: str, learners: int = 2) -> dict[str, Any]:
@@ -144,15 +160,15 @@ def test_lms_a_learner_without_an_address_is_queued_with_the_owner_and_alerted_t
     counts = _certify(db_url, sandbox, MONDAY)
     assert counts[f"{BERLIN}:queued"] == 1
     assert _credentials(sandbox) == []
-    [item] = lms_queue.items(db, closed_since=None)
+    [item] = _items(db)
     assert (item.owner, item.backup, item.kind) == (OWNER, BACKUP, "certificate")
     assert "no e-mail address" in item.reason
     # Queued once: the next run finds it there.
     later = _certify(db_url, sandbox, MONDAY + timedelta(hours=1))
     assert later[f"{BERLIN}:queued_before"] == 1
-    assert len(lms_queue.items(db, closed_since=None)) == 1
+    assert len(_items(db)) == 1
     # The alert checks raise it once, to the operations list and the owner and backup.
-    [signal] = catch_up_signals(db)
+    [signal] = _signals(db)[1]
     recorded = alert_store.record(db, signal, window=None)
     assert recorded is not None
     assert recorded.key is not None
@@ -163,7 +179,7 @@ def test_lms_a_learner_without_an_address_is_queued_with_the_owner_and_alerted_t
     shown = capsys.readouterr().out
     assert f"owner {OWNER} (backup {BACKUP})" in shown
     assert "no e-mail address" in shown
-    assert "1 open, 0 closed" in shown
+    assert shown.rstrip().endswith("1 open")
 
 
 def _module(sandbox: str, course: int, name: str) -> int:
@@ -212,7 +228,7 @@ def test_lms_approved_current_content_is_published_once_and_an_outdated_version_
     assert first[f"{BERLIN}:waiting_approval"] == 1
     assert (_visible(sandbox, week2), _visible(sandbox, week1_v1)) == (1, 0)
     assert _visible(sandbox, week1_v2) == 0
-    [queued] = lms_queue.items(db, closed_since=None)
+    [queued] = _items(db)
     assert queued.kind == "publication"
     assert queued.owner == OWNER
     assert "not approved" in queued.reason
@@ -237,9 +253,9 @@ def test_lms_approved_current_content_is_published_once_and_an_outdated_version_
     second = _publish(db_url, sandbox, MONDAY + timedelta(minutes=15))
     assert second[f"{BERLIN}:published"] == 1
     assert (_visible(sandbox, week1_v1), _visible(sandbox, week1_v2)) == (0, 1)
-    assert lms_queue.items(db, closed_since=None) == []
-    [closed] = lms_queue.items(db, closed_since=MONDAY)
-    assert closed.closed_how == "published and read back"
+    assert _items(db) == []
+    [closed] = _items(db, "closed")
+    assert (closed.closed_how, closed.closed_note) == ("resolved", "published and read back")
     # Nothing is published twice: one attempt per published version, none for the outdated.
     actions = db.execute(
         "SELECT idempotency_key, outcome, attempts, reason FROM actions"
@@ -267,17 +283,19 @@ def test_lms_a_reminder_that_failed_every_attempt_waits_with_its_owner_until_it_
     assert first[f"{BERLIN}:reminders_failed"] == 1  # no address: a failed attempt, no request
     second = run_lms(db_url, sandbox, utc(2026, 3, 9, 8, 20), **once)
     assert second[f"{BERLIN}:queued"] == 1
-    [item] = lms_queue.items(db, closed_since=None)
+    [item] = _items(db)
     assert (item.kind, item.owner, item.backup) == ("reminder", OWNER, BACKUP)
     assert "no e-mail address" in item.reason
     assert f"followup dead-letters replay action:{item.action_key}" in item.reason
-    # Alerted once as a catch-up item to the owner, not a second time as a dead letter.
-    assert [s.fingerprint for s in catch_up_signals(db)] == [f"queue:{BERLIN}:reminder"]
-    assert dead_letter_signals(db, load_settings(**once)) == []
+    # One item, alerted once as a catch-up item to the owner, not a second time as a dead
+    # letter (its dead action is the same item).
+    dead, catch_up = _signals(db, **once)
+    assert ([s.fingerprint for s in catch_up], dead) == ([f"queue:{BERLIN}:reminder"], [])
+    assert [(i.id, i.failures) for i in _items(db)] == [(item.id, 1)]
     # The learner completes the quiz: the next day's sync sees it, and the item closes.
     control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
             {"userid": nobody["id"]})  # fmt: skip
     run_lms(db_url, sandbox, utc(2026, 3, 10, 8, 5), **once)
-    assert lms_queue.items(db, closed_since=None) == []
-    [closed] = lms_queue.items(db, closed_since=utc(2026, 3, 1))
-    assert closed.closed_how == "suppressed: completed"
+    assert _items(db) == []
+    [closed] = _items(db, "closed")
+    assert (closed.closed_how, closed.closed_note) == ("resolved", "suppressed: completed")

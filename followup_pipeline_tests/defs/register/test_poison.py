@@ -10,10 +10,11 @@ import psycopg
 import pytest
 
 from followup_pipeline.cli import main
+from followup_pipeline.engine import work
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.db import lost_connection, storable
-from followup_pipeline.store.dead_letters import dead_letters, requeue_events
+from followup_pipeline.store.dead_letters import requeue_events
 from followup_pipeline_tests.support import registering
 
 from .conftest import EventFactory, FakeCrm
@@ -51,8 +52,8 @@ def test_poison_items_are_recorded_and_skipped_while_good_events_register(
     assert sorted(watched) == ["fine1", "good0", "good1", "good2"]
     for event_id in [*good, poison]:
         assert (_event(db, event_id)["status"], _event(db, event_id)["attempts"]) == ("done", 1)
-    skipped = [d for d in dead_letters(db, max_attempts=5) if d.name == f"event:{poison}"]
-    assert [(d.step, d.error) for d in skipped] == [
+    skipped = [f for f in work.failures(db, settings) if f.subject.startswith(f"event:{poison}/")]
+    assert [(f.step, f.error) for f in skipped] == [
         ("0:invalid", "id 'a\\x00b' is not up to 64 of A-Z a-z 0-9 _ -"),
         ("1:invalid", f"id {storable(repr('x' * 3000), 80)} is not up to 64 of A-Z a-z 0-9 _ -"),
     ]
@@ -80,7 +81,7 @@ def test_poison_dead_letters_command_lists_the_skipped_items(
     assert main(["dead-letters", "list"]) == 0
     out = capsys.readouterr().out
     assert f"event:{poison}" in out
-    assert "step=0:invalid" in out
+    assert "at step 0:invalid" in out
     assert "is not up to 64 of A-Z a-z 0-9 _ -" in out
 
 
