@@ -173,20 +173,29 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _event_record(conn: psycopg.Connection[Any], event_id: int) -> dict[str, Any] | None:
+    """An event whole: its body as text, with the steps its items finished."""
+    event = events.event_by_id(conn, event_id)
+    if event is None:
+        return None
+    shown = dataclasses.asdict(event)
+    shown["body"] = bytes(event.body).decode("utf-8", "replace")
+    shown["steps"] = [dataclasses.asdict(s) for s in events.completions_of(conn, event.id)]
+    return shown
+
+
+def _action_record(conn: psycopg.Connection[Any], key: str) -> dict[str, Any] | None:
+    """A ledger action whole."""
+    action = ledger.action_by_key(conn, key)
+    return dataclasses.asdict(action) if action is not None else None
+
+
 def raw_of(conn: psycopg.Connection[Any], item: WorkItem) -> dict[str, Any] | None:
-    """The raw data an item stands for: its event (body as text, with the steps its items
-    finished) or its ledger action."""
+    """The raw data an item stands for: its event or its ledger action."""
     if item.event_id is not None:
-        event = events.event_by_id(conn, item.event_id)
-        if event is None:
-            return None
-        shown = dataclasses.asdict(event)
-        shown["body"] = bytes(event.body).decode("utf-8", "replace")
-        shown["steps"] = [dataclasses.asdict(s) for s in events.completions_of(conn, event.id)]
-        return shown
+        return _event_record(conn, item.event_id)
     if item.action_key is not None:
-        action = ledger.action_by_key(conn, item.action_key)
-        return dataclasses.asdict(action) if action is not None else None
+        return _action_record(conn, item.action_key)
     return None
 
 
@@ -195,15 +204,8 @@ def _raw_by_name(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | N
     event)."""
     kind, _, value = name.partition(":")
     if kind == "event" and value.isdigit():
-        event = events.event_by_id(conn, int(value))
-        if event is None:
-            return None
-        shown = dataclasses.asdict(event)
-        shown["body"] = bytes(event.body).decode("utf-8", "replace")
-        shown["steps"] = [dataclasses.asdict(s) for s in events.completions_of(conn, event.id)]
-        return shown
-    action = ledger.action_by_key(conn, value) if kind == "action" else None
-    return dataclasses.asdict(action) if action is not None else None
+        return _event_record(conn, int(value))
+    return _action_record(conn, value) if kind == "action" else None
 
 
 def show(settings: Settings, names: Sequence[str]) -> int:
