@@ -80,8 +80,12 @@ class Settings(VendorSettings, CoreSettings):
     alert_window_h: float = Field(default=6.0, gt=0, le=168)
     #: An event still pending after this many minutes raises an alert.
     alert_pending_after_min: float = Field(default=15.0, gt=0)
-    #: Business hours without a successful ``evaluate`` before an alert.
+    #: Business hours without a clean ``evaluate`` (outcome ``ok``) before an alert.
     alert_evaluate_silence_h: float = Field(default=2.0, gt=0)
+    #: A job whose runs end ``partial`` (a vendor away, work skipped) this many runs in a row,
+    #: or for this many hours, raises one alert; a clean run after it, one "recovered".
+    alert_degraded_runs: int = Field(default=3, ge=1, le=50)
+    alert_degraded_h: float = Field(default=2.0, gt=0, le=168)
     #: Dead letters that each get their own alert within one alert window; the rest of the
     #: window's go out together in one digest that counts them (a CRM outage is not 300 mails).
     alert_dead_letters_per_window: int = Field(default=10, ge=1, le=1000)

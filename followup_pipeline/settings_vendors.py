@@ -90,6 +90,10 @@ class VendorSettings(BaseSettings):
     #: tenant's ``token_ref`` or ``credential_token_ref`` (upper-case, e.g. ``ACADEMY_BERLIN``)
     #: to its token or key.
     lms_tokens: SecretStr | None = None
+    #: The most reminders one ``lms_reminders`` run sends per academy (every 15 minutes); the
+    #: rest go at the next run (``paced``): after an outage the backlog goes out within
+    #: Exchange's ~30 messages a minute per mailbox, and Moodle's messages at the same pace.
+    lms_sends_per_run: int = Field(default=300, ge=1, le=10_000)
     #: The credential platform (Accredible) the tenants' certificates are issued to; the real one
     #: is ``https://api.accredible.com`` (``https://eu.api.accredible.com`` in the EU).
     credentials_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/accredible")

@@ -1,7 +1,8 @@
 """``followup lms``: the learning reminders' tenants and how their reminders stand.
 
 - ``lms status``: per tenant, reminders overdue (due and not settled), delivery failures, the
-  duplicates suppressed (overtaken), opted out, completed first, sent, confirmed (read back).
+  duplicates suppressed (overtaken), opted out, completed first, expired (past the catch-up
+  window unsent), sent, confirmed (read back).
 - ``lms tenants``: the tenants, their zone, channel, plan and mode.
 - ``lms tenant set ID --name … --moodle-url … --token-ref … --zone … [--channel email|moodle]
   [--sender ADDRESS] [--courses 3,4] [--mode off|dry|live] …``: add or change a tenant (a new
@@ -16,12 +17,13 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import fields, replace
-from datetime import UTC, datetime, time
+from datetime import time
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import holidays
 
+from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import add_by
 from followup_pipeline.commands.lms_work import register_work
 from followup_pipeline.machine import with_sandbox
@@ -32,7 +34,7 @@ from followup_pipeline.store.db import connect, resolve_database_url
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     with connect(resolve_database_url(settings), autocommit=True) as conn:
-        now = datetime.now(UTC)
+        now = build_clock(settings.now).now()
         rows = lms.status(conn, now, since=now - lms.STATUS_WINDOW)
     if not rows:
         print("no tenants: add one with `followup lms tenant set`")
@@ -40,14 +42,14 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     print("overdue, failed and planned as they stand; the rest over the last 7 days")
     print(
         f"{'tenant':<20} {'mode':<5} {'zone':<20} {'overdue':>7} {'failed':>6} {'overtaken':>9} "
-        f"{'opted out':>9} {'completed':>9} {'sent':>5} {'confirmed':>9} {'planned':>7} "
-        f"{'queued':>6}"
+        f"{'opted out':>9} {'completed':>9} {'expired':>7} {'sent':>5} {'confirmed':>9} "
+        f"{'planned':>7} {'queued':>6}"
     )
     for row in rows:
         print(
             f"{row.tenant_id:<20} {row.mode:<5} {row.time_zone:<20} {row.overdue:>7} "
             f"{row.failures:>6} {row.superseded:>9} {row.opted_out:>9} {row.completed:>9} "
-            f"{row.sent:>5} {row.confirmed:>9} {row.planned:>7} {row.queued:>6}"
+            f"{row.expired:>7} {row.sent:>5} {row.confirmed:>9} {row.planned:>7} {row.queued:>6}"
         )
     return 1 if any(row.failures for row in rows) else 0
 

@@ -45,9 +45,19 @@ def fingerprint(job: str, error_type: str, message: str) -> str:
 
 
 #: What raised an alert.
-AlertKind = Literal["run_failure", "dead_letter", "pending_events", "stale_evaluate", "catch_up"]
+AlertKind = Literal[
+    "run_failure",
+    "dead_letter",
+    "pending_events",
+    "stale_evaluate",
+    "catch_up",
+    "degraded",
+    "recovered",
+]
 _PREFIX: dict[AlertKind, str] = {
     "catch_up": "queue",
+    "degraded": "degraded",
+    "recovered": "recovered",
     "run_failure": "run",
     "dead_letter": "dead",
     "pending_events": "pending",
@@ -131,6 +141,15 @@ def _what_to_do(item: AlertItem, names: Sequence[str], ui_url: str) -> list[str]
             "for its owner: `followup lms queue` lists it with why.",
             "It closes by itself once the action is done or settled.",
         ]
+    if item.kind == "degraded":
+        return [
+            f"The job's runs end green but partial: open them: {ui_url}/runs (the tag "
+            "followup/degraded says what each skipped and why).",
+            "`followup doctor` checks every vendor; what waits is done by the first clean run "
+            '(a "recovered" alert says so).',
+        ]
+    if item.kind == "recovered":
+        return [f"Nothing to do: the job's latest run ended clean. Its runs: {ui_url}/runs"]
     if item.kind == "pending_events":
         return [
             "The crm_events sensor or the register runs are not keeping up or not running:",

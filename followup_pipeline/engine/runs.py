@@ -1,10 +1,15 @@
 """What a Dagster run of any pipeline reports, and when a schedule's tick is a business day.
 
 A run's outcome is the tag ``followup/outcome`` (``ok``, ``partial``, ``skipped``); its business
-counts are the op's output and metadata, and the non-zero ones a short tag for lists of runs.
+counts are the op's output and metadata, and the non-zero ones a short tag for lists of runs. A
+``partial`` run says what it skipped and why in ``followup/degraded`` (by vendor, with the first
+error). A run that ended clean is a SUCCESS with the outcome ``ok``: ``last_clean_run`` is the one
+answer to "when did this job last work", and ``recent_outcomes`` what its latest runs ended with
+(the degraded-run alert, ``defs/alerts/degraded.py``).
 """
 
-from datetime import date
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -23,6 +28,9 @@ OUTCOME_TAG = "followup/outcome"
 #: The run's business counts in one short line (``opened=2 fired=3``), for lists of runs.
 COUNTS_TAG = "followup/counts"
 COUNTS_TAG_MAX = 200
+#: What a ``partial`` run skipped, by vendor, with the first error (``Tally.degraded``).
+DEGRADED_TAG = "followup/degraded"
+DEGRADED_TAG_MAX = 500
 SINGLETON_TAG = "followup/singleton"
 #: Run monitoring (dagster.yaml) fails a run that outlives this tag's seconds: every job has one,
 #: so no hung run holds its queue or its lock for good.
@@ -42,15 +50,31 @@ def time_limit(seconds: int, *, presence: bool = True) -> dict[str, str]:
 
 
 def outcome_output(
-    context: dg.OpExecutionContext, outcome: Outcome, counts: RunCounts
+    context: dg.OpExecutionContext,
+    outcome: Outcome,
+    counts: RunCounts,
+    *,
+    degraded: str | None = None,
 ) -> dg.Output[RunCounts]:
-    """Tag the run with its outcome and return the counts as the op's output, with metadata."""
+    """Tag the run with its outcome (and, when ``partial``, with what it skipped and why) and
+    return the counts as the op's output, with metadata."""
     line = counts_line(counts)
-    context.instance.add_run_tags(
-        context.run_id, {OUTCOME_TAG: outcome, **({COUNTS_TAG: line} if line else {})}
-    )
+    tags = {OUTCOME_TAG: outcome, **({COUNTS_TAG: line} if line else {})}
+    if outcome == "partial" and degraded:
+        tags[DEGRADED_TAG] = cut(degraded, DEGRADED_TAG_MAX)
+    context.instance.add_run_tags(context.run_id, tags)
     context.log.info("outcome %s: %s", outcome, dict(counts))
-    return dg.Output(dict(counts), metadata={"outcome": outcome, **counts})
+    if DEGRADED_TAG in tags:
+        context.log.warning("degraded: %s", tags[DEGRADED_TAG])
+    metadata = {"outcome": outcome, **counts}
+    if DEGRADED_TAG in tags:
+        metadata["degraded"] = tags[DEGRADED_TAG]
+    return dg.Output(dict(counts), metadata=metadata)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis ending a cut one."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def skipped_output(context: dg.OpExecutionContext, reason: str) -> dg.Output[RunCounts]:
@@ -66,8 +90,73 @@ def counts_line(counts: RunCounts) -> str:
         for name, value in counts.items()
         if isinstance(value, int | float) and not isinstance(value, bool) and value
     ]
-    line = " ".join(words)
-    return line if len(line) <= COUNTS_TAG_MAX else line[: COUNTS_TAG_MAX - 1] + "…"
+    return cut(" ".join(words), COUNTS_TAG_MAX)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A run of a job that ended SUCCESS: its id, outcome, what it skipped, and its start and
+    end (Dagster's clock)."""
+
+    run_id: str
+    outcome: str
+    degraded: str | None
+    started: datetime
+    ended: datetime
+
+
+def _ended(record: dg.RunRecord) -> Ended:
+    run = record.dagster_run
+    start = record.start_time or record.create_timestamp.timestamp()
+    end = record.end_time or record.update_timestamp.timestamp()
+    return Ended(
+        run_id=run.run_id,
+        outcome=run.tags.get(OUTCOME_TAG, "ok"),
+        degraded=run.tags.get(DEGRADED_TAG),
+        started=datetime.fromtimestamp(start, tz=UTC),
+        ended=datetime.fromtimestamp(end, tz=UTC),
+    )
+
+
+def last_clean_run(instance: dg.DagsterInstance, job_name: str) -> Ended | None:
+    """The latest run of ``job_name`` that ended clean: SUCCESS with the outcome ``ok`` (a
+    ``partial`` run is a green SUCCESS in the UI, and skipped work; a ``skipped`` one did
+    nothing). Every check that asks whether a job works asks this."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name=job_name, statuses=[dg.DagsterRunStatus.SUCCESS], tags={OUTCOME_TAG: "ok"}
+        ),
+        limit=1,
+        order_by="update_timestamp",
+        ascending=False,
+    )
+    return _ended(records[0]) if records else None
+
+
+def recent_outcomes(instance: dg.DagsterInstance, job_name: str, *, limit: int) -> list[Ended]:
+    """The latest runs of ``job_name`` that ended SUCCESS with ``ok`` or ``partial``, newest
+    first (``skipped`` runs did nothing; a failed run is alerted as one)."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name=job_name,
+            statuses=[dg.DagsterRunStatus.SUCCESS],
+            tags={OUTCOME_TAG: ["ok", "partial"]},
+        ),
+        limit=limit,
+        order_by="update_timestamp",
+        ascending=False,
+    )
+    return [_ended(record) for record in records]
+
+
+def jobs_degraded_since(instance: dg.DagsterInstance, since: datetime) -> set[str]:
+    """The jobs with a ``partial`` run updated since ``since`` that skipped work for a vendor
+    (its ``followup/degraded`` tag; an event worker's ``partial``, events retried, is not one:
+    its events raise their own alerts)."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(tags={OUTCOME_TAG: "partial"}, updated_after=since), limit=1000
+    )
+    return {r.dagster_run.job_name for r in records if DEGRADED_TAG in r.dagster_run.tags}
 
 
 def calendar_of(db: Database, settings: Settings) -> BusinessCalendar:

@@ -52,27 +52,61 @@ class RunScope:
 
 @dataclass
 class Tally:
-    """Counts and problems of one worker; workers return theirs, the op adds them up."""
+    """Counts and problems of one worker; workers return theirs, the op adds them up. A problem
+    caused by a vendor is counted against it (``skipped``: what it left undone, with the first
+    error), so that the run's outcome says what it skipped and why (``degraded``)."""
 
     log: Log
     counts: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    causes: dict[str, str] = field(default_factory=dict)
+    items: dict[str, list[str]] = field(default_factory=dict)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the count ``name``."""
         self.counts[name] += n
 
-    def problem(self, message: str) -> None:
-        """A single item failed: it is skipped, the run ends ``partial``."""
+    def problem(
+        self, message: str, cause: BaseException | None = None, *, item: str | None = None
+    ) -> None:
+        """A single item failed: it is skipped, the run ends ``partial``. With ``cause`` (an
+        error that names its vendor), counted against that vendor, and ``item`` (``deal 7``)
+        named among what it skipped."""
         self.problems.append(message)
         self.counts["problems"] += 1
         self.log.warning(message)
+        self.skip(cause, message, item=item)
+
+    def skip(self, cause: BaseException | None, message: str, *, item: str | None = None) -> None:
+        """Count what ``cause``'s vendor left undone (``item``, if named), without another
+        problem: an item that waits on a problem already counted."""
+        vendor = getattr(cause, "vendor", None)
+        if not isinstance(vendor, str) or not vendor:
+            return
+        self.skipped[vendor] += 1
+        self.causes.setdefault(vendor, message)
+        if item is not None:
+            named = self.items.setdefault(vendor, [])
+            if len(named) < NAMED_ITEMS:
+                named.append(item)
 
     def add(self, other: "Tally") -> "Tally":
         """This tally with ``other``'s counts and problems added."""
         self.counts.update(other.counts)
         self.problems.extend(other.problems)
+        self.skipped.update(other.skipped)
+        for vendor, message in other.causes.items():
+            self.causes.setdefault(vendor, message)
+        for vendor, named in other.items.items():
+            mine = self.items.setdefault(vendor, [])
+            mine.extend(named[: max(0, NAMED_ITEMS - len(mine))])
         return self
+
+    def degraded(self) -> str | None:
+        """What the run skipped, by vendor, with the first error of each (None: nothing was
+        skipped for a vendor); the run's ``followup/degraded`` tag (``engine/runs.py``)."""
+        return degraded_line(self.skipped, self.causes, self.items)
 
     def metadata(self) -> RunCounts:
         """Counts and the first problems, as run metadata."""
@@ -84,6 +118,44 @@ class Tally:
         return data
 
     @classmethod
-    def of(cls, log: Log, counts: Mapping[str, int], problems: list[str]) -> "Tally":
-        """A tally that starts from earlier counts and problems."""
-        return cls(log, Counter(counts), list(problems))
+    def of(
+        cls,
+        log: Log,
+        counts: Mapping[str, int],
+        problems: list[str],
+        skipped: Mapping[str, int] | None = None,
+        causes: Mapping[str, str] | None = None,
+        items: Mapping[str, list[str]] | None = None,
+    ) -> "Tally":
+        """A tally that starts from earlier counts, problems and skips."""
+        return cls(
+            log,
+            Counter(counts),
+            list(problems),
+            Counter(skipped),
+            dict(causes or {}),
+            {vendor: list(named) for vendor, named in (items or {}).items()},
+        )
+
+
+#: Skipped items a run names per vendor (the rest are counted).
+NAMED_ITEMS = 10
+
+
+def degraded_line(
+    skipped: Mapping[str, int],
+    causes: Mapping[str, str],
+    items: Mapping[str, list[str]] | None = None,
+) -> str | None:
+    """``espocrm: 7 skipped (deal 7, deal 9, …); first error: CRM unreachable, …: HTTP 503``,
+    per vendor, the vendor that skipped most first; None when nothing was skipped."""
+    if not skipped:
+        return None
+    parts = []
+    for vendor, count in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])):
+        named = (items or {}).get(vendor) or []
+        more = ", …" if named and count > len(named) else ""
+        which = f" ({', '.join(named)}{more})" if named else ""
+        error = causes.get(vendor, "no error recorded")
+        parts.append(f"{vendor}: {count} skipped{which}; first error: {error}")
+    return "; ".join(parts)

@@ -277,6 +277,8 @@ def close(
                 continue
             if item.action_key is not None:
                 ledger.decide(conn, item.action_key)
+                if item.kind == "reminder":  # one parked before it was ever tried, too
+                    lms.decide_reminder(conn, item.action_key, at=at)
             audit.record(conn, actor=by, action="work.close",
                          subject=f"work:{item.id} {item.subject}", reason=reason)  # fmt: skip
             closed.append(item)

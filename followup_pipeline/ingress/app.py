@@ -9,6 +9,7 @@ the database cannot store it (EspoCRM retries 503, not 502/504). Every answer bu
 ``{"error", "detail"}``.
 """
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -17,16 +18,19 @@ import re
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from datetime import time as day_time
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from followup_pipeline.domain.account import AccountRows, build
 from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.metrics import Metrics
 from followup_pipeline.ingress.signatures import (
@@ -38,6 +42,8 @@ from followup_pipeline.ingress.signatures import (
 )
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events, work
+from followup_pipeline.store.account import ACCOUNT_QUERIES
+from followup_pipeline.store.account import params as account_params
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
 from followup_pipeline.store.gauges import Series
 from followup_pipeline.store.lms import LMS_STATES, STATUS_WINDOW, TenantStatus
@@ -83,6 +89,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+#: The window ``/metrics`` accounts for (``followup account``'s default too).
+ACCOUNT_WINDOW = timedelta(days=7)
+#: How often a scrape makes the account again (between, it shows the last one).
+ACCOUNT_EVERY_S = 300.0
+
+
 class Ingress:
     """The app's state: settings, the pool, the counters."""
 
@@ -96,6 +108,7 @@ class Ingress:
         self.settings = settings
         self.pool = pool
         self.now = now
+        self._account_cache: tuple[float, dict[str, float]] = (0.0, {})
         self.metrics = metrics or Metrics()
 
     async def _store(self, params: dict[str, object]) -> events.Stored:
@@ -140,7 +153,7 @@ class Ingress:
             self.pool.connection() as conn,
             conn.cursor(row_factory=typed_row(TenantStatus)) as cursor,
         ):
-            now = datetime.now(UTC)
+            now = datetime.fromtimestamp(self.now(), UTC)  # the machine's clock
             await cursor.execute(query("lms_status"), {"now": now, "since": now - STATUS_WINDOW})
             for tenant in await cursor.fetchall():
                 for state in LMS_STATES:
@@ -161,6 +174,36 @@ class Ingress:
             for count in await cursor.fetchall():
                 key = f"work|{count.state}|{count.pipeline}|{count.kind}|{count.owner}"
                 values[key] = values.get(key, 0.0) + count.items
+        values.update(await self._account(now))
+        return values
+
+    async def _account(self, now: datetime) -> dict[str, float]:
+        """The account of the actions due in the last ``ACCOUNT_WINDOW``
+        (``domain/account.py``): ``acct|pipeline|kind|ending`` counts, and the unaccounted.
+        Made at most once every ``ACCOUNT_EVERY_S`` (a week of rows is read for it), its sums
+        made off the event loop."""
+        made, cached = self._account_cache
+        if cached and time.monotonic() - made < ACCOUNT_EVERY_S:
+            return cached
+        values = await self._account_now(now)
+        self._account_cache = (time.monotonic(), values)
+        return values
+
+    async def _account_now(self, now: datetime) -> dict[str, float]:
+        since = now - ACCOUNT_WINDOW
+        found = []
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            for name in ACCOUNT_QUERIES:
+                await cursor.execute(query(name), account_params(since, now))
+                found.append(list(await cursor.fetchall()))
+        opens = day_time(self.settings.business_hours_start)
+        result = await asyncio.to_thread(
+            build, AccountRows(*found), opens=opens, since=since, until=now
+        )
+        values = {"acct_unaccounted": float(len(result.unaccounted))}
+        for line in result.sorted_lines():
+            for ending, n in line.endings.items():
+                values[f"acct|{line.pipeline}|{line.kind}|{ending}"] = float(n)
         return values
 
     async def _ping(self) -> None:

@@ -115,8 +115,8 @@ class Metrics:
                     "followup_lms_reminders",
                     "gauge",
                     "Learning reminders per tenant: overdue (due, not settled), failures, "
-                    "superseded, opted_out, completed, sent, confirmed; queued (open in the "
-                    "catch-up queue).",
+                    "superseded, opted_out, completed, expired, sent, confirmed; queued (open "
+                    "in the catch-up queue).",
                 )
             for key in tenants:
                 _, tenant, state = key.split("|")
@@ -124,6 +124,7 @@ class Metrics:
                 lines.append(f"{line} {_number(gauges[key])}")
             lines.extend(_operator_lines(gauges))
             lines.extend(_work_lines(gauges))
+            lines.extend(_account_lines(gauges))
         return "\n".join(lines) + "\n"
 
 
@@ -184,4 +185,27 @@ def _work_lines(gauges: Mapping[str, float]) -> list[str]:
             _, _, pipeline, kind, owner = parts
             where = f'pipeline="{pipeline}",kind="{kind}",owner="{_label(owner)}"'
             lines.append(f"{metric}{{{where}}} {_number(value)}")
+    return lines
+
+
+def _account_lines(gauges: Mapping[str, float]) -> list[str]:
+    """The account of the last seven days' due actions (``followup account``): how many of each
+    pipeline's kind ended each way, and how many are unaccounted (always there: 0 is the
+    promise, so an alert rule on it clears)."""
+    lines = [
+        "# HELP followup_account Actions due in the last 7 days by pipeline, kind and how they "
+        "ended (done, suppressed, waiting, in_flight, not_late, unaccounted).",
+        "# TYPE followup_account gauge",
+    ]
+    for key, value in sorted(gauges.items()):
+        if key.startswith("acct|"):
+            _, pipeline, kind, ending = key.split("|", 3)
+            where = f'pipeline="{pipeline}",kind="{kind}",ending="{ending}"'
+            lines.append(f"followup_account{{{where}}} {_number(value)}")
+    lines += [
+        "# HELP followup_account_unaccounted Actions due in the last 7 days, past their grace, "
+        "and neither done, suppressed, waiting with an owner nor in flight.",
+        "# TYPE followup_account_unaccounted gauge",
+        f"followup_account_unaccounted {_number(gauges.get('acct_unaccounted', 0.0))}",
+    ]
     return lines

@@ -21,6 +21,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from followup_pipeline.domain.localtime import local_to_utc
+from followup_pipeline.engine.account import account
 from followup_pipeline.integrations.clickup import key_tag
 from followup_pipeline.settings import Settings
 from followup_pipeline.simulation import invariants_lms, invariants_mail
@@ -82,7 +83,27 @@ def check(
         invariants_mail.alerts_within_limits(conn, evidence, settings),
         *invariants_lms.leads(conn, evidence, settings),
         *invariants_lms.learning(conn, evidence, settings, end=end),
+        nothing_unaccounted(conn, settings, end=end),
     ]
+
+
+#: How far back the account of a simulation reaches: its whole run (60 business days).
+SIMULATED = timedelta(days=120)
+
+
+def nothing_unaccounted(
+    conn: psycopg.Connection[Any], settings: Settings, *, end: datetime
+) -> Invariant:
+    """The account of every action due over the run (``followup account``): nothing due past
+    its kind's grace is neither done, suppressed with a reason, waiting with an owner nor in
+    flight (the list of work brought up to date first, as every alert tick does)."""
+    result = account(conn, settings, since=end - SIMULATED, until=end)
+    broken = [
+        f"{entry.pipeline} {entry.kind} {entry.name} (due {entry.due_at:%Y-%m-%d %H:%M} UTC)"
+        for entry in result.unaccounted
+    ]
+    checked = sum(line.due for line in result.lines.values())
+    return verdict("nothing unaccounted after its grace", checked, broken)
 
 
 def due_steps(

@@ -231,6 +231,21 @@ def recorded(conn: psycopg.Connection[Any], sources: Sequence[str]) -> set[str]:
     return {str(row["source"]) for row in rows}
 
 
+@dataclass(frozen=True)
+class OpenDegraded:
+    """A job's degraded alert with no "recovered" one yet: its source and when it was raised."""
+
+    job: str
+    source: str
+    occurred_at: datetime
+
+
+def degraded_open(conn: psycopg.Connection[Any]) -> dict[str, OpenDegraded]:
+    """Each job's degraded alert with no "recovered" one after it, by job."""
+    rows = fetch_all(conn, OpenDegraded, query("alerts_degraded_open"))
+    return {row.job: row for row in rows}
+
+
 def rows_of(conn: psycopg.Connection[Any], key: str) -> list[AlertRow]:
     """The rows the alert ``key`` is about."""
     return fetch_all(conn, AlertRow, query("alert_rows_of_key"), {"key": key})

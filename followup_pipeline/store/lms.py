@@ -110,6 +110,7 @@ class TenantStatus:
     superseded: int
     opted_out: int
     completed: int
+    expired: int
     dry_run: int
     sent: int
     confirmed: int
@@ -128,6 +129,7 @@ LMS_STATES = (
     "superseded",
     "opted_out",
     "completed",
+    "expired",
     "sent",
     "confirmed",
     "queued",
@@ -294,3 +296,30 @@ def tenant(conn: psycopg.Connection[Any], tenant_id: str) -> Tenant | None:
     """One tenant."""
     found = [t for t in tenants(conn) if t.id == tenant_id]
     return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class LateReminder:
+    """A reminder due and neither sent nor settled, with whom and what it is for."""
+
+    key: str
+    action_type: str
+    due_at: datetime
+    learner_id: int
+    learner_name: str | None
+    quiz_name: str | None
+
+
+def late_reminders(
+    conn: psycopg.Connection[Any], tenant_id: str, *, late_before: datetime
+) -> list[LateReminder]:
+    """The tenant's reminders due by ``late_before`` and neither sent nor settled."""
+    params = {"tenant_id": tenant_id, "late_before": late_before}
+    return fetch_all(conn, LateReminder, query("lms_reminders_late"), params)
+
+
+def decide_reminder(conn: psycopg.Connection[Any], key: str, *, at: datetime) -> bool:
+    """A person closed the reminder ``key``'s item with a decision: it is not sent (suppressed,
+    ``decided``) unless it went already; whether it changed."""
+    params = {"key": key, "at": at}
+    return conn.execute(query("lms_reminder_decided"), params).fetchone() is not None

@@ -239,6 +239,10 @@ def test_a_step_neither_fired_nor_skipped_breaks_due_steps(built: Built) -> None
     )
     # The task it made is still in ClickUp: a task the machine forgot.
     assert f"carries {key}, whose step records no task" in _broken(found, "one task per key")
+    # And the account of due actions names it (``followup account``).
+    assert f"deal_followup step {key} (due 2026-03-09" in _broken(
+        found, "nothing unaccounted after its grace"
+    )
     # A step not due yet is not looked at: a week earlier, nothing was due.
     assert built.check(end=START)["due steps ended once"].checked == 0
 

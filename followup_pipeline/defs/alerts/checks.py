@@ -127,15 +127,15 @@ def stale_signal(
     if silence < timedelta(hours=settings.alert_evaluate_silence_h):
         return None
     last = (
-        f"its last success was at {last_success.astimezone(zone):%Y-%m-%d %H:%M %Z}"
+        f"its last clean run ended at {last_success.astimezone(zone):%Y-%m-%d %H:%M %Z}"
         if last_success is not None
-        else "it never succeeded on this machine"
+        else "it never ended clean on this machine"
     )
     return Signal(
         kind="stale_evaluate",
         source=f"stale:evaluate:{since.astimezone(zone):%Y-%m-%dT%H:%M:%S%z}",
         fingerprint="stale_evaluate",
         subject="evaluate",
-        message=f"no successful run for {_minutes(silence)} of business hours; {last}",
+        message=f"no clean run for {_minutes(silence)} of business hours; {last}",
         occurred_at=now,
     )

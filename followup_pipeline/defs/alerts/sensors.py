@@ -4,17 +4,31 @@
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import dagster as dg
+import psycopg
 
 from followup_pipeline.defs.alerts.board import AlertNotSent, OpsBoard, clickup_key
 from followup_pipeline.defs.alerts.checks import pending_signal, stale_signal, work_signals
+from followup_pipeline.defs.alerts.degraded import (
+    LOOK_BACK,
+    READ_RUNS,
+    degraded_signal,
+    episode_of,
+    recovered_signal,
+)
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.alerts import fingerprint, self_alert_key
 from followup_pipeline.domain.text import cut_at_word
 from followup_pipeline.engine import work
 from followup_pipeline.engine.ledger import DryRun
-from followup_pipeline.engine.runs import calendar_of
+from followup_pipeline.engine.runs import (
+    calendar_of,
+    jobs_degraded_since,
+    last_clean_run,
+    recent_outcomes,
+)
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import ClickUpResource
 from followup_pipeline.machine import ui_url
@@ -135,12 +149,13 @@ def check_tick(
     settings: Settings,
 ) -> dg.SensorResult:
     """Record what the ``alerts`` sensor missed, new items of the list of work waiting for a
-    person, a lag of pending events and a silent ``evaluate``; launch an ``alert`` run for each
-    alert that reached nobody."""
+    person, a lag of pending events, a silent ``evaluate`` and jobs that keep ending ``partial``
+    (and their recovery); launch an ``alert`` run for each alert that reached nobody."""
     now = clock.now()
     first_tick = not context.cursor
     state = _cursor(context.cursor, now)
-    last_ok = _last_evaluate_success(context.instance)
+    clean = last_clean_run(context.instance, "evaluate")
+    last_ok = clean.ended if clean is not None else None
     calendar = calendar_of(postgres, settings)
     missed = _failed_runs(context.instance)
     with postgres.connection() as conn:
@@ -187,6 +202,10 @@ def check_tick(
         for episode in (lag, silence):
             if episode is not None:
                 store.record(conn, episode, window=None)
+        # One alert an episode; a vendor that comes and goes within the alert window is held
+        # and counted in the next alert of the job rather than mailed each time.
+        for signal in degraded_signals(context.instance, conn, settings):
+            store.record(conn, signal, window=settings.alert_window())
         waiting = store.unsent(conn)
     if waiting and not (settings.ops_recipients() or settings.ops_clickup_list_id):
         context.log.error(
@@ -235,16 +254,37 @@ def _failed_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     return [r.dagster_run for r in records if r.dagster_run.job_name != ALERT_JOB]
 
 
-def _last_evaluate_success(instance: dg.DagsterInstance) -> datetime | None:
-    """When the latest successful ``evaluate`` run ended."""
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(job_name="evaluate", statuses=[dg.DagsterRunStatus.SUCCESS]),
-        limit=1,
-        order_by="update_timestamp",
-        ascending=False,
-    )
-    if not records:
-        return None
-    record = records[0]
-    ended = record.end_time or record.update_timestamp.timestamp()
-    return datetime.fromtimestamp(ended, tz=UTC)
+def degraded_signals(
+    instance: dg.DagsterInstance, conn: psycopg.Connection[Any], settings: Settings
+) -> list[store.Signal]:
+    """For each job with a ``partial`` run lately that skipped work for a vendor, or whose
+    degraded alert has no "recovered" yet: the "recovered" once its latest run ended clean
+    after that alert, else, with none open, its episode's alert once it lasted long enough
+    (``defs/alerts/degraded.py``). Dagster's clock: the runs' times are its own."""
+    now = datetime.now(UTC)
+    alerted = store.degraded_open(conn)
+    jobs = jobs_degraded_since(instance, now - LOOK_BACK) | set(alerted)
+    signals: list[store.Signal] = []
+    for job in sorted(jobs - {ALERT_JOB}):
+        runs = recent_outcomes(instance, job, limit=READ_RUNS)
+        if not runs:
+            continue
+        found: store.Signal | None
+        if job in alerted:
+            found = recovered_signal(job, alerted[job], runs[0], now=now, zone=settings.timezone)
+        else:
+            episode = episode_of(job, runs)
+            found = (
+                degraded_signal(
+                    episode,
+                    now=now,
+                    runs=settings.alert_degraded_runs,
+                    hours=settings.alert_degraded_h,
+                    zone=settings.timezone,
+                )
+                if episode is not None
+                else None
+            )
+        if found is not None:
+            signals.append(found)
+    return signals

@@ -57,7 +57,12 @@ def summarise_new_emails(
     summariser = Summariser(run, postgres, espocrm.get_client(), mistral.get_client(), settings)
     tally = summariser.run()
     tally.counts.update(summariser.tokens)
-    return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())
+    return outcome_output(
+        context,
+        "partial" if tally.problems else "ok",
+        tally.metadata(),
+        degraded=tally.degraded(),
+    )
 
 
 @dg.job(

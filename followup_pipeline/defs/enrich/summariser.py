@@ -77,7 +77,7 @@ class Summariser:
         try:
             listing = self.crm.list_emails_since(since=since)
         except IntegrationError as error:
-            self.tally.problem(f"CRM unreachable, no new e-mails read this run: {error}")
+            self.tally.problem(f"CRM unreachable, no new e-mails read this run: {error}", error)
             return False
         for broken in listing.invalid:
             self.tally.problem(f"an e-mail broke its schema and is left out: {broken}")
@@ -130,14 +130,20 @@ class Summariser:
                 continue
             except IntegrationError as error:
                 self.tally.count("failed")
-                self.tally.problem(f"deal {watch.subject_id}: CRM: {error}; it waits")
+                self.tally.problem(
+                    f"deal {watch.subject_id}: CRM: {error}; it waits",
+                    error,
+                    item=f"deal {watch.subject_id}",
+                )
                 continue
             try:
                 calls += self.summarise(watch, mails)
             except PermanentError as error:
                 self.tally.count("failed")
                 if error.status in REFUSED:
-                    self.tally.problem(f"Mistral refused the key, no more calls this run: {error}")
+                    self.tally.problem(
+                        f"Mistral refused the key, no more calls this run: {error}", error
+                    )
                     self.tally.count("deferred_by_refusal", len(waiting) - index - 1)
                     return
                 self.refused(watch, mails, error)
@@ -145,7 +151,7 @@ class Summariser:
                 # The SDK spent its retries: the service is down or overloaded. Asking the next
                 # deals would only spend the run's time limit on timeouts.
                 self.tally.count("failed")
-                self.tally.problem(f"Mistral unavailable, no more calls this run: {error}")
+                self.tally.problem(f"Mistral unavailable, no more calls this run: {error}", error)
                 self.tally.count("deferred_by_outage", len(waiting) - index - 1)
                 return
 
@@ -214,7 +220,11 @@ class Summariser:
                 now=self.now,
             )
             store.dequeue(conn, watch.subject_id)
-        self.tally.problem(f"deal {watch.subject_id}: Mistral refused the request: {error}")
+        self.tally.problem(
+            f"deal {watch.subject_id}: Mistral refused the request: {error}",
+            error,
+            item=f"deal {watch.subject_id}",
+        )
         self.tally.count("sent_to_review")
 
     def keep(self, watch: OpenWatch, answer: ModelAnswer, digest: str, source_text: str) -> None:

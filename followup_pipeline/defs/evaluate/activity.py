@@ -86,6 +86,8 @@ class Resets:
     unreadable: set[int] = field(default_factory=set)
     #: Whether all activity was read (else the cursor stays where it was).
     complete: bool = True
+    #: Why the activity could not be read (the vendor's error), when it could not.
+    error: IntegrationError | None = None
 
 
 class CadenceResetter:
@@ -147,7 +149,8 @@ class CadenceResetter:
             moments = self.activity_since(start)
         except IntegrationError as error:
             resets.complete = False
-            resets.tally.problem(f"activity unreadable, no reset this run: {error}")
+            resets.error = error
+            resets.tally.problem(f"activity unreadable, no reset this run: {error}", error)
             with self.db.connection() as conn:  # each watch says why its steps wait
                 resets.unreadable = watches.set_open_watch_errors(
                     conn, error=str(error), at=self.now

@@ -61,13 +61,16 @@ class DueSteps:
         self.calendar = calendar
         self.now = run.now
         self.tally = Tally(run.log)
+        self.cause: IntegrationError | None = None
 
-    def run(self, *, unreadable: Set[int]) -> Tally:
+    def run(self, *, unreadable: Set[int], cause: IntegrationError | None = None) -> Tally:
         """For each watch with a due step: re-check the deal, then create the latest step's task.
 
-        The watches in ``unreadable`` (their activity could not be read) wait.
+        The watches in ``unreadable`` (their activity could not be read, for ``cause``) wait,
+        each counted against the vendor as a deal skipped.
         """
         self.tally = Tally(self.tally.log)
+        self.cause = cause
         self.resume_ended_pauses()
         with self.db.connection() as conn:
             due = watches.due_watches(conn, now=self.now)
@@ -129,6 +132,10 @@ class DueSteps:
             return
         if unreadable:
             self.tally.count("waiting_on_crm")
+            self.tally.skip(
+                self.cause, f"deal {watch.subject_id}: activity unreadable, its due step waits",
+                item=f"deal {watch.subject_id}",
+            )  # fmt: skip
             return  # its activity could not be read: a reset might postpone the step
         deal = self._current(watch)
         if deal is None:
@@ -229,7 +236,9 @@ class DueSteps:
         except IntegrationError as error:
             self.tally.count("waiting_on_crm")
             self.tally.problem(
-                f"deal {watch.subject_id}: CRM unreadable, its due step waits: {error}"
+                f"deal {watch.subject_id}: CRM unreadable, its due step waits: {error}",
+                error,
+                item=f"deal {watch.subject_id}",
             )
             with self.db.connection() as conn:
                 watches.set_watch_error(conn, watch_id=watch.id, error=str(error), at=self.now)

@@ -45,6 +45,10 @@ class Synced:
     counts: dict[str, int] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     skipped: bool = False
+    #: What the reading skipped by vendor, the first error of each, the items it names.
+    vendors: dict[str, int] = field(default_factory=dict)
+    causes: dict[str, str] = field(default_factory=dict)
+    items: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts]:
@@ -94,7 +98,7 @@ def sync(
     try:
         reconciler.check_stage_names()
     except IntegrationError as error:
-        tally.problem(f"CRM unreachable, no reconciliation this run: {error}")
+        tally.problem(f"CRM unreachable, no reconciliation this run: {error}", error)
         complete = False
     else:
         tally.add(reconciler.run())
@@ -106,6 +110,9 @@ def sync(
         complete=complete,
         counts=dict(tally.counts),
         problems=tuple(tally.problems),
+        vendors=dict(tally.skipped),
+        causes=dict(tally.causes),
+        items={vendor: list(named) for vendor, named in tally.items.items()},
     )
     return dg.Output(synced, metadata=tally.metadata())
 
@@ -135,14 +142,21 @@ def evaluate_due(
     calendar = calendar_of(postgres, settings)
     board = clickup.get_client()
     tasks = TaskLedger(run, postgres, board, settings)
-    tally = Tally.of(context.log, synced.counts, list(synced.problems))
+    tally = Tally.of(
+        context.log,
+        synced.counts,
+        list(synced.problems),
+        synced.vendors,
+        synced.causes,
+        synced.items,
+    )
     # Tasks completed in ClickUp count as follow-ups only when the setting says so (off by
     # default: ClickUp holds nothing the machine relies on).
     completed_in = board if settings.clickup_completion_resets else None
     resetter = CadenceResetter(run, postgres, crm, calendar, board=completed_in)
     resets = resetter.run_changes(synced.since)
     due = DueSteps(run, postgres, crm, tasks, settings, calendar=calendar)
-    tally.add(resets.tally).add(due.run(unreadable=resets.unreadable))
+    tally.add(resets.tally).add(due.run(unreadable=resets.unreadable, cause=resets.error))
     tally.add(due.refresh_summaries())
     due.close_exhausted()
     due.upkeep.close_tasks()
@@ -156,4 +170,9 @@ def evaluate_due(
         with postgres.connection() as conn:
             # When a run last finished without a problem, by the wall clock (/metrics: its age).
             set_cursor(conn, FINISHED, datetime.now(UTC))
-    return outcome_output(context, "partial" if tally.problems else "ok", tally.metadata())
+    return outcome_output(
+        context,
+        "partial" if tally.problems else "ok",
+        tally.metadata(),
+        degraded=tally.degraded(),
+    )

@@ -120,7 +120,9 @@ class Reconciler:
         try:
             listing = read()
         except IntegrationError as error:
-            self.tally.problem(f"CRM listing failed, no registrations or closes this run: {error}")
+            self.tally.problem(
+                f"CRM listing failed, no registrations or closes this run: {error}", error
+            )
             self.complete = False
             return None
         for broken in listing.invalid:
@@ -184,7 +186,9 @@ class Reconciler:
         try:
             found = self.crm.list_deals_by_ids(ids=[w.subject_id for w in departed])
         except IntegrationError as error:
-            self.tally.problem(f"CRM unreadable, {len(departed)} watch(es) stay open: {error}")
+            self.tally.problem(
+                f"CRM unreadable, {len(departed)} watch(es) stay open: {error}", error
+            )
             return
         stages = {deal.id: deal.stage for deal in found.records}
         for watch in departed:
@@ -197,7 +201,9 @@ class Reconciler:
                     stage = None
                 except IntegrationError as error:
                     self.tally.problem(
-                        f"deal {watch.subject_id}: CRM unreadable, its watch stays open: {error}"
+                        f"deal {watch.subject_id}: CRM unreadable, its watch stays open: {error}",
+                        error,
+                        item=f"deal {watch.subject_id}",
                     )
                     continue
             self.tasks.apply(watch, Observation(watch.subject_id, stage, self.now, "reconcile"))

@@ -250,10 +250,14 @@ class TaskLedger:
         elif sent.state == "in_flight":
             self.tally.count("waiting_in_flight")
         elif sent.state == "unreadable":
-            self.tally.problem(f"{key}: ClickUp unreadable, the step waits: {sent.error}")
+            self.tally.problem(
+                f"{key}: ClickUp unreadable, the step waits: {sent.error}", sent.error, item=key
+            )
         elif sent.state == "failed":
             self.tally.count("failed")
             error = sent.error
             if isinstance(error, TransientError) and error.status == RATE_LIMITED:
                 self.rate_limited = True
-            self.tally.problem(f"{key}: ClickUp failed, the step stays due: {error}")
+            self.tally.problem(
+                f"{key}: ClickUp failed, the step stays due: {error}", error, item=key
+            )

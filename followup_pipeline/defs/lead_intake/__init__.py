@@ -102,7 +102,12 @@ def sweep_crm_leads(
     run = RunScope(clock.now(), context.run_id, context.log)
     swept = sweep(run, postgres, espocrm.get_client())
     clean = swept.complete and not swept.tally.problems
-    return outcome_output(context, "ok" if clean else "partial", swept.tally.metadata())
+    return outcome_output(
+        context,
+        "ok" if clean else "partial",
+        swept.tally.metadata(),
+        degraded=swept.tally.degraded(),
+    )
 
 
 @dg.job(

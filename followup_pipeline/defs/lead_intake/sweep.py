@@ -55,7 +55,7 @@ def sweep(run: RunScope, db: Database, crm: LeadSource) -> Swept:
     try:
         listing = crm.list_leads_since(since=since)
     except IntegrationError as error:
-        tally.problem(f"CRM leads unreadable, the cursor stays: {error}")
+        tally.problem(f"CRM leads unreadable, the cursor stays: {error}", error)
         return Swept(tally, complete=False)
     tally.count("crm_leads_changed", len(listing.records) + len(listing.invalid))
     for broken in listing.invalid:

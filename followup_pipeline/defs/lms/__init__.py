@@ -27,13 +27,20 @@ from html import escape
 
 import dagster as dg
 
+from followup_pipeline.defs.lms.catch_up import CatchUp
 from followup_pipeline.defs.lms.certify import CHECK_EVERY, certify_tenant
 from followup_pipeline.defs.lms.publish import publish_tenant
 from followup_pipeline.defs.lms.remind import Channel, remind_tenant
 from followup_pipeline.defs.lms.sync import sync_tenant
 from followup_pipeline.engine.mailer import Mailer
-from followup_pipeline.engine.runs import SINGLETON_TAG, RunCounts, outcome_output, time_limit
-from followup_pipeline.engine.scope import RunScope
+from followup_pipeline.engine.runs import (
+    SINGLETON_TAG,
+    Outcome,
+    RunCounts,
+    outcome_output,
+    time_limit,
+)
+from followup_pipeline.engine.scope import RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import (
     AccredibleResource,
@@ -59,22 +66,36 @@ def each_tenant(
     context: dg.OpExecutionContext,
     tenants: Sequence[lms.Tenant],
     work: Callable[[lms.Tenant], Counter[str]],
-) -> tuple[Counter[str], int]:
+    unreachable: Callable[[lms.Tenant, Exception], int] | None = None,
+) -> tuple[Counter[str], Tally]:
     """``work`` for each tenant, its counts prefixed with the tenant; a tenant it cannot reach
     (``TENANT_ERRORS``) is counted ``unreachable`` and left for the next run, the others go on.
-    The counts, and how many tenants were unreachable."""
+    ``unreachable`` parks what is late of such a tenant (its count: ``late_parked``).
+    The counts, and the problems (each unreachable tenant, counted against its vendor)."""
     counts: Counter[str] = Counter()
-    problems = 0
+    tally = Tally(context.log)
     for tenant in tenants:
         try:
             for name, value in work(tenant).items():
                 counts[f"{tenant.id}:{name}"] += value
         except TENANT_ERRORS as error:
             # NotImplementedError: the holidays package knows no such country (a tenant's typo).
-            problems += 1
-            context.log.warning("tenant %s: %s; left for the next run", tenant.id, error)
+            tally.problem(
+                f"tenant {tenant.id}: {error}; left for the next run", error, item=tenant.id
+            )
             counts[f"{tenant.id}:unreachable"] += 1
-    return counts, problems
+            if unreachable is not None:
+                counts[f"{tenant.id}:late_parked"] += unreachable(tenant, error)
+    return counts, tally
+
+
+def tenants_output(
+    context: dg.OpExecutionContext, counts: Counter[str], problems: int, degraded: str | None
+) -> dg.Output[RunCounts]:
+    """The run's outcome: ``partial``, saying which vendor left which tenants (``degraded``),
+    when a tenant could not be reached."""
+    outcome: Outcome = "partial" if problems else "ok"
+    return outcome_output(context, outcome, dict(counts), degraded=degraded)
 
 
 @dg.op
@@ -103,9 +124,12 @@ def remind_learners(
         done["completed_seen"] += synced.completed
         return done
 
-    counts, problems = each_tenant(context, tenants, remind)
+    def late(tenant: lms.Tenant, error: Exception) -> int:
+        return CatchUp(postgres, tenant, settings, run.now).park_late(error)
+
+    counts, tally = each_tenant(context, tenants, remind, late)
     counts["tenants"] = len(tenants)
-    return outcome_output(context, "partial" if problems else "ok", dict(counts))
+    return tenants_output(context, counts, len(tally.problems), tally.degraded())
 
 
 @dg.op
@@ -126,8 +150,8 @@ def publish_content(
         site = moodle.site(tenant.moodle_url, tenant.token_ref)
         return publish_tenant(run, postgres, tenant, site, settings)
 
-    counts, problems = each_tenant(context, tenants, publish)
-    return outcome_output(context, "partial" if problems else "ok", dict(counts))
+    counts, tally = each_tenant(context, tenants, publish)
+    return tenants_output(context, counts, len(tally.problems), tally.degraded())
 
 
 @dg.op
@@ -160,11 +184,11 @@ def reconcile_certificates(
         platform = accredible.account(tenant.credential_token_ref)
         return certify_tenant(run, postgres, tenant, site, platform, settings)
 
-    counts, problems = each_tenant(context, due, certify)
+    counts, tally = each_tenant(context, due, certify)
     for tenant in certifying:
         if tenant not in due:
             counts[f"{tenant.id}:checked_lately"] += 1
-    return outcome_output(context, "partial" if problems else "ok", dict(counts))
+    return tenants_output(context, counts, len(tally.problems), tally.degraded())
 
 
 @dg.job(
@@ -190,6 +214,7 @@ def weekly_text(row: lms.TenantStatus, week: str) -> tuple[str, str]:
         ("Suppressed duplicates (overtaken by a later reminder)", row.superseded),
         ("Opted out", row.opted_out),
         ("Completed before the reminder", row.completed),
+        ("Expired unsent (due more than 7 days ago)", row.expired),
         ("Sent", row.sent),
         ("Confirmed (read back)", row.confirmed),
         ("Planned", row.planned),

@@ -8,10 +8,13 @@ owner (``defs/alerts/checks.py``); ``followup lms queue`` and ``followup work`` 
 
 from datetime import datetime
 
+from followup_pipeline.domain.account import GRACE, next_open
+from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.work import ItemKind
 from followup_pipeline.engine import work
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import lms
 from followup_pipeline.store.lms import Tenant
 
 
@@ -42,3 +45,30 @@ class CatchUp:
         """Close the action's waiting item (if any), with how it ended."""
         with self.db.connection() as conn, conn.transaction():
             return work.settle_parked(conn, key, how, at=self.now)
+
+    def park_late(self, error: BaseException) -> int:
+        """Late means owned: the tenant cannot be reached (``error``), so each reminder due
+        longer ago than its grace (``domain/account.py``) and neither sent nor settled goes on
+        the owner's list, saying why. It closes by itself when it goes out once the vendor is
+        back, or with how it ended: overtaken by a later one, or expired past the catch-up
+        window. How many new items."""
+        with self.db.connection() as conn:
+            late = lms.late_reminders(
+                conn, self.tenant.id, late_before=self.now - GRACE["reminder"]
+            )
+        calendar = BusinessCalendar(self.tenant.holiday_country, self.tenant.holiday_subdivision)
+        hours = (self.tenant.hours_start, self.tenant.hours_end)
+        zone = self.tenant.time_zone
+        new = 0
+        for row in late:
+            opens = next_open(row.due_at, zone=zone, hours=hours, calendar=calendar)
+            if self.now - opens <= GRACE["reminder"]:
+                continue  # due outside the academy's hours: not late before they have run
+            who = row.learner_name or f"learner {row.learner_id}"
+            what = f"{row.action_type} reminder of {who} for {row.quiz_name or 'a quiz'}"
+            reason = (
+                f"late: the tenant cannot be reached ({error}); it goes out when it can be, "
+                "unless a later reminder overtakes it or it expires 7 days after it was due"
+            )
+            new += self.park(row.key, "reminder", what, reason)
+        return new

@@ -76,17 +76,21 @@ def sync_tenant(
                 )
                 due_at = quiz.timeclose
                 assert due_at is not None  # filtered above
-                reminders = [
-                    r
-                    for r in plan_reminders(
-                        due_at, zone=tenant.time_zone, plan=plan, calendar=calendar
-                    )
-                    if r.due_at >= now - CATCH_UP  # a quiz long closed is reminded of no more
-                ]
-                keys = [
+                whole = plan_reminders(due_at, zone=tenant.time_zone, plan=plan, calendar=calendar)
+                keys_of_plan = [
                     reminder_key(tenant.id, learner.id, quiz.id, r.action_type, r.local_day)
-                    for r in reminders
+                    for r in whole
                 ]
+                # A quiz long closed is reminded of no more: nothing past the catch-up window is
+                # planned now. One planned before stays as it is (its plan still holds it): the
+                # run sees it due and suppresses it `expired`, never `superseded`.
+                fresh = [
+                    (r, key)
+                    for r, key in zip(whole, keys_of_plan, strict=True)
+                    if r.due_at >= now - CATCH_UP
+                ]
+                reminders = [r for r, _ in fresh]
+                keys = [key for _, key in fresh]
                 with db.connection() as conn, conn.transaction():
                     lms.save_assignment(conn, row)
                     assignments += 1
@@ -96,8 +100,8 @@ def sync_tenant(
                         completed += 1
                         continue
                     superseded += lms.drop_unplanned(
-                        conn, tenant.id, learner.id, quiz.id, keep=keys, reason="superseded",
-                        at=now,
+                        conn, tenant.id, learner.id, quiz.id, keep=keys_of_plan,
+                        reason="superseded", at=now,
                     )  # fmt: skip
                     planned += lms.plan(
                         conn,

@@ -1,7 +1,7 @@
 """What the reports show, read from the machine's tables (and Dagster's runs): shared by the
 report jobs and ``followup report preview``."""
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -10,6 +10,7 @@ import psycopg
 
 from followup_pipeline.domain.localtime import local_date, start_of_day_utc
 from followup_pipeline.domain.reports import Health, MorningData, WeeklyData, lead_section
+from followup_pipeline.engine.runs import last_clean_run
 from followup_pipeline.settings import LEAD_SOURCES, Settings
 from followup_pipeline.store import reports as store
 from followup_pipeline.store.enrichments import open_review_items
@@ -21,15 +22,12 @@ CLICKUP_TASK_URL = "https://app.clickup.com/t/"
 
 
 def last_evaluate_ok(instance: dg.DagsterInstance | None) -> datetime | None:
-    """When the last successful ``evaluate`` run ended (Dagster's own record)."""
+    """When the last ``evaluate`` run that ended clean ended (Dagster's own record; a
+    ``partial`` run is not one: ``engine/runs.py``)."""
     if instance is None:
         return None
-    runs = instance.get_run_records(
-        filters=dg.RunsFilter(job_name="evaluate", statuses=[dg.DagsterRunStatus.SUCCESS]),
-        limit=1,
-    )
-    ended = runs[0].end_time if runs else None
-    return datetime.fromtimestamp(ended, tz=UTC) if ended else None
+    clean = last_clean_run(instance, "evaluate")
+    return clean.ended if clean is not None else None
 
 
 def morning_data(

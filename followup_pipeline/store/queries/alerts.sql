@@ -126,3 +126,14 @@ ORDER BY a.id DESC;
 -- The oldest event still pending, for the lag alert.
 SELECT id, source, event_type, received_at, attempts, last_error
 FROM events WHERE status = 'pending' ORDER BY received_at, id LIMIT 1;
+
+-- name: alerts_degraded_open
+-- Each job's newest degraded alert with no "recovered" one yet (source
+-- 'degraded:<job>:<run id>' against 'recovered:<job>:<run id>'): its episode goes on.
+SELECT DISTINCT ON (a.subject) a.subject AS job, a.source, a.occurred_at
+FROM alerts a
+WHERE a.kind = 'degraded'
+  AND NOT EXISTS (
+      SELECT 1 FROM alerts r WHERE r.source = 'recovered:' || substr(a.source, 10)
+  )
+ORDER BY a.subject, a.occurred_at DESC;

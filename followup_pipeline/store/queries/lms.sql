@@ -123,7 +123,8 @@ ON CONFLICT DO NOTHING;
 -- name: lms_status
 -- Per tenant: now, reminders overdue (due and not settled), delivery failures (failed or
 -- unclear) and planned ahead; since a moment, the duplicates suppressed (overtaken), opted out,
--- completed first, dry, sent and confirmed; the catch-up queue's open items.
+-- completed first, expired (past the catch-up window unsent), dry, sent and confirmed; the
+-- catch-up queue's open items.
 SELECT t.id AS tenant_id, t.mode, t.time_zone,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
                            AND r.due_at <= %(now)s)::int AS overdue,
@@ -134,6 +135,8 @@ SELECT t.id AS tenant_id, t.mode, t.time_zone,
            AS opted_out,
        count(r.id) FILTER (WHERE r.reason = 'completed' AND r.settled_at >= %(since)s)::int
            AS completed,
+       count(r.id) FILTER (WHERE r.reason = 'expired' AND r.settled_at >= %(since)s)::int
+           AS expired,
        count(r.id) FILTER (WHERE r.reason = 'dry_run' AND r.settled_at >= %(since)s)::int
            AS dry_run,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('accepted', 'confirmed')
@@ -146,3 +149,23 @@ SELECT t.id AS tenant_id, t.mode, t.time_zone,
         WHERE q.tenant_id = t.id AND q.state <> 'closed')::int AS queued
 FROM tenants t LEFT JOIN lms_reminders r ON r.tenant_id = t.id
 GROUP BY t.id ORDER BY t.id;
+
+-- name: lms_reminders_late
+-- A tenant's reminders due by %(late_before)s and neither sent nor settled (its Moodle or mailbox
+-- away), oldest first, with whom and what each is for: they go on the owner's list.
+SELECT r.idempotency_key AS key, r.action_type, r.due_at, r.learner_id, a.learner_name,
+       a.quiz_name
+FROM lms_reminders r
+LEFT JOIN lms_assignments a
+    ON a.tenant_id = r.tenant_id AND a.learner_id = r.learner_id AND a.quiz_id = r.assignment_id
+WHERE r.tenant_id = %(tenant_id)s
+  AND r.delivery_outcome IN ('planned', 'failed', 'unknown')
+  AND r.due_at <= %(late_before)s
+ORDER BY r.due_at, r.id;
+
+-- name: lms_reminder_decided
+-- A person decided a reminder waiting on the list is done with: it is not sent.
+UPDATE lms_reminders
+SET delivery_outcome = 'suppressed', reason = 'decided', settled_at = %(at)s
+WHERE idempotency_key = %(key)s AND delivery_outcome IN ('planned', 'failed', 'unknown')
+RETURNING id;

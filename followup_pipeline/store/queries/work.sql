@@ -63,18 +63,24 @@ RETURNING id;
 -- Waiting items whose event or action ended since, by any path (a later run, reconciliation, a
 -- replay): an event done (or gone), an action accepted, confirmed or suppressed (or gone).
 SELECT w.id, w.kind, w.replays, w.failures, e.status AS event_status,
-       a.outcome AS action_outcome, a.reason AS action_reason,
+       coalesce(a.outcome, r.delivery_outcome) AS action_outcome,
+       coalesce(a.reason, r.reason) AS action_reason,
        (w.event_id IS NOT NULL AND e.id IS NULL) OR (w.kind = 'dead_action' AND a.id IS NULL)
            AS gone
 FROM work_items w
 LEFT JOIN events e ON e.id = w.event_id
 LEFT JOIN actions a ON a.idempotency_key = w.action_key
+-- A reminder parked before it was ever tried (its Moodle away) may end without a ledger action:
+-- overtaken by a new due date at a sync.
+LEFT JOIN lms_reminders r ON w.kind = 'reminder' AND r.idempotency_key = w.action_key
 WHERE w.state <> 'closed'
   AND ((w.event_id IS NOT NULL AND e.id IS NULL)
        OR (w.kind = 'dead_event' AND e.status = 'done')
        OR (w.kind = 'dead_action' AND a.id IS NULL)
        OR (w.kind NOT IN ('dead_event', 'invalid_item')
-           AND a.outcome IN ('accepted', 'confirmed', 'suppressed')));
+           AND a.outcome IN ('accepted', 'confirmed', 'suppressed'))
+       OR (w.kind = 'reminder' AND a.id IS NULL
+           AND r.delivery_outcome IN ('accepted', 'confirmed', 'suppressed')));
 
 -- name: work_close
 -- Close waiting items, with how (and, for a person's decision, who and why).

@@ -23,6 +23,7 @@ from followup_pipeline.defs.alerts.sensors import ALERT_TAG
 from followup_pipeline.domain.alerts import fingerprint
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.work import Selection
+from followup_pipeline.engine.runs import DEGRADED_TAG
 from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store import alerts as store
 from followup_pipeline.store import events
@@ -371,7 +372,7 @@ def test_alerts_a_late_event_and_a_silent_evaluate_raise_one_alert_each(
         assert _send(machine, request, MONDAY_10).success
     assert checks(MONDAY_10 + timedelta(minutes=5)) == []  # once per episode, not every tick
     subjects = sorted(m["subject"] for m in _alert_mails(machine))
-    assert subjects[0].startswith("[followup] evaluate: no successful run for 3 h 00 min")
+    assert subjects[0].startswith("[followup] evaluate: no clean run for 3 h 00 min")
     assert subjects[1].startswith(f"[followup] register: event:{late} (espocrm")
 
     # The events catch up; a later lag is a new episode, and a new alert at once.
@@ -411,7 +412,7 @@ def test_alerts_evaluate_is_expected_in_its_hours_of_business_days_only(
         calendar=calendar,
     )  # fmt: skip
     assert found is not None
-    assert found.message.startswith("no successful run for 3 h 00 min")
+    assert found.message.startswith("no clean run for 3 h 00 min")
 
 
 def test_alerts_a_machine_started_late_is_not_silent_since_the_morning(machine: Machine) -> None:
@@ -575,3 +576,44 @@ def test_alerts_a_dead_letter_that_fails_again_on_replay_is_closed_by_a_person_a
     capsys.readouterr()
     assert main(["work", "replay", "--pipeline", "lead_intake"]) == 0  # nothing waits
     assert "nothing to replay" in capsys.readouterr().out
+
+
+def test_alerts_a_crm_down_for_three_hourly_runs_is_one_alert_and_one_recovered(
+    machine: Machine,
+) -> None:
+    deals = [machine.deal(name="Alpha"), machine.deal(name="Beta")]
+    machine.evaluate(MONDAY_10 - timedelta(days=7))  # their watches open; step 1 due on Monday
+    checks = Checks(machine, watching_since=MONDAY_10 - timedelta(days=8))
+    machine.fault(vendor="espocrm", kind="error", status=503)
+    for hour in range(3):
+        now = MONDAY_10 + timedelta(hours=hour)
+        result = machine.evaluate(now)
+        # Green in the UI, and its outcome says what it skipped and why.
+        assert result.success
+        assert machine.outcome(result) == "partial"
+        run = machine.instance.get_run_by_id(result.run_id)
+        assert run is not None
+        assert run.tags[DEGRADED_TAG].startswith("espocrm: ")
+        requests = checks(now + timedelta(minutes=5))
+        if hour < 2:
+            assert requests == []  # two partial runs are not yet an episode
+    (request,) = requests
+    assert request.tags[ALERT_TAG].startswith("alert:degraded:")
+    assert _send(machine, request, MONDAY_10 + timedelta(hours=2, minutes=6)).success
+    [mail] = _alert_mails(machine)
+    assert mail["subject"].startswith("[followup] evaluate: 3 runs in a row ended partial")
+    assert "espocrm" in mail["html"]
+    assert "HTTP 503" in mail["html"]
+    assert all(f"deal {deal}" in mail["html"] for deal in deals), mail["html"]
+    assert checks(MONDAY_10 + timedelta(hours=2, minutes=10)) == []  # one alert an episode
+    # The CRM is back: the next run ends clean, and one "recovered" goes out.
+    with machine.control() as control:
+        control.delete("/faults").raise_for_status()
+    assert machine.outcome(machine.evaluate(MONDAY_10 + timedelta(hours=4))) == "ok"
+    (recovered,) = checks(MONDAY_10 + timedelta(hours=4, minutes=5))
+    assert recovered.tags[ALERT_TAG].startswith("alert:recovered:")
+    assert _send(machine, recovered, MONDAY_10 + timedelta(hours=4, minutes=6)).success
+    subjects = [m["subject"] for m in _alert_mails(machine)]
+    assert len(subjects) == 2, subjects
+    assert "recovered" in subjects[1], subjects
+    assert checks(MONDAY_10 + timedelta(hours=5)) == []

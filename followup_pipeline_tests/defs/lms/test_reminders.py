@@ -411,3 +411,91 @@ def test_lms_a_run_killed_after_graph_took_the_mail_and_before_its_commit_sends_
     assert action is not None
     assert action["outcome"] == "confirmed"
     assert action["last_error"] == "found by read-back"
+
+
+def test_lms_a_moodle_away_for_eight_days_parks_what_is_late_and_expires_it_in_sight(
+    db: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from followup_pipeline.cli import main
+
+    # Three quizzes of one course, closing before, early in and late in the outage.
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 2, 26, 21), learners=1)
+    course = seeded["course"]
+    for name, closes in (("Quiz B", utc(2026, 3, 12, 21)), ("Quiz C", utc(2026, 3, 4, 21))):
+        quiz = {"course": course, "name": name, "timeclose": int(closes.timestamp())}
+        control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes", quiz)
+    make_tenant(db, sandbox, BERLIN, course, owner="owner@academy.example")
+    away = utc(2026, 3, 2, 10, 30)
+    run_lms(db_url, sandbox, away)  # Moodle answers: plans, and sends what is due
+    control(sandbox, "POST", "/faults", {"vendor": "moodle", "kind": "error", "status": 503})
+    for day in (3, 5, 9):  # runs at 11:30 in Berlin, Moodle away
+        assert run_lms(db_url, sandbox, utc(2026, 3, day, 10, 30))[f"{BERLIN}:unreachable"] == 1
+    parked = {
+        row["action_key"]: row["opened_at"]
+        for row in db.execute(
+            "SELECT action_key, opened_at FROM work_items WHERE kind = 'reminder'"
+        )
+    }
+    control(sandbox, "DELETE", "/faults")
+    back = utc(2026, 3, 11, 10, 30)  # eight days later
+    # What is still worth sending goes out paced: here one a run, the other a quarter later.
+    assert run_lms(db_url, sandbox, back, lms_sends_per_run=1)[f"{BERLIN}:paced"] == 1
+    assert len(_mails(sandbox)) == 2  # one before the outage, one now
+    assert f"{BERLIN}:paced" not in run_lms(db_url, sandbox, back + timedelta(minutes=15))
+
+    rows = db.execute(
+        "SELECT idempotency_key AS key, assignment_id, due_at, delivery_outcome, reason,"
+        " settled_at FROM lms_reminders WHERE due_at > %s AND due_at <= %s ORDER BY due_at",
+        (away, back),
+    ).fetchall()
+    latest = {row["assignment_id"]: row for row in rows}  # the latest due of each quiz
+    ended: dict[str, list[str]] = {"confirmed": [], "expired": []}
+    for row in rows:
+        if row is latest[row["assignment_id"]] and back - row["due_at"] <= timedelta(days=7):
+            assert row["delivery_outcome"] == "confirmed", row
+            ended["confirmed"].append(row["key"])
+            continue
+        assert (row["delivery_outcome"], row["reason"]) in (
+            ("suppressed", "superseded"), ("suppressed", "expired")
+        ), row  # fmt: skip
+        if row["reason"] == "expired":
+            ended["expired"].append(row["key"])
+            # It was on the owner's list before it expired, and closed as expired.
+            assert parked[row["key"]] < row["settled_at"], row
+    assert len(ended["confirmed"]) == 2, ended
+    assert len(ended["expired"]) == 1, ended
+    closed = db.execute(
+        "SELECT owner, state, closed_how, reason FROM work_items WHERE action_key = %s",
+        (ended["expired"][0],),
+    ).fetchone()
+    assert closed is not None
+    assert (closed["owner"], closed["state"], closed["closed_how"]) == (
+        "owner@academy.example", "closed", "expired"
+    )  # fmt: skip
+    assert "late: the tenant cannot be reached (moodle: HTTP 503" in closed["reason"]
+
+    # Nothing unaccounted; lms status and /metrics count the expired one.
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_NOW", (back + timedelta(minutes=5)).isoformat())
+    capsys.readouterr()
+    assert main(["account", "--since", away.isoformat(), "--pipeline", "learning"]) == 0
+    assert "unaccounted: 0" in capsys.readouterr().out
+    assert main(["lms", "status"]) == 0
+    status = capsys.readouterr().out.splitlines()
+    assert status[1].split()[9] == "expired", status  # ("opted out" is two words)
+    assert status[2].split()[8] == "1", status
+    from followup_pipeline.ingress.app import create_app
+    from followup_pipeline_tests.ingress.conftest import ingress_settings
+    from followup_pipeline_tests.support import served
+
+    clock = (back + timedelta(minutes=5)).timestamp()
+    with served(create_app(ingress_settings(), db_url, now=lambda: clock)) as base:
+        metrics = httpx.get(f"{base}/metrics", timeout=15).text
+    assert f'followup_lms_reminders{{tenant="{BERLIN}",state="expired"}} 1' in metrics
+    assert "followup_account_unaccounted 0" in metrics
+    # Its last 7 days hold the two sent after the outage.
+    assert 'followup_account{pipeline="learning",kind="reminder",ending="done"} 2' in metrics
