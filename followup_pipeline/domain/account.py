@@ -177,8 +177,8 @@ def _steps(rows: Rows, opens: time, since: datetime, until: datetime) -> Iterato
             ending, detail = "waiting", str(row["owner"])
         elif row["outcome"] == "attempted":
             ending = "in_flight"
-        else:
-            ending = late_ending("step", due_at, until)
+        else:  # late from its due moment, or from its watch's opening if that came after
+            ending = late_ending("step", max(due_at, row["registered_at"]), until)
         yield Entry("deal_followup", "step", name, due_at, ending, detail)
 
 
@@ -186,7 +186,7 @@ def _actions(rows: Rows, until: datetime) -> Iterator[Entry]:
     for row in rows:
         kind, name = str(row["kind"]), str(row["name"])
         ending, detail = ledger_ending(
-            kind, row["outcome"], row["reason"], row["owner"], row["due_at"], until
+            kind, row["outcome"], row["reason"], row["owner"], row["late_from"], until
         )
         if ending in ("not_late", "unaccounted") and row["closed_how"] == "decided":
             ending, detail = "suppressed", "decided"  # a person closed its item (its event's)
@@ -243,7 +243,7 @@ def _learning(read: AccountRows, until: datetime) -> Iterator[Entry]:
             outcome = str(row["outcome"])
             if kind == "publication" and outcome == "waiting" and row["owner"] is None:
                 outcome = "planned"  # not approved yet: waits with its owner once parked
-            due_at: datetime = row["due_at"]
+            due_at: datetime = row["late_from"]  # its due moment, or when it came to be
             if kind == "reminder":  # sent only in the academy's business hours
                 where = (str(row["holiday_country"]), row["holiday_subdivision"])
                 calendar = calendars.setdefault(where, BusinessCalendar(*where))

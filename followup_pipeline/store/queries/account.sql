@@ -1,8 +1,10 @@
 -- name: account_steps
+-- (A step is late from its due moment, or from its watch's opening if that came later; content
+-- from its publish_at, or from when it was added if that came later.)
 -- Follow-up steps planned on the days from %(first_day)s to %(last_day)s, each with its watch's
 -- zone and close, its task's ledger action and the list's item waiting for it (if any).
 SELECT s.watch_id, s.step_no, s.due_on, s.fired_at, s.task_ref, s.skip_reason,
-       w.time_zone, w.closed_at, a.outcome, a.reason AS action_reason, i.owner
+       w.time_zone, w.closed_at, w.registered_at, a.outcome, a.reason AS action_reason, i.owner
 FROM watch_steps s
 JOIN watches w ON w.id = s.watch_id
 LEFT JOIN actions a ON a.idempotency_key = 'task:' || s.watch_id || ':' || s.step_no
@@ -17,7 +19,7 @@ WHERE s.due_on BETWEEN %(first_day)s AND %(last_day)s;
 -- Ledger actions due in the window, but those whose own records the account reads (a step's
 -- task, reminders, certificates, publications), each with the list's item for it or for its
 -- event: a waiting one first, else one a person closed with a decision.
-SELECT a.kind, a.idempotency_key AS name, a.due_at, a.outcome, a.reason,
+SELECT a.kind, a.idempotency_key AS name, a.due_at, a.due_at AS late_from, a.outcome, a.reason,
        CASE WHEN i.state <> 'closed' THEN i.owner END AS owner, i.closed_how
 FROM actions a
 LEFT JOIN LATERAL (
@@ -46,7 +48,8 @@ WHERE e.received_at >= %(since)s AND e.received_at <= %(until)s;
 
 -- name: account_reminders
 -- Learning reminders due in the window, with the list's item waiting for each.
-SELECT r.tenant_id, r.idempotency_key AS name, r.due_at, r.delivery_outcome AS outcome,
+SELECT r.tenant_id, r.idempotency_key AS name, r.due_at, r.due_at AS late_from,
+       r.delivery_outcome AS outcome,
        r.reason, i.owner, t.mode, t.time_zone, t.hours_start, t.hours_end, t.holiday_country,
        t.holiday_subdivision
 FROM lms_reminders r
@@ -60,7 +63,8 @@ WHERE r.due_at >= %(since)s AND r.due_at <= %(until)s;
 
 -- name: account_certificates
 -- Certificates of completions in the window, with the list's item waiting for each.
-SELECT c.tenant_id, c.idempotency_key AS name, c.completed_at AS due_at, c.state AS outcome,
+SELECT c.tenant_id, c.idempotency_key AS name, c.completed_at AS due_at,
+       c.completed_at AS late_from, c.state AS outcome,
        c.reason, i.owner, t.mode
 FROM lms_certificates c
 JOIN tenants t ON t.id = c.tenant_id
@@ -73,7 +77,11 @@ WHERE c.completed_at >= %(since)s AND c.completed_at <= %(until)s;
 
 -- name: account_publications
 -- Content due to be published in the window, with the list's item waiting for each.
-SELECT p.tenant_id, p.idempotency_key AS name, p.publish_at AS due_at, p.state AS outcome,
+SELECT p.tenant_id, p.idempotency_key AS name, p.publish_at AS due_at,
+       -- (created_at is the database's clock: a machine on a set clock keeps publish_at)
+       CASE WHEN p.created_at <= %(until)s THEN greatest(p.publish_at, p.created_at)
+            ELSE p.publish_at END AS late_from,
+       p.state AS outcome,
        p.reason, i.owner, t.mode
 FROM lms_content p
 JOIN tenants t ON t.id = p.tenant_id
