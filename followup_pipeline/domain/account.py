@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.localtime import local_to_utc
+from followup_pipeline.domain.steps import DRY_RUN_REF, task_key
 from followup_pipeline.domain.work import action_pipeline, event_pipeline
 
 Ending = Literal["done", "suppressed", "waiting", "in_flight", "not_late", "unaccounted"]
@@ -130,8 +131,6 @@ class Account:
         return [self.lines[key] for key in sorted(self.lines)]
 
 
-#: A step's task as ``evaluate`` records it in a dry run: no task exists.
-DRY_RUN_REF = "dry-run"
 #: A row of one of the account's queries (``store/queries/account.sql``).
 Rows = list[dict[str, Any]]
 
@@ -162,7 +161,7 @@ def _steps(rows: Rows, opens: time, since: datetime, until: datetime) -> Iterato
         closed = row["closed_at"]
         if not since <= due_at <= until or (closed is not None and due_at > closed):
             continue
-        name = f"task:{row['watch_id']}:{row['step_no']}"
+        name = task_key(row["watch_id"], row["step_no"])
         ending: Ending
         detail: str | None = None
         if row["task_ref"] == DRY_RUN_REF:

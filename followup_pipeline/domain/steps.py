@@ -8,6 +8,14 @@ from datetime import date
 
 from followup_pipeline.domain.calendar import BusinessCalendar
 
+#: What a step fired in a dry run records as its task: no task exists.
+DRY_RUN_REF = "dry-run"
+
+
+def task_key(watch_id: int, step_no: int) -> str:
+    """The idempotency key of a step's task."""
+    return f"task:{watch_id}:{step_no}"
+
 
 @dataclass(frozen=True)
 class StepState:

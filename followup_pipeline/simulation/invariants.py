@@ -21,6 +21,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from followup_pipeline.domain.localtime import local_to_utc
+from followup_pipeline.domain.steps import DRY_RUN_REF, task_key
 from followup_pipeline.engine.account import account
 from followup_pipeline.integrations.clickup import key_tag
 from followup_pipeline.settings import Settings
@@ -39,8 +40,6 @@ from followup_pipeline.store.events import HANDLED_SOURCES
 
 __all__ = ["Invariant", "ReportWindow", "check"]
 
-#: A step's task as ``evaluate`` records it in a dry run: no task exists.
-DRY_RUN_REF = "dry-run"
 
 STEPS: LiteralString = """
 SELECT s.watch_id, s.step_no, s.due_on, s.task_ref, s.skip_reason, w.time_zone, w.closed_at,
@@ -130,14 +129,14 @@ def due_steps(
         checked += 1
         problem = _step_problem(row, evidence, settings)
         if problem is not None:
-            step = f"task:{row['watch_id']}:{row['step_no']}"
+            step = task_key(row["watch_id"], row["step_no"])
             broken.append(f"step {step} (due {row['due_on']}): {problem}")
     return verdict("due steps ended once", checked, broken)
 
 
 def _step_problem(row: dict[str, Any], evidence: Evidence, settings: Settings) -> str | None:
     """What is wrong with a due step, None when it ended well."""
-    key = f"task:{row['watch_id']}:{row['step_no']}"
+    key = task_key(row["watch_id"], row["step_no"])
     task_ref = row["task_ref"]
     if task_ref == DRY_RUN_REF:
         return None if row["reason"] == "dry_run" else "fired dry, its action not suppressed"
@@ -181,14 +180,14 @@ def one_task_per_key(conn: psycopg.Connection[Any], evidence: Evidence) -> Invar
     recorded: dict[str, list[str]] = defaultdict(list)
     for step in steps:
         if step["task_ref"] not in (None, DRY_RUN_REF):
-            recorded[step["task_ref"]].append(f"task:{step['watch_id']}:{step['step_no']}")
+            recorded[step["task_ref"]].append(task_key(step["watch_id"], step["step_no"]))
     broken += [
         f"task {task_ref} is recorded by {len(keys)} steps: {', '.join(keys)}"
         for task_ref, keys in recorded.items()
         if len(keys) > 1
     ]
     for step in steps:
-        key = f"task:{step['watch_id']}:{step['step_no']}"
+        key = task_key(step["watch_id"], step["step_no"])
         for task in evidence.carrying(key):
             if task.id != step["task_ref"]:
                 said = step["task_ref"] or "no task"

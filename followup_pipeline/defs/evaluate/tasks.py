@@ -20,6 +20,7 @@ from followup_pipeline.defs.evaluate.ports import TaskWriter
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
+from followup_pipeline.domain.steps import DRY_RUN_REF, task_key
 from followup_pipeline.domain.tasks import TaskContent
 from followup_pipeline.engine.effects import ActionSpec, Mode, Outbound, Sent, SuppressReason
 from followup_pipeline.engine.ledger import ActionLedger
@@ -29,18 +30,12 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store import steps, watches
 from followup_pipeline.store.watches import Watch
 
-DRY_RUN_REF = "dry-run"
 RATE_LIMITED = 429
 #: What settling a step found: no task, a task (the step is fired now), ClickUp could not tell,
 #: or a request of an earlier run may still be on its way (the step waits for a later run).
 Resolution = Literal["nothing", "fired", "unreadable", "in_flight"]
 #: Resolutions after which a step must wait: nothing may be sent or skipped for it now.
 WAITS = ("unreadable", "in_flight")
-
-
-def task_key(watch_id: int, step_no: int) -> str:
-    """The idempotency key of a step's task."""
-    return f"task:{watch_id}:{step_no}"
 
 
 class StepSettled(Exception):

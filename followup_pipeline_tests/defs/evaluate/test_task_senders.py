@@ -18,9 +18,10 @@ from followup_pipeline.defs.evaluate.task_upkeep import (
     TaskClosing,
     TaskRewrite,
 )
-from followup_pipeline.defs.evaluate.tasks import DRY_RUN_REF, StepSettled, StepTask
+from followup_pipeline.defs.evaluate.tasks import StepSettled, StepTask
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.registration import Subject
+from followup_pipeline.domain.steps import DRY_RUN_REF
 from followup_pipeline.domain.tasks import TaskContent
 from followup_pipeline.engine.effects import ActionSpec, Performed, Sent
 from followup_pipeline.integrations.clickup import ClickUpClient
