@@ -1,6 +1,5 @@
 -- name: account_steps
--- (A step is late from its due moment, or from its watch's opening if that came later; content
--- from its publish_at, or from when it was added if that came later.)
+-- (A step is late from its due moment, or from its watch's opening if that came later.)
 -- Follow-up steps planned on the days from %(first_day)s to %(last_day)s, each with its watch's
 -- zone and close, its task's ledger action and the list's item waiting for it (if any).
 SELECT s.watch_id, s.step_no, s.due_on, s.fired_at, s.task_ref, s.skip_reason,
@@ -76,7 +75,8 @@ LEFT JOIN LATERAL (
 WHERE c.completed_at >= %(since)s AND c.completed_at <= %(until)s;
 
 -- name: account_publications
--- Content due to be published in the window, with the list's item waiting for each.
+-- Content due to be published in the window, with the list's item waiting for each (late from
+-- its publish_at, or from when it was added if that came later).
 SELECT p.tenant_id, p.idempotency_key AS name, p.publish_at AS due_at,
        -- (created_at is the database's clock: a machine on a set clock keeps publish_at)
        CASE WHEN p.created_at <= %(until)s THEN greatest(p.publish_at, p.created_at)
