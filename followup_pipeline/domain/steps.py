@@ -17,6 +17,14 @@ def task_key(watch_id: int, step_no: int) -> str:
     return f"task:{watch_id}:{step_no}"
 
 
+def step_of_key(key: str) -> tuple[int, int]:
+    """The watch and step a task's key names (``task:<watch>:<step>``); ``ValueError`` else."""
+    prefix, watch_id, step_no = key.split(":")
+    if prefix != "task":
+        raise ValueError(f"{key!r} is not a step's task key (task:<watch>:<step>)")
+    return int(watch_id), int(step_no)
+
+
 @dataclass(frozen=True)
 class StepState:
     """A step as the store knows it."""

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 Pipeline = Literal["deal_followup", "lead_intake", "learning", "operations"]
 ItemKind = Literal[
-    "dead_event", "dead_action", "invalid_item", "reminder", "certificate", "publication"
+    "dead_event", "dead_action", "invalid_item", "reminder", "certificate", "publication", "step"
 ]
 State = Literal["open", "acknowledged", "closed"]
 ClosedHow = Literal["replayed", "resolved", "decided", "expired"]
@@ -24,6 +24,9 @@ STATES: tuple[str, ...] = get_args(State)
 DEAD_LETTER_KINDS: tuple[ItemKind, ...] = ("dead_event", "dead_action", "invalid_item")
 #: The learning reminders' own kinds (``followup lms queue``).
 CATCH_UP_KINDS: tuple[ItemKind, ...] = ("reminder", "certificate", "publication")
+#: Actions parked late, their vendor away (late means owned): the learning ones and a deal's
+#: follow-up step. Nothing was tried yet for some; each closes by itself once it ends.
+LATE_KINDS: tuple[ItemKind, ...] = (*CATCH_UP_KINDS, "step")
 #: States an item waits in: it alerts, it counts, it can be replayed.
 WAITING: tuple[State, ...] = ("open", "acknowledged")
 

@@ -8,7 +8,8 @@ its items) and a state: open, acknowledged, closed with how.
   The alert checks run it every tick; the commands before they read; ``followup migrate`` once.
 - ``acknowledge``, ``close`` and ``replay`` are a person's, one by one or in bulk by a
   ``Selection``, each audited with who and why; ``dry`` shows what they would touch.
-- ``park`` and ``settle_parked`` are the learning runs' door (``defs/lms/catch_up.py``).
+- ``park`` and ``settle_parked`` are the learning runs' door (``defs/lms/catch_up.py``);
+  ``park_step`` is ``evaluate``'s, for a follow-up step late because its vendor stays away.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 
 import psycopg
 
+from followup_pipeline.domain.steps import step_of_key, task_key
 from followup_pipeline.domain.work import (
-    CATCH_UP_KINDS,
+    LATE_KINDS,
     NOBODY,
     ClosedHow,
     ItemKind,
@@ -31,7 +33,7 @@ from followup_pipeline.domain.work import (
     tenant_of_key,
 )
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import audit, events, ledger, lms
+from followup_pipeline.store import audit, events, ledger, lms, steps
 from followup_pipeline.store import work as store
 from followup_pipeline.store.db import connect
 from followup_pipeline.store.dead_letters import parse_name, requeue_events
@@ -186,12 +188,42 @@ def park(
         return store.park(
             conn,
             action_key=action_key,
+            pipeline="learning",
             kind=kind,
             tenant_id=tenant.id,
             what=what,
             reason=reason,
             owner=tenant.owner or settings.ops_owner or NOBODY,
             backup=tenant.backup or settings.ops_backup,
+            at=at,
+        )
+
+
+def park_step(
+    conn: psycopg.Connection[Any],
+    *,
+    watch_id: int,
+    step_no: int,
+    what: str,
+    reason: str,
+    settings: Settings,
+    at: datetime,
+) -> bool:
+    """A follow-up step late past its grace, its vendor away, waits with the operations owner
+    (``FOLLOWUP_OPS_OWNER``): once while it waits, its reason kept current; it closes by itself
+    when the step fires or is skipped (``sync``). Whether it is a new item."""
+    with conn.transaction():
+        store.lock(conn)
+        return store.park(
+            conn,
+            action_key=task_key(watch_id, step_no),
+            pipeline="deal_followup",
+            kind="step",
+            tenant_id=None,
+            what=what,
+            reason=reason,
+            owner=settings.ops_owner or NOBODY,
+            backup=settings.ops_backup,
             at=at,
         )
 
@@ -279,6 +311,10 @@ def close(
                 ledger.decide(conn, item.action_key)
                 if item.kind == "reminder":  # one parked before it was ever tried, too
                     lms.decide_reminder(conn, item.action_key, at=at)
+                elif item.kind == "step":  # late, never tried: the step is skipped, decided
+                    watch_id, step_no = step_of_key(item.action_key)
+                    steps.skip_step(conn, watch_id=watch_id, step_no=step_no, reason="decided",
+                                    at=at)  # fmt: skip
             audit.record(conn, actor=by, action="work.close",
                          subject=f"work:{item.id} {item.subject}", reason=reason)  # fmt: skip
             closed.append(item)
@@ -297,7 +333,7 @@ def _why_not_replayed(conn: psycopg.Connection[Any], item: WorkItem) -> str | No
         return "nothing to replay"
     action = ledger.action_by_key(conn, item.action_key)
     if action is None:
-        if item.kind in CATCH_UP_KINDS:
+        if item.kind in LATE_KINDS:
             return f"nothing was tried yet: it waits for {item.reason}"
         return "its action is no longer on record"
     if action.kind == "crm_lead":

@@ -577,7 +577,7 @@ CREATE TABLE followup.watch_steps (
     CONSTRAINT watch_steps_offset_days_check CHECK ((offset_days >= 1)),
     CONSTRAINT watch_steps_overtaken_by_valid CHECK ((overtaken_by = ANY (ARRAY['email'::text, 'call'::text, 'meeting'::text, 'task'::text]))),
     CONSTRAINT watch_steps_overtaken_has_kind CHECK (((overtaken_at IS NULL) = (overtaken_by IS NULL))),
-    CONSTRAINT watch_steps_skip_reason_valid CHECK ((skip_reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text]))),
+    CONSTRAINT watch_steps_skip_reason_valid CHECK ((skip_reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'decided'::text]))),
     CONSTRAINT watch_steps_skipped_has_reason CHECK (((skipped_at IS NULL) = (skip_reason IS NULL))),
     CONSTRAINT watch_steps_step_no_check CHECK ((step_no >= 1))
 );
@@ -668,7 +668,7 @@ CREATE TABLE followup.work_items (
     CONSTRAINT work_items_closed_whole CHECK ((((state = 'closed'::text) = (closed_at IS NOT NULL)) AND ((closed_at IS NULL) = (closed_how IS NULL)))),
     CONSTRAINT work_items_decided_by_someone CHECK (((closed_how IS DISTINCT FROM 'decided'::text) OR ((closed_by IS NOT NULL) AND (closed_note IS NOT NULL)))),
     CONSTRAINT work_items_failures_check CHECK ((failures >= 1)),
-    CONSTRAINT work_items_kind_valid CHECK ((kind = ANY (ARRAY['dead_event'::text, 'dead_action'::text, 'invalid_item'::text, 'reminder'::text, 'certificate'::text, 'publication'::text]))),
+    CONSTRAINT work_items_kind_valid CHECK ((kind = ANY (ARRAY['dead_event'::text, 'dead_action'::text, 'invalid_item'::text, 'reminder'::text, 'certificate'::text, 'publication'::text, 'step'::text]))),
     CONSTRAINT work_items_pipeline_valid CHECK ((pipeline = ANY (ARRAY['deal_followup'::text, 'lead_intake'::text, 'learning'::text, 'operations'::text]))),
     CONSTRAINT work_items_replays_check CHECK ((replays >= 0)),
     CONSTRAINT work_items_state_valid CHECK ((state = ANY (ARRAY['open'::text, 'acknowledged'::text, 'closed'::text])))

@@ -145,19 +145,21 @@ def park(
     conn: psycopg.Connection[Any],
     *,
     action_key: str,
+    pipeline: Pipeline,
     kind: ItemKind,
-    tenant_id: str,
+    tenant_id: str | None,
     what: str,
     reason: str,
     owner: str,
     backup: str | None,
     at: datetime,
 ) -> bool:
-    """A learning action waits with its owner (once while it waits; never again once a person
+    """A late action waits with its owner (once while it waits; never again once a person
     closed it with a decision); whether a new item was made."""
     params = {
         "subject": f"action:{action_key}",
         "action_key": action_key,
+        "pipeline": pipeline,
         "kind": kind,
         "tenant_id": tenant_id,
         "what": storable(what, 500),

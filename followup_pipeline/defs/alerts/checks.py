@@ -21,11 +21,12 @@ def _minutes(delta: timedelta) -> str:
 
 def work_signals(items: list[WorkItem]) -> tuple[list[Signal], list[Signal]]:
     """One signal for each failure of an open item of the list not alerted yet: dead letters
-    (dead events, dead actions, invalid items) and the learning reminders' items, apart. Each
-    goes to the operations list and to the item's owner and backup; a failure after a replay is
-    a new signal. A learning item's fingerprint is its tenant's and kind's: a bulk of them
-    (every learner of a course without an address) is one mail a window, the rest counted in
-    the next (``followup work list`` has them all)."""
+    (dead events, dead actions, invalid items), and apart the late ones (the learning
+    reminders' items, a deal's step whose vendor stays away). Each goes to the operations list
+    and to the item's owner and backup; a failure after a replay is a new signal. A late item's
+    fingerprint is its tenant's (or its pipeline's) and kind's: a bulk of them (every learner of
+    a course without an address, every deal due while the CRM is down) is one mail a window,
+    the rest counted in the next (``followup work list`` has them all)."""
     dead: list[Signal] = []
     catch_up: list[Signal] = []
     for item in items:
@@ -43,6 +44,23 @@ def work_signals(items: list[WorkItem]) -> tuple[list[Signal], list[Signal]]:
                         f"{item.reason}{again}. {owners}. Key {item.action_key}. "
                         f"See it: followup work show {item.id}; all that waits: "
                         f"followup lms queue --tenant {item.tenant_id}."
+                    ),
+                    occurred_at=item.failed_at,
+                    also_to=also,
+                )
+            )
+            continue
+        if item.kind == "step":  # late, its vendor away: one mail a window for all of them
+            catch_up.append(
+                Signal(
+                    kind="catch_up",
+                    source=f"work:{item.id}:{item.failures}",
+                    fingerprint="queue:deal_followup:step",
+                    subject=f"late follow-up: {item.what}",
+                    message=(
+                        f"{item.reason}. {owners}. Key {item.action_key}. "
+                        f"See it: followup work show {item.id}; all that waits: "
+                        "followup work list --pipeline deal_followup --kind step."
                     ),
                     occurred_at=item.failed_at,
                     also_to=also,

@@ -135,6 +135,17 @@ class CadenceResetter:
                     moments.setdefault(record.parent_id, []).append(found)
         return moments
 
+    def unreadable(self, error: IntegrationError) -> Resets:
+        """No activity can be read this run (``error``; the run's first read of the CRM failed,
+        or this one): no reset, and every open watch says why its steps wait."""
+        resets = Resets(Tally(self.log))
+        resets.complete = False
+        resets.error = error
+        resets.tally.problem(f"activity unreadable, no reset this run: {error}", error)
+        with self.db.connection() as conn:  # each watch says why its steps wait
+            resets.unreadable = watches.set_open_watch_errors(conn, error=str(error), at=self.now)
+        return resets
+
     def run_changes(self, since: datetime | None) -> Resets:
         """Reset every open deal with new activity, read as what changed after ``since`` (the
         cursor; None: since the oldest open watch's last reset), not per deal. The database is
@@ -148,14 +159,7 @@ class CadenceResetter:
         try:
             moments = self.activity_since(start)
         except IntegrationError as error:
-            resets.complete = False
-            resets.error = error
-            resets.tally.problem(f"activity unreadable, no reset this run: {error}", error)
-            with self.db.connection() as conn:  # each watch says why its steps wait
-                resets.unreadable = watches.set_open_watch_errors(
-                    conn, error=str(error), at=self.now
-                )
-            return resets
+            return self.unreadable(error)
         resets.tally.count("crm_activity_changed", sum(len(m) for m in moments.values()))
         for broken in self.invalid:
             resets.tally.problem(f"CRM activity record breaks its schema, skipped: {broken}")

@@ -130,19 +130,21 @@ class DueSteps:
             for step_no in due:
                 self.tasks.skip(watch, step_no, due_on[step_no], "paused")
             return
+        step, day = selection.fire, due_on[selection.fire]
         if unreadable:
             self.tally.count("waiting_on_crm")
             self.tally.skip(
                 self.cause, f"deal {watch.subject_id}: activity unreadable, its due step waits",
                 item=f"deal {watch.subject_id}",
             )  # fmt: skip
+            why = f"the CRM's activity could not be read: {self.cause or watch.last_error}"
+            self.tasks.late(watch, step, day, why)
             return  # its activity could not be read: a reset might postpone the step
-        deal = self._current(watch)
+        deal = self._current(watch, due=(step, day))
         if deal is None:
             return
         for step_no in selection.supersede:
             self.tasks.skip(watch, step_no, due_on[step_no], "superseded")
-        step, day = selection.fire, due_on[selection.fire]
         with self.db.connection() as conn:
             summary = steps.newest_summary(conn, watch.subject_id)
         content = self.content(watch, deal, step, day, len(rows), summary)
@@ -213,11 +215,11 @@ class DueSteps:
         )
         return render_task(facts, self.settings.report_language)
 
-    def _current(self, watch: Watch) -> Deal | None:
+    def _current(self, watch: Watch, *, due: tuple[int, date] | None = None) -> Deal | None:
         """The deal as the CRM has it now, if the watch stays open: None when the CRM cannot tell
-        (the error kept on the watch), and when the deal left the watched stages or is gone (the
-        watch is closed now)."""
-        deal = self._recheck(watch)
+        (the error kept on the watch; the ``due`` step, late past its grace, goes on the list of
+        work), and when the deal left the watched stages or is gone (the watch is closed now)."""
+        deal = self._recheck(watch, due)
         if deal is None:
             return None
         stage = None if deal == GONE else deal.stage
@@ -226,7 +228,7 @@ class DueSteps:
         assert isinstance(deal, Deal)
         return deal
 
-    def _recheck(self, watch: Watch) -> Deal | Literal["gone"] | None:
+    def _recheck(self, watch: Watch, due: tuple[int, date] | None) -> Deal | Literal["gone"] | None:
         """The deal as the CRM has it now (refreshing the watch's copy), ``GONE`` if it was
         deleted, None when the CRM cannot tell: then the step waits, the error kept on the watch."""
         try:
@@ -242,6 +244,8 @@ class DueSteps:
             )
             with self.db.connection() as conn:
                 watches.set_watch_error(conn, watch_id=watch.id, error=str(error), at=self.now)
+            if due is not None:
+                self.tasks.late(watch, *due, f"the CRM could not re-check the deal: {error}")
             return None
         with self.db.connection() as conn:
             watches.refresh_subject(

@@ -49,6 +49,16 @@ class Synced:
     vendors: dict[str, int] = field(default_factory=dict)
     causes: dict[str, str] = field(default_factory=dict)
     items: dict[str, list[str]] = field(default_factory=dict)
+    #: The CRM's answer when it could not be read at all (its vendor, the error's text): the
+    #: run reads it no more, and tries again an hour later.
+    crm_down: tuple[str, str] | None = None
+
+    def crm_error(self) -> IntegrationError | None:
+        """The error the CRM answered this run's first read with, if it could not be read."""
+        if self.crm_down is None:
+            return None
+        vendor, text = self.crm_down
+        return IntegrationError(text.removeprefix(f"{vendor}: "), vendor=vendor)
 
 
 def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts]:
@@ -95,11 +105,13 @@ def sync(
     since = position - CURSOR_OVERLAP if position is not None else None
     tally = Tally(context.log)
     complete = True
+    crm_down: tuple[str, str] | None = None
     try:
         reconciler.check_stage_names()
     except IntegrationError as error:
         tally.problem(f"CRM unreachable, no reconciliation this run: {error}", error)
         complete = False
+        crm_down = (error.vendor, str(error))
     else:
         tally.add(reconciler.run())
         complete = reconciler.complete
@@ -113,6 +125,7 @@ def sync(
         vendors=dict(tally.skipped),
         causes=dict(tally.causes),
         items={vendor: list(named) for vendor, named in tally.items.items()},
+        crm_down=crm_down,
     )
     return dg.Output(synced, metadata=tally.metadata())
 
@@ -154,7 +167,9 @@ def evaluate_due(
     # default: ClickUp holds nothing the machine relies on).
     completed_in = board if settings.clickup_completion_resets else None
     resetter = CadenceResetter(run, postgres, crm, calendar, board=completed_in)
-    resets = resetter.run_changes(synced.since)
+    # A CRM that did not answer sync (after its retries) is not asked again by this run.
+    down = synced.crm_error()
+    resets = resetter.run_changes(synced.since) if down is None else resetter.unreadable(down)
     due = DueSteps(run, postgres, crm, tasks, settings, calendar=calendar)
     tally.add(resets.tally).add(due.run(unreadable=resets.unreadable, cause=resets.error))
     tally.add(due.refresh_summaries())

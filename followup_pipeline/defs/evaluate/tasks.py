@@ -17,11 +17,13 @@ from typing import Any, Literal
 import psycopg
 
 from followup_pipeline.defs.evaluate.ports import TaskWriter
+from followup_pipeline.domain.account import GRACE
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
 from followup_pipeline.domain.steps import DRY_RUN_REF, task_key
 from followup_pipeline.domain.tasks import TaskContent
+from followup_pipeline.engine import work
 from followup_pipeline.engine.effects import ActionSpec, Mode, Outbound, Sent, SuppressReason
 from followup_pipeline.engine.ledger import ActionLedger
 from followup_pipeline.engine.scope import Database, RunScope, Tally
@@ -156,6 +158,9 @@ class TaskLedger:
             return "nothing"  # (a dead letter is left alone: create_task counts it)
         if sent.state in WAITS:
             self.account(spec.key, sent)
+            if sent.state == "unreadable":
+                self.late(watch, step_no, due_on, f"ClickUp could not tell if its task exists: "
+                          f"{sent.error}")  # fmt: skip
             return "in_flight" if sent.state == "in_flight" else "unreadable"
         if sent.state == "done":  # ClickUp took it, yet the step is open: mirrored here
             if sent.provider_ref is None:
@@ -230,6 +235,35 @@ class TaskLedger:
             self.tally.count("fired")
         else:
             self.account(spec.key, sent)  # (done: it reached ClickUp before; the step is marked)
+            if sent.state in ("failed", "unreadable"):
+                self.late(watch, step_no, due_on, f"ClickUp did not take its task: {sent.error}")
+
+    def late(self, watch: Watch, step_no: int, due_on: date, why: str) -> None:
+        """Late means owned: a step that waits on a vendor (``why``) longer than its grace
+        (``domain/account.py``; from its due moment, or from its watch's opening if later) goes
+        on the list of work with the operations owner, once while it waits; it closes by itself
+        when the step fires or is skipped."""
+        late_from = max(self.spec(watch, step_no, due_on).due_at, watch.registered_at)
+        if self.now - late_from <= GRACE["step"]:
+            return
+        name = f"{watch.subject_name} ({watch.account_name})" if watch.account_name else None
+        what = f"step {step_no} of deal {watch.subject_id}" + (f", {name}" if name else "")
+        reason = (
+            f"late since {late_from:%Y-%m-%d %H:%M} UTC: {why}; its task is created when the "
+            "vendor answers again, or close it with a decision (the step is then skipped)"
+        )
+        with self.db.connection() as conn:
+            parked = work.park_step(
+                conn,
+                watch_id=watch.id,
+                step_no=step_no,
+                what=what,
+                reason=reason,
+                settings=self.settings,
+                at=self.now,
+            )
+        if parked:
+            self.tally.count("late_steps_owned")
 
     def account(self, key: str, sent: Sent) -> None:
         """Count an action that did not reach ClickUp now: a dead letter (logged, left alone),

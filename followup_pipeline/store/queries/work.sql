@@ -40,9 +40,9 @@ WITH waiting AS (
 SELECT (SELECT count(*) FROM made)::int AS new, (SELECT count(*) FROM waiting)::int AS again;
 
 -- name: work_park
--- A learning action that can be neither done nor suppressed waits with its tenant's owner: one
--- item while it waits (parked again, its reason and owner are brought up to date), none when a
--- person closed it with a decision.
+-- An action that can be neither done nor suppressed, late (a learning action, a deal's step),
+-- waits with its owner: one item while it waits (parked again, its reason and owner are brought
+-- up to date), none when a person closed it with a decision.
 WITH waiting AS (
     UPDATE work_items
     SET what = %(what)s, reason = %(reason)s, owner = %(owner)s, backup = %(backup)s,
@@ -52,7 +52,7 @@ WITH waiting AS (
 )
 INSERT INTO work_items (subject, pipeline, kind, tenant_id, what, reason, action_key, owner,
                         backup, opened_at, updated_at, failed_at)
-SELECT %(subject)s, 'learning', %(kind)s, %(tenant_id)s, %(what)s, %(reason)s, %(action_key)s,
+SELECT %(subject)s, %(pipeline)s, %(kind)s, %(tenant_id)s, %(what)s, %(reason)s, %(action_key)s,
        %(owner)s, %(backup)s, %(at)s, %(at)s, %(at)s
 WHERE NOT EXISTS (SELECT 1 FROM waiting)
   AND NOT EXISTS (SELECT 1 FROM work_items
@@ -63,16 +63,22 @@ RETURNING id;
 -- Waiting items whose event or action ended since, by any path (a later run, reconciliation, a
 -- replay): an event done (or gone), an action accepted, confirmed or suppressed (or gone).
 SELECT w.id, w.kind, w.replays, w.failures, e.status AS event_status,
-       coalesce(a.outcome, r.delivery_outcome) AS action_outcome,
-       coalesce(a.reason, r.reason) AS action_reason,
+       coalesce(a.outcome, r.delivery_outcome,
+                CASE WHEN s.fired_at IS NOT NULL THEN 'fired'
+                     WHEN s.skip_reason IS NOT NULL THEN 'suppressed' END) AS action_outcome,
+       coalesce(a.reason, r.reason, s.skip_reason) AS action_reason,
        (w.event_id IS NOT NULL AND e.id IS NULL) OR (w.kind = 'dead_action' AND a.id IS NULL)
-           AS gone
+           OR (w.kind = 'step' AND s.id IS NULL) AS gone
 FROM work_items w
 LEFT JOIN events e ON e.id = w.event_id
 LEFT JOIN actions a ON a.idempotency_key = w.action_key
 -- A reminder parked before it was ever tried (its Moodle away) may end without a ledger action:
 -- overtaken by a new due date at a sync.
 LEFT JOIN lms_reminders r ON w.kind = 'reminder' AND r.idempotency_key = w.action_key
+-- A late step (task:<watch>:<step>) ends when it fires or is skipped, with or without a task.
+LEFT JOIN watch_steps s
+    ON s.watch_id = CASE WHEN w.kind = 'step' THEN split_part(w.action_key, ':', 2)::bigint END
+   AND s.step_no = CASE WHEN w.kind = 'step' THEN split_part(w.action_key, ':', 3)::int END
 WHERE w.state <> 'closed'
   AND ((w.event_id IS NOT NULL AND e.id IS NULL)
        OR (w.kind = 'dead_event' AND e.status = 'done')
@@ -80,7 +86,9 @@ WHERE w.state <> 'closed'
        OR (w.kind NOT IN ('dead_event', 'invalid_item')
            AND a.outcome IN ('accepted', 'confirmed', 'suppressed'))
        OR (w.kind = 'reminder' AND a.id IS NULL
-           AND r.delivery_outcome IN ('accepted', 'confirmed', 'suppressed')));
+           AND r.delivery_outcome IN ('accepted', 'confirmed', 'suppressed'))
+       OR (w.kind = 'step' AND (s.id IS NULL OR s.fired_at IS NOT NULL
+                                OR s.skip_reason IS NOT NULL)));
 
 -- name: work_close
 -- Close waiting items, with how (and, for a person's decision, who and why).

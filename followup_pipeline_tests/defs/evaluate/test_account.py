@@ -1,5 +1,6 @@
 """``followup account``: a due step left undone past its grace is unaccounted, named, and fails
-the command; once fired it is done. The real job on real Postgres, the sandbox over HTTP."""
+the command; late while the CRM is down, it waits with its owner; a person's decision skips it.
+The real job on real Postgres, the sandbox over HTTP."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _account(
     return code, capsys.readouterr().out
 
 
-def test_account_a_step_undone_past_its_grace_is_unaccounted_and_named(
+def test_account_a_step_undone_past_its_grace_is_unaccounted_then_owned_then_decided(
     machine: Machine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     deal = machine.deal(name="Alpha")
@@ -41,14 +42,22 @@ def test_account_a_step_undone_past_its_grace_is_unaccounted_and_named(
     assert code == 1, out
     assert "unaccounted (1)" in out
     assert f"deal_followup step {name}: due 2026-03-09 07:00" in out
-    # The next evaluate fires it: done, and nothing is unaccounted.
+    # The CRM is down when evaluate comes: late means owned, the step waits on the list of
+    # work with the operations owner (none set here: it says so), and is accounted for.
+    machine.fault(vendor="espocrm", kind="error", status=503)
     machine.evaluate(MONDAY.replace(hour=6) + timedelta(days=7, hours=4))
-    code, out = _account(
-        machine,
-        monkeypatch,
-        capsys,
-        hours=4,
-    )
+    code, out = _account(machine, monkeypatch, capsys, hours=4)
+    assert code == 0, out
+    assert "waiting, deal_followup step: nobody: set FOLLOWUP_OPS_OWNER 1" in out, out
+    # A person decides it is done with: the step is skipped, "decided", and no run fires it.
+    with machine.control() as control:
+        control.delete("/faults").raise_for_status()
+    capsys.readouterr()
+    assert main(["work", "close", f"action:{name}", "--by", "Ops", "--reason", "called"]) == 0
+    machine.evaluate(MONDAY.replace(hour=6) + timedelta(days=7, hours=5))
+    assert machine.tasks() == []
+    code, out = _account(machine, monkeypatch, capsys, hours=5)
     assert code == 0, out
     step_line = next(line for line in out.splitlines() if line.startswith("deal_followup  step"))
-    assert step_line.split()[2:4] == ["1", "1"], out  # due 1, done 1
+    assert "suppressed, deal_followup step: decided 1" in out, out
+    assert step_line.split()[2:5] == ["1", "0", "1"], out  # due 1, done 0, suppressed 1
