@@ -150,7 +150,10 @@ def publish_content(
         site = moodle.site(tenant.moodle_url, tenant.token_ref)
         return publish_tenant(run, postgres, tenant, site, settings)
 
-    counts, tally = each_tenant(context, tenants, publish)
+    def late(tenant: lms.Tenant, error: Exception) -> int:
+        return CatchUp(postgres, tenant, settings, run.now).park_late_publications(error)
+
+    counts, tally = each_tenant(context, tenants, publish, late)
     return tenants_output(context, counts, len(tally.problems), tally.degraded())
 
 
@@ -184,7 +187,10 @@ def reconcile_certificates(
         platform = accredible.account(tenant.credential_token_ref)
         return certify_tenant(run, postgres, tenant, site, platform, settings)
 
-    counts, tally = each_tenant(context, due, certify)
+    def late(tenant: lms.Tenant, error: Exception) -> int:
+        return CatchUp(postgres, tenant, settings, run.now).park_late_certificates(error)
+
+    counts, tally = each_tenant(context, due, certify, late)
     for tenant in certifying:
         if tenant not in due:
             counts[f"{tenant.id}:checked_lately"] += 1

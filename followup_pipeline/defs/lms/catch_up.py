@@ -14,8 +14,12 @@ from followup_pipeline.domain.work import ItemKind
 from followup_pipeline.engine import work
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import lms
+from followup_pipeline.store import lms, lms_content
+from followup_pipeline.store import lms_certificates as certs
 from followup_pipeline.store.lms import Tenant
+
+#: The states of a certificate or a content version that is neither done nor settled.
+UNSETTLED = ("missing", "waiting", "failed", "unknown")
 
 
 class CatchUp:
@@ -72,3 +76,36 @@ class CatchUp:
             )
             new += self.park(row.key, "reminder", what, reason)
         return new
+
+    def park_late_certificates(self, error: BaseException) -> int:
+        """Late means owned, for certificates: the tenant's Moodle or credential platform cannot
+        be reached (``error``), so each certificate of a completion older than its grace and not
+        issued goes on the owner's list; it closes by itself once it is issued. New items."""
+        with self.db.connection() as conn:
+            rows = certs.rows(conn, self.tenant.id)
+        late_before = self.now - GRACE["certificate"]
+        new = 0
+        for row in rows:
+            if row.state in UNSETTLED and row.completed_at <= late_before:
+                who = row.learner_name or f"learner {row.learner_id}"
+                what = f"certificate of {who} for course {row.course_id}"
+                new += self.park(row.idempotency_key, "certificate", what, _late(error))
+        return new
+
+    def park_late_publications(self, error: BaseException) -> int:
+        """Late means owned, for content: the tenant's Moodle cannot be reached (``error``), so
+        each version due longer ago than its grace and not published goes on the owner's list;
+        it closes by itself once it is published or superseded. New items."""
+        with self.db.connection() as conn:
+            rows = lms_content.rows(conn, self.tenant.id, due=self.now - GRACE["publication"])
+        new = 0
+        for row in rows:
+            if row.state in UNSETTLED:
+                what = f"content {row.content_id} v{row.version} ({row.title})"
+                approval = "" if row.approved_at else "; it is not approved either"
+                new += self.park(row.idempotency_key, "publication", what, _late(error) + approval)
+        return new
+
+
+def _late(error: BaseException) -> str:
+    return f"late: the tenant cannot be reached ({error}); it goes out when it can be"

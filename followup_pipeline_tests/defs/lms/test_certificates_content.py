@@ -3,7 +3,8 @@ Moodle and Accredible: a learner who completed a course gets one export, confirm
 a second run exports nothing more; an export the platform lost is found missing and issued again;
 a lost answer is found by the read-back, never issued twice. Approved current content due
 yesterday is published once; a superseded version never; content not approved waits, says why,
-and is queued with the tenant's owner (alerted to them) until it is approved and published."""
+and is queued with the tenant's owner (alerted to them) until it is approved and published. A
+certificate or content late while the tenant cannot be reached waits with the owner too."""
 
 from __future__ import annotations
 
@@ -16,10 +17,15 @@ import pytest
 
 from followup_pipeline.cli import main
 from followup_pipeline.defs.alerts.checks import work_signals
+from followup_pipeline.defs.lms.catch_up import CatchUp
 from followup_pipeline.domain.work import Selection
 from followup_pipeline.engine import work
+from followup_pipeline.integrations.errors import TransientError
+from followup_pipeline.resources import PostgresResource
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import alerts as alert_store
+from followup_pipeline.store import lms, lms_content
+from followup_pipeline.store import lms_certificates as certs
 from followup_pipeline.store import work as work_store
 from followup_pipeline.store.alerts import Signal
 from followup_pipeline.store.lms_content import content_lock
@@ -299,3 +305,35 @@ def test_lms_a_reminder_that_failed_every_attempt_waits_with_its_owner_until_it_
     assert _items(db) == []
     [closed] = _items(db, "closed")
     assert (closed.closed_how, closed.closed_note) == ("resolved", "suppressed: completed")
+
+
+def test_lms_late_certificates_and_content_of_an_unreachable_tenant_wait_with_its_owner(
+    db: psycopg.Connection[Any], sandbox: str, db_url: str
+) -> None:
+    """Late means owned, for what a run could not reach: a completion older than its grace (3 h)
+    and content due longer ago than its (1 h) go on the owner's list, once, saying why."""
+    seeded = _certifying(db, sandbox, learners=2)
+    learner, newer = seeded["users"]
+    for who, hours in ((learner, 4), (newer, 2)):  # the second is within its grace
+        completed = MONDAY - timedelta(hours=hours)
+        certs.seen(db, certs.Completion(BERLIN, who, seeded["course"], 9549, f"L{who}", None,
+                                        completed), at=completed)  # fmt: skip
+    for content, hours in (("week-1", 2), ("week-2", 0.5)):
+        lms_content.save(db, lms_content.ContentVersion(
+            BERLIN, content, 1, content, seeded["course"], 1, MONDAY - timedelta(hours=hours)
+        ))  # fmt: skip
+    tenant = lms.tenant(db, BERLIN)
+    assert tenant is not None
+    queue = CatchUp(PostgresResource(url=db_url), tenant, load_settings(), MONDAY)
+    away = TransientError("HTTP 503 on POST /webservice/rest/server.php", vendor="moodle")
+    assert queue.park_late_certificates(away) == 1
+    assert queue.park_late_publications(away) == 1
+    assert queue.park_late_certificates(away) + queue.park_late_publications(away) == 0  # once
+    items = sorted(_items(db), key=lambda item: item.kind)
+    assert [(i.kind, i.owner, i.backup) for i in items] == [
+        ("certificate", OWNER, BACKUP), ("publication", OWNER, BACKUP)
+    ]  # fmt: skip
+    assert items[0].what == f"certificate of L{learner} for course {seeded['course']}"
+    assert items[1].what == "content week-1 v1 (week-1)"
+    assert all("late: the tenant cannot be reached (moodle: HTTP 503" in i.reason for i in items)
+    assert "not approved either" in items[1].reason
