@@ -2,8 +2,9 @@
 (docs/architecture.md §12, docs/operations.md "Work waiting for a person").
 
 Items are named by number (``12``, ``#12``) or by what they stand for (``event:12``,
-``action:<key>``), or selected by filters: ``--pipeline``, ``--kind``, ``--step``, ``--error``,
-``--owner``, ``--state``, ``--since``, ``--tenant``, ``--subject``. ``ack``, ``close`` and
+``action:<key>``, a late follow-up step's ``step:<watch>:<step>``), or selected by filters:
+``--pipeline``, ``--kind``, ``--step``, ``--error``, ``--owner``, ``--state``, ``--since``,
+``--tenant``, ``--subject``. ``ack``, ``close`` and
 ``replay`` work on one item or a selection, each audited with ``--by`` and ``--reason``; ``--dry``
 lists what they would touch and changes nothing. ``followup dead-letters`` and ``followup lms
 queue`` are views of the same list.
@@ -66,11 +67,12 @@ def _ids_and_subjects(names: Sequence[str]) -> tuple[list[int], list[str]]:
         text = name.strip().lstrip("#")
         if text.isdigit():
             ids.append(int(text))
-        elif re.match(r"^(event|action):.+", text):
+        elif re.match(r"^(event|action|step):.+", text):
             subjects.append(text)
         else:
             raise ValueError(
-                f"not an item: {name!r} (expected its number, event:<id> or action:<key>)"
+                f"not an item: {name!r} (expected its number, event:<id>, action:<key> or "
+                "step:<watch>:<step>)"
             )
     return ids, subjects
 

@@ -60,7 +60,8 @@ SKIP_WORDS = {
     "deal_closed": "the deal was no longer open in a watched stage",
     "superseded": "a later step was due at the same time, and only the latest fires",
     "paused": "the watch was paused",
-    "decided": "a person closed it, late, on the list of work (followup work show)",
+    "decided": "it was late while a vendor was away and a person closed it on the list of "
+    "work (followup work list --kind step --state closed)",
 }
 
 

@@ -91,6 +91,7 @@ WORDS: dict[Language, dict[str, str]] = {
         # why a step got no task
         "deal_closed": "Deal abgeschlossen",
         "superseded": "vom nächsten Schritt abgelöst",
+        "decided": "verspätet, vom Betrieb geschlossen",
         "dry_run": "Testbetrieb, nichts gesendet",
         # the Friday overview's leads
         "leads": "Leads",
@@ -190,6 +191,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "chart": "Tasks per business day",
         "deal_closed": "deal closed",
         "superseded": "replaced by the next step",
+        "decided": "late, closed by operations",
         "dry_run": "test mode, nothing sent",
         "leads": "Leads",
         "leads_quiet": "No leads this week, and none waits for the operations team.",

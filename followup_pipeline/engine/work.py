@@ -210,12 +210,14 @@ def park_step(
     at: datetime,
 ) -> bool:
     """A follow-up step late past its grace, its vendor away, waits with the operations owner
-    (``FOLLOWUP_OPS_OWNER``): once while it waits, its reason kept current; it closes by itself
-    when the step fires or is skipped (``sync``). Whether it is a new item."""
+    (``FOLLOWUP_OPS_OWNER``) as ``step:<watch>:<step>``: once while it waits, its reason kept
+    current; it closes by itself when the step fires, is skipped or is planned again, or its
+    task's action dies (a dead letter of its own, ``sync``). Whether it is a new item."""
     with conn.transaction():
         store.lock(conn)
         return store.park(
             conn,
+            subject=f"step:{watch_id}:{step_no}",
             action_key=task_key(watch_id, step_no),
             pipeline="deal_followup",
             kind="step",
@@ -311,10 +313,10 @@ def close(
                 ledger.decide(conn, item.action_key)
                 if item.kind == "reminder":  # one parked before it was ever tried, too
                     lms.decide_reminder(conn, item.action_key, at=at)
-                elif item.kind == "step":  # late, never tried: the step is skipped, decided
+                elif item.kind == "step":  # late: it and the open steps before it, decided
                     watch_id, step_no = step_of_key(item.action_key)
-                    steps.skip_step(conn, watch_id=watch_id, step_no=step_no, reason="decided",
-                                    at=at)  # fmt: skip
+                    steps.skip_through(conn, watch_id=watch_id, step_no=step_no,
+                                       reason="decided", at=at)  # fmt: skip
             audit.record(conn, actor=by, action="work.close",
                          subject=f"work:{item.id} {item.subject}", reason=reason)  # fmt: skip
             closed.append(item)

@@ -55,6 +55,8 @@ class ContentRow:
     reason: str | None
     idempotency_key: str
     published_at: datetime | None
+    #: When it was added (by the database's clock).
+    created_at: datetime
     current_version: int
 
     @property

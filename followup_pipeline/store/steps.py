@@ -175,6 +175,15 @@ def skip_step(
     return conn.execute(query("skip_step"), params).fetchone() is not None
 
 
+def skip_through(
+    conn: psycopg.Connection[Any], *, watch_id: int, step_no: int, reason: str, at: datetime
+) -> int:
+    """Skip step ``step_no`` and every open step before it for ``reason`` (a person decided a
+    late step is done with: an earlier one must not fire in its place); how many."""
+    params = {"watch_id": watch_id, "step_no": step_no, "reason": reason, "skipped_at": at}
+    return len(conn.execute(query("skip_steps_through"), params).fetchall())
+
+
 def replan_step(
     conn: psycopg.Connection[Any], *, watch_id: int, step_no: int, due_on: date
 ) -> None:

@@ -153,11 +153,13 @@ def park(
     owner: str,
     backup: str | None,
     at: datetime,
+    subject: str | None = None,
 ) -> bool:
     """A late action waits with its owner (once while it waits; never again once a person
-    closed it with a decision); whether a new item was made."""
+    closed it with a decision); whether a new item was made. Its ``subject`` is
+    ``action:<key>`` unless given (a step's is its own: its task's action may die apart)."""
     params = {
-        "subject": f"action:{action_key}",
+        "subject": subject or f"action:{action_key}",
         "action_key": action_key,
         "pipeline": pipeline,
         "kind": kind,

@@ -245,3 +245,57 @@ def test_work_refusals_are_said_and_an_unhandled_event_is_replayed_by_name(
     assert db.execute(
         "SELECT actor, subject FROM audit_log WHERE action = 'work.replay'"
     ).fetchall() == [{"actor": "Olga", "subject": f"event:{row['id']}"}]
+
+
+def test_work_a_late_step_closes_when_planned_again_and_a_decision_skips_the_steps_before_it(
+    db: psycopg.Connection[Any], ops: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from followup_pipeline.domain.calendar import BusinessCalendar
+    from followup_pipeline.store.cadences import Plan
+    from followup_pipeline.store.steps import replan_step, steps_of
+    from followup_pipeline.store.watches import Subject, insert_watch
+
+    plan = Plan("default", (5, 12, 21), "Europe/Berlin", BusinessCalendar("DE"))
+    opened = datetime(2026, 2, 2, 9, tzinfo=UTC)
+    deals = [Subject(f"deal-{n}", f"Deal {n}", "Proposal") for n in (1, 2)]
+    watches = [
+        insert_watch(db, subject=deal, plan=plan, registered_at=opened, registered_by="reconcile")
+        for deal in deals
+    ]
+    first, second = (w for w in watches if w is not None)
+    settings = load_settings()
+    late = datetime(2026, 3, 2, 12, tzinfo=UTC)  # steps 1 and 2 of both are due by then
+    for watch_id in (first, second):
+        for step_no in (1, 2):
+            work.park_step(db, watch_id=watch_id, step_no=step_no, what=f"step {step_no}",
+                           reason="late: espocrm", settings=settings, at=late)  # fmt: skip
+    assert work.sync(db, settings, at=late).closed == 0
+    # Activity planned the first deal's steps again, for later days: their items close.
+    for step_no, due_on in ((1, datetime(2026, 3, 9).date()), (2, datetime(2026, 3, 18).date())):
+        replan_step(db, watch_id=first, step_no=step_no, due_on=due_on)
+    assert work.sync(db, settings, at=late).closed == 2
+    notes = {i.subject: i.closed_note for i in store.select(db, Selection(states=("closed",)))}
+    assert notes == {
+        f"step:{first}:1": "planned again for 2026-03-09",
+        f"step:{first}:2": "planned again for 2026-03-18",
+    }
+    # A person closes the second deal's step 2: step 1, before it, is skipped with it (no run
+    # may fire it in its place), and its own item closes by itself.
+    capsys.readouterr()
+    assert main(["work", "close", f"step:{second}:2", "--by", "Ops", "--reason", "lost"]) == 0
+    assert [(s.step_no, s.skip_reason) for s in steps_of(db, second)] == [
+        (1, "decided"), (2, "decided"), (3, None)
+    ]  # fmt: skip
+    assert work.sync(db, settings, at=late).closed == 1
+    [item] = store.select(db, Selection(names=(f"step:{second}:1",), states=("closed",)))
+    assert (item.closed_how, item.closed_note) == ("resolved", "suppressed: decided")
+    assert store.select(db, Selection(kinds=("step",))) == []  # nothing waits
+    # A late step whose task's action then failed every attempt: its dead letter takes over.
+    work.park_step(db, watch_id=first, step_no=3, what="step 3", reason="late: clickup: 503",
+                   settings=settings, at=late)  # fmt: skip
+    _dead_action(db, f"task:{first}:3", "task")
+    synced = work.sync(db, settings, at=late)
+    assert (synced.new, synced.closed) == (1, 1)
+    [dead] = store.select(db, Selection(kinds=("dead_action",)))
+    [handed] = store.select(db, Selection(names=(f"step:{first}:3",), states=("closed",)))
+    assert handed.closed_note == f"handed over to its dead letter #{dead.id}"

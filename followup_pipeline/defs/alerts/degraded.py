@@ -65,10 +65,10 @@ def _line(episode: Episode) -> str:
 
 
 def degraded_signal(
-    episode: Episode, *, now: datetime, runs: int, hours: float, zone: str
+    episode: Episode, *, now: datetime, runs: int, hours: float, zone: str, note: str = ""
 ) -> Signal | None:
     """The episode's alert, once it spans ``runs`` runs or ``hours`` hours (None before, and for
-    an episode a clean run ended)."""
+    an episode a clean run ended); ``note`` adds what waits because of it."""
     if episode.ended_by is not None:
         return None
     count = len(episode.partial)
@@ -85,6 +85,7 @@ def degraded_signal(
         message=(
             f"{many} runs in a row ended partial since "
             f"{episode.first.started.astimezone(local):%Y-%m-%d %H:%M %Z}: {_line(episode)}"
+            + (f". {note}" if note else "")
         ),
         occurred_at=now,
         run_id=episode.partial[0].run_id,

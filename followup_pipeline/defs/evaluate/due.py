@@ -9,7 +9,7 @@ those whose open task shows an older summary than their deal's newest, and those
 exhausted.
 """
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from datetime import date
 from typing import Literal
 
@@ -131,6 +131,7 @@ class DueSteps:
                 self.tasks.skip(watch, step_no, due_on[step_no], "paused")
             return
         step, day = selection.fire, due_on[selection.fire]
+        waiting = [(step_no, due_on[step_no]) for step_no in due]
         if unreadable:
             self.tally.count("waiting_on_crm")
             self.tally.skip(
@@ -138,9 +139,9 @@ class DueSteps:
                 item=f"deal {watch.subject_id}",
             )  # fmt: skip
             why = f"the CRM's activity could not be read: {self.cause or watch.last_error}"
-            self.tasks.late(watch, step, day, why)
+            self.late(watch, waiting, why)
             return  # its activity could not be read: a reset might postpone the step
-        deal = self._current(watch, due=(step, day))
+        deal = self._current(watch, due=waiting)
         if deal is None:
             return
         for step_no in selection.supersede:
@@ -215,7 +216,13 @@ class DueSteps:
         )
         return render_task(facts, self.settings.report_language)
 
-    def _current(self, watch: Watch, *, due: tuple[int, date] | None = None) -> Deal | None:
+    def late(self, watch: Watch, due: Sequence[tuple[int, date]], why: str) -> None:
+        """The ``due`` steps of ``watch`` (the one that fires and those it supersedes) wait on
+        the CRM for ``why``: each later than its grace goes on the list of work."""
+        for step_no, due_on in due:
+            self.tasks.late(watch, step_no, due_on, why)
+
+    def _current(self, watch: Watch, *, due: Sequence[tuple[int, date]] = ()) -> Deal | None:
         """The deal as the CRM has it now, if the watch stays open: None when the CRM cannot tell
         (the error kept on the watch; the ``due`` step, late past its grace, goes on the list of
         work), and when the deal left the watched stages or is gone (the watch is closed now)."""
@@ -228,7 +235,9 @@ class DueSteps:
         assert isinstance(deal, Deal)
         return deal
 
-    def _recheck(self, watch: Watch, due: tuple[int, date] | None) -> Deal | Literal["gone"] | None:
+    def _recheck(
+        self, watch: Watch, due: Sequence[tuple[int, date]]
+    ) -> Deal | Literal["gone"] | None:
         """The deal as the CRM has it now (refreshing the watch's copy), ``GONE`` if it was
         deleted, None when the CRM cannot tell: then the step waits, the error kept on the watch."""
         try:
@@ -244,8 +253,7 @@ class DueSteps:
             )
             with self.db.connection() as conn:
                 watches.set_watch_error(conn, watch_id=watch.id, error=str(error), at=self.now)
-            if due is not None:
-                self.tasks.late(watch, *due, f"the CRM could not re-check the deal: {error}")
+            self.late(watch, due, f"the CRM could not re-check the deal: {error}")
             return None
         with self.db.connection() as conn:
             watches.refresh_subject(

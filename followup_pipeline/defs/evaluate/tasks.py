@@ -243,9 +243,10 @@ class TaskLedger:
         (``domain/account.py``; from its due moment, or from its watch's opening if later) goes
         on the list of work with the operations owner, once while it waits; it closes by itself
         when the step fires or is skipped."""
-        late_from = max(self.spec(watch, step_no, due_on).due_at, watch.registered_at)
-        if self.now - late_from <= GRACE["step"]:
-            return
+        spec = self.spec(watch, step_no, due_on)
+        late_from = max(spec.due_at, watch.registered_at)
+        if self.now - late_from <= GRACE["step"] or self.ledger.dead(spec.key):
+            return  # not late yet, or its task's action is a dead letter with its own item
         name = f"{watch.subject_name} ({watch.account_name})" if watch.account_name else None
         what = f"step {step_no} of deal {watch.subject_id}" + (f", {name}" if name else "")
         reason = (

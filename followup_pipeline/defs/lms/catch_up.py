@@ -94,13 +94,17 @@ class CatchUp:
 
     def park_late_publications(self, error: BaseException) -> int:
         """Late means owned, for content: the tenant's Moodle cannot be reached (``error``), so
-        each version due longer ago than its grace and not published goes on the owner's list;
-        it closes by itself once it is published or superseded. New items."""
+        current version due longer ago than its grace and not published goes on the owner's
+        list; it closes by itself once it is published or superseded. New items."""
+        late_before = self.now - GRACE["publication"]
         with self.db.connection() as conn:
-            rows = lms_content.rows(conn, self.tenant.id, due=self.now - GRACE["publication"])
+            rows = lms_content.rows(conn, self.tenant.id, due=late_before)
         new = 0
         for row in rows:
-            if row.state in UNSETTLED:
+            # Late from its moment, or from when it was added if later (as the account says;
+            # the database's clock: a machine on a set clock keeps the moment).
+            added = row.created_at if row.created_at <= self.now else row.publish_at
+            if row.state in UNSETTLED and row.current and max(row.publish_at, added) <= late_before:
                 what = f"content {row.content_id} v{row.version} ({row.title})"
                 approval = "" if row.approved_at else "; it is not approved either"
                 new += self.park(row.idempotency_key, "publication", what, _late(error) + approval)

@@ -26,6 +26,7 @@ RETURNING version;
 -- and not read back yet.
 SELECT c.tenant_id, c.content_id, c.version, c.title, c.course_id, c.cmid, c.publish_at,
        c.approved_by, c.approved_at, c.state, c.reason, c.idempotency_key, c.published_at,
+       c.created_at,
        (SELECT max(v.version) FROM lms_content v
         WHERE (v.tenant_id, v.content_id) = (c.tenant_id, c.content_id))::int AS current_version
 FROM lms_content c
@@ -40,6 +41,7 @@ ORDER BY c.tenant_id, c.publish_at, c.content_id, c.version;
 -- content id and whether it still stands as it was read.
 SELECT c.tenant_id, c.content_id, c.version, c.title, c.course_id, c.cmid, c.publish_at,
        c.approved_by, c.approved_at, c.state, c.reason, c.idempotency_key, c.published_at,
+       c.created_at,
        (SELECT max(v.version) FROM lms_content v
         WHERE (v.tenant_id, v.content_id) = (c.tenant_id, c.content_id))::int AS current_version
 FROM lms_content c

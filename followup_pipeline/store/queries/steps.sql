@@ -18,6 +18,13 @@ WHERE watch_id = %(watch_id)s AND step_no = %(step_no)s
   AND fired_at IS NULL AND skipped_at IS NULL
 RETURNING id;
 
+-- name: skip_steps_through
+-- Mark a step and every open step before it skipped, with one reason.
+UPDATE watch_steps SET skipped_at = %(skipped_at)s, skip_reason = %(reason)s
+WHERE watch_id = %(watch_id)s AND step_no <= %(step_no)s
+  AND fired_at IS NULL AND skipped_at IS NULL
+RETURNING id;
+
 -- name: replan_step
 -- Plan a step that has not fired again (clearing a skip for 'paused').
 UPDATE watch_steps SET due_on = %(due_on)s, skipped_at = NULL, skip_reason = NULL

@@ -61,12 +61,18 @@ RETURNING id;
 
 -- name: work_settled
 -- Waiting items whose event or action ended since, by any path (a later run, reconciliation, a
--- replay): an event done (or gone), an action accepted, confirmed or suppressed (or gone).
+-- replay): an event done (or gone), an action accepted, confirmed or suppressed (or gone). A late
+-- step (its task's key task:<watch>:<step>) ends when it fires or is skipped, when activity or a
+-- resume planned it again for a later day than it was parked on, or when its task's action died
+-- and waits as a dead letter of its own.
 SELECT w.id, w.kind, w.replays, w.failures, e.status AS event_status,
-       coalesce(a.outcome, r.delivery_outcome,
-                CASE WHEN s.fired_at IS NOT NULL THEN 'fired'
-                     WHEN s.skip_reason IS NOT NULL THEN 'suppressed' END) AS action_outcome,
-       coalesce(a.reason, r.reason, s.skip_reason) AS action_reason,
+       CASE WHEN w.kind <> 'step' THEN coalesce(a.outcome, r.delivery_outcome)
+            WHEN s.fired_at IS NOT NULL THEN 'fired'
+            WHEN s.skip_reason IS NOT NULL THEN 'suppressed'
+            WHEN d.id IS NOT NULL THEN 'handed over to its dead letter #' || d.id
+            WHEN s.id IS NOT NULL THEN 'planned again for ' || s.due_on END AS action_outcome,
+       CASE WHEN w.kind = 'step' THEN s.skip_reason ELSE coalesce(a.reason, r.reason) END
+           AS action_reason,
        (w.event_id IS NOT NULL AND e.id IS NULL) OR (w.kind = 'dead_action' AND a.id IS NULL)
            OR (w.kind = 'step' AND s.id IS NULL) AS gone
 FROM work_items w
@@ -75,20 +81,28 @@ LEFT JOIN actions a ON a.idempotency_key = w.action_key
 -- A reminder parked before it was ever tried (its Moodle away) may end without a ledger action:
 -- overtaken by a new due date at a sync.
 LEFT JOIN lms_reminders r ON w.kind = 'reminder' AND r.idempotency_key = w.action_key
--- A late step (task:<watch>:<step>) ends when it fires or is skipped, with or without a task.
 LEFT JOIN watch_steps s
     ON s.watch_id = CASE WHEN w.kind = 'step' THEN split_part(w.action_key, ':', 2)::bigint END
    AND s.step_no = CASE WHEN w.kind = 'step' THEN split_part(w.action_key, ':', 3)::int END
+LEFT JOIN watches sw ON sw.id = s.watch_id
+LEFT JOIN LATERAL (
+    SELECT id FROM work_items dl
+    WHERE w.kind = 'step' AND dl.subject = 'action:' || w.action_key AND dl.state <> 'closed'
+      AND dl.kind = 'dead_action'
+    LIMIT 1
+) d ON true
 WHERE w.state <> 'closed'
   AND ((w.event_id IS NOT NULL AND e.id IS NULL)
        OR (w.kind = 'dead_event' AND e.status = 'done')
        OR (w.kind = 'dead_action' AND a.id IS NULL)
-       OR (w.kind NOT IN ('dead_event', 'invalid_item')
+       OR (w.kind NOT IN ('dead_event', 'invalid_item', 'step')
            AND a.outcome IN ('accepted', 'confirmed', 'suppressed'))
        OR (w.kind = 'reminder' AND a.id IS NULL
            AND r.delivery_outcome IN ('accepted', 'confirmed', 'suppressed'))
-       OR (w.kind = 'step' AND (s.id IS NULL OR s.fired_at IS NOT NULL
-                                OR s.skip_reason IS NOT NULL)));
+       OR (w.kind = 'step'
+           AND (s.id IS NULL OR s.fired_at IS NOT NULL OR s.skip_reason IS NOT NULL
+                OR d.id IS NOT NULL
+                OR s.due_on > (w.failed_at AT TIME ZONE sw.time_zone)::date)));
 
 -- name: work_close
 -- Close waiting items, with how (and, for a person's decision, who and why).

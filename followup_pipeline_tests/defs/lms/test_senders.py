@@ -183,7 +183,7 @@ def test_module_publication_shows_the_module_and_reads_it_back_visible(
         tenant_id=BERLIN, content_id="week-1", version=1, title="Week 1",
         course_id=seeded["course"], cmid=module["id"], publish_at=NOW, approved_by="Dana",
         approved_at=NOW, state="waiting", reason=None, idempotency_key="lms-publish:x:week-1:v1",
-        published_at=None, current_version=1,
+        published_at=None, created_at=NOW, current_version=1,
     )  # fmt: skip
     publication = ModulePublication(row, site, ContentBook(records, tenant, NOW, Counter()))
     spec = _spec(row.idempotency_key, "publication")
