@@ -88,6 +88,7 @@ def test_doctor_reads_the_lists_closed_status(
         ("FOLLOWUP_CLICKUP_LIST_ID", "no-such-list", "clickup", "no-such-list"),
         ("FOLLOWUP_OPS_CLICKUP_LIST_ID", "no-such-list", "alerts", "no-such-list"),
         ("FOLLOWUP_OPS_OWNER", "", "alerts", "FOLLOWUP_OPS_OWNER"),
+        ("FOLLOWUP_COMPANY_LOOKUP_API_KEY", "wrong", "company lookup", "401"),
     ],
 )
 def test_doctor_names_exactly_the_vendor_at_fault(
@@ -251,3 +252,34 @@ def test_doctor_checks_the_user_map_against_the_lists_members_and_the_recipients
     out = capsys.readouterr().out
     assert "CRM user 5f1a0c2b3d4e5f601 -> ClickUp 99999" in out
     assert "FAIL reports: no e-mail address: 'sales-lead.example.com'" in out
+
+
+def test_doctor_names_an_academy_whose_moodle_is_away_and_prints_every_mode(
+    sandbox: str,
+    db_url: str,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from followup_pipeline_tests.defs.lms.lms_world import BERLIN, NEW_YORK, control, make_tenant
+
+    _sandbox_credentials(monkeypatch, sandbox, db_url)
+    make_tenant(db, sandbox, BERLIN, 1, credential_token_ref="ACADEMY_BERLIN_CREDENTIALS",
+                credential_groups={"1": 9549})  # fmt: skip
+    make_tenant(db, sandbox, NEW_YORK, 1, mode="dry")
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert "ok   modes: deal follow-up live; lead intake shadow; academies: " in out
+    assert f"{BERLIN} live, {NEW_YORK} dry" in out
+    assert f"ok   moodle {BERLIN}: {sandbox}/moodle/{BERLIN}: " in out
+    assert "token accepted; Moodle not reached by any run yet" in out
+    assert f"ok   credentials {BERLIN}: " in out
+    assert "ok   company lookup: " in out
+    # New York's Moodle answers 503: exactly its line fails, naming the answer.
+    control(sandbox, "POST", "/faults", {"vendor": "moodle", "kind": "error", "status": 503,
+                                        "path": NEW_YORK})  # fmt: skip
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert _faults(out) == {"dagster", "ingress", f"moodle {NEW_YORK}"}, out
+    [line] = [line for line in out.splitlines() if line.startswith(f"FAIL moodle {NEW_YORK}: ")]
+    assert "HTTP 503" in line

@@ -6,7 +6,8 @@ Settings, the database and its schema, the cadence row, lead intake's mode (shad
 each schedule's and sensor's state, the daemon's heartbeat, the ingress, the last webhook, and
 each vendor's credentials and configuration (the CRM knows the configured stages, the ClickUp
 list exists and can close tasks, Graph grants a token, Mistral accepts the key and knows the
-model), who receives the reports and the alerts. Run from any folder of the
+model, the company lookup accepts its key, each academy's Moodle and credential platform answer),
+who receives the reports and the alerts, and each pipeline's mode. Run from any folder of the
 checkout with nothing exported: it reads the machine as ``followup dagster`` does.
 """
 
@@ -18,13 +19,14 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import httpx
 import psycopg
 
 from followup_pipeline.clock import build_clock
-from followup_pipeline.commands import probes
+from followup_pipeline.commands import probes, probes_learning
 from followup_pipeline.commands.lead_switch import describe
 from followup_pipeline.commands.probes import Check, fail, ok, warn
 from followup_pipeline.domain.localtime import for_people
@@ -39,7 +41,7 @@ from followup_pipeline.machine import (
     with_sandbox,
 )
 from followup_pipeline.settings import ConfigError, Settings
-from followup_pipeline.store import lead_mode, work
+from followup_pipeline.store import lead_mode, lms, work
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
 from followup_pipeline.store.events import webhook_silence
@@ -78,7 +80,37 @@ def examine(settings: Settings) -> Iterator[Check]:
     yield from _vendor("outlook", lambda: probes.outlook(settings))
     yield recipients_check(settings)
     yield from _vendor("mistral", lambda: probes.mistral(settings))
+    yield from _vendor("company lookup", lambda: probes_learning.company_lookup(settings))
     yield from _vendor("alerts", lambda: probes.alerts(settings))
+    yield from _learning(settings)
+
+
+def _learning(settings: Settings) -> Iterator[Check]:
+    """Each pipeline's mode on one line, then each academy's Moodle (and its credential
+    platform account, if it certifies courses), but those switched off."""
+    try:
+        with connect(resolve_database_url(settings), autocommit=True) as conn:
+            tenants = lms.tenants(conn)
+            leads = lead_mode.in_force(conn, settings).mode
+    except (ConfigError, StoreError, psycopg.Error):
+        return  # the database check says what is wrong with it
+    yield modes_check(settings, leads, tenants)
+    for tenant in tenants:
+        if tenant.mode != "off":
+            yield from _vendor(
+                f"moodle {tenant.id}", partial(probes_learning.moodle, settings, tenant)
+            )
+            if tenant.credential_groups:
+                name = f"credentials {tenant.id}"
+                yield from _vendor(name, partial(probes_learning.credentials, settings, tenant))
+
+
+def modes_check(settings: Settings, leads: str, tenants: list[lms.Tenant]) -> Check:
+    """What each pipeline does now: deal follow-up live or a dry run, lead intake live or in
+    shadow, each academy live, dry or off."""
+    deals = "dry run (FOLLOWUP_DRY_RUN: nothing is sent)" if settings.dry_run else "live"
+    academies = ", ".join(f"{t.id} {t.mode}" for t in tenants) or "none"
+    return ok("modes", f"deal follow-up {deals}; lead intake {leads}; academies: {academies}")
 
 
 #: What an e-mail address looks like, enough to catch a typo (a missing @, a space, no domain).

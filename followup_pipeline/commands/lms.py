@@ -26,6 +26,7 @@ import holidays
 from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import add_by
 from followup_pipeline.commands.lms_work import register_work
+from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit, lms
@@ -51,7 +52,27 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
             f"{row.failures:>6} {row.superseded:>9} {row.opted_out:>9} {row.completed:>9} "
             f"{row.expired:>7} {row.sent:>5} {row.confirmed:>9} {row.planned:>7} {row.queued:>6}"
         )
-    return 1 if any(row.failures for row in rows) else 0
+    print()
+    for row in rows:
+        print(f"{row.tenant_id}: {reach_line(row, row.time_zone)}")
+    unreachable = [row for row in rows if row.unreachable_since is not None]
+    return 1 if unreachable or any(row.failures for row in rows) else 0
+
+
+def reach_line(row: lms.TenantStatus | lms.Tenant, zone: str) -> str:
+    """When the academy's Moodle was last reached, or since when it cannot be, and why (in
+    the academy's ``zone``)."""
+    last = for_people(row.reached_at, zone) if row.reached_at else "never"
+    if row.unreachable_since is not None:
+        since = for_people(row.unreachable_since, zone)
+        return (
+            f"Moodle UNREACHABLE since {since} ({row.unreachable_error}); last reached {last}; "
+            "its reminders due meanwhile wait on the owner's list once late (followup work list "
+            "--pipeline learning)"
+        )
+    if row.reached_at is None:
+        return "Moodle not reached by any run yet"
+    return f"Moodle last reached {last}"
 
 
 def _tenants(args: argparse.Namespace, settings: Settings) -> int:

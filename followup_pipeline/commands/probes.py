@@ -54,11 +54,11 @@ def fail(name: str, detail: str) -> Check:
     return Check("FAIL", name, detail)
 
 
-def _no_wait(seconds: float) -> None:
+def no_wait(seconds: float) -> None:
     """A doctor answers now: a vendor's retries are not waited for."""
 
 
-def _timeouts(settings: Settings) -> Timeouts:
+def doctor_timeouts(settings: Settings) -> Timeouts:
     """The vendor clients' timeouts, at most ten seconds to answer."""
     configured = settings.vendor_timeouts()
     return Timeouts(min(configured.read_s, DOCTOR_TIMEOUT_S), configured.connect_s)
@@ -72,8 +72,8 @@ def espocrm(settings: Settings) -> Check:
         str(settings.espocrm_url),
         key.get_secret_value() if key else "",
         hmac.get_secret_value() if hmac else None,
-        sleep=_no_wait,
-        timeouts=_timeouts(settings),
+        sleep=no_wait,
+        timeouts=doctor_timeouts(settings),
     )
     try:
         valid = client.stage_options()
@@ -103,8 +103,8 @@ def _clickup(settings: Settings, list_id: str) -> ClickUpClient:
         list_id,
         settings.clickup_key_field_id,
         closed_status=settings.clickup_closed_status,
-        sleep=_no_wait,
-        timeouts=_timeouts(settings),
+        sleep=no_wait,
+        timeouts=doctor_timeouts(settings),
     )
 
 
@@ -137,8 +137,8 @@ def outlook(settings: Settings) -> Check:
         settings.graph_client_id,
         secret.get_secret_value() if secret else "",
         settings.graph_sender,
-        sleep=_no_wait,
-        timeouts=_timeouts(settings),
+        sleep=no_wait,
+        timeouts=doctor_timeouts(settings),
     )
     try:
         client.access_token()
@@ -162,7 +162,7 @@ def mistral(settings: Settings) -> Check:
         settings.mistral_model,
         server_url=str(settings.mistral_url).rstrip("/"),
         retry_config=NO_RETRY,
-        timeouts=_timeouts(settings),
+        timeouts=doctor_timeouts(settings),
     )
     try:
         models = client.available_models()

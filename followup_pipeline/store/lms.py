@@ -45,6 +45,15 @@ class Tenant:
     synced_at: datetime | None = None
     certificates_checked_at: datetime | None = None
     created_at: datetime | None = None
+    #: When a run last reached its Moodle; since when, and why, it cannot (None: it can).
+    reached_at: datetime | None = None
+    unreachable_since: datetime | None = None
+    unreachable_error: str | None = None
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the last run that tried could not reach its Moodle."""
+        return self.unreachable_since is not None
 
     def params(self) -> dict[str, object]:
         """The upsert's parameters."""
@@ -55,7 +64,14 @@ class Tenant:
 
 
 #: What a tenant's upsert leaves as the runs record it.
-NOT_SET_BY_HAND = ("synced_at", "certificates_checked_at", "created_at")
+NOT_SET_BY_HAND = (
+    "synced_at",
+    "certificates_checked_at",
+    "created_at",
+    "reached_at",
+    "unreachable_since",
+    "unreachable_error",
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,9 @@ class TenantStatus:
     tenant_id: str
     mode: str
     time_zone: str
+    reached_at: datetime | None
+    unreachable_since: datetime | None
+    unreachable_error: str | None
     overdue: int
     failures: int
     superseded: int
@@ -144,6 +163,15 @@ def tenants(conn: psycopg.Connection[Any]) -> list[Tenant]:
 def save_tenant(conn: psycopg.Connection[Any], tenant: Tenant) -> None:
     """Make or change a tenant."""
     conn.execute(query("lms_tenant_upsert"), tenant.params())
+
+
+def set_reached(
+    conn: psycopg.Connection[Any], tenant_id: str, at: datetime, error: str | None = None
+) -> None:
+    """A run reached the tenant's Moodle at ``at``; with ``error``, it could not (since the
+    first such run after it was last reached)."""
+    name = "lms_tenant_unreachable" if error is not None else "lms_tenant_reached"
+    conn.execute(query(name), {"id": tenant_id, "at": at, "error": error})
 
 
 def set_synced(conn: psycopg.Connection[Any], tenant_id: str, at: datetime) -> None:

@@ -22,7 +22,7 @@ per tenant and time zone, as durable records that survive a restart.
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from html import escape
 
 import dagster as dg
@@ -89,6 +89,21 @@ def each_tenant(
     return counts, tally
 
 
+def note_reach(
+    postgres: PostgresResource, tenant: lms.Tenant, now: datetime, error: Exception | None
+) -> None:
+    """Record that a run reached the tenant's Moodle (``error`` None), or could not: what
+    ``followup lms status`` and ``doctor`` say. Another vendor's error (the credential
+    platform's, the mailbox's) says nothing of Moodle."""
+    moodle = getattr(error, "vendor", None) == "moodle" or (
+        isinstance(error, KeyError) and "Moodle token" in str(error)  # (no token: no Moodle)
+    )
+    if error is not None and not moodle:
+        return
+    with postgres.connection() as conn:
+        lms.set_reached(conn, tenant.id, now, None if error is None else str(error))
+
+
 def tenants_output(
     context: dg.OpExecutionContext, counts: Counter[str], problems: int, degraded: str | None
 ) -> dg.Output[RunCounts]:
@@ -116,6 +131,7 @@ def remind_learners(
         site = moodle.site(tenant.moodle_url, tenant.token_ref)
         whole = tenant.synced_at is None or run.now - tenant.synced_at >= WHOLE_SYNC_EVERY
         synced = sync_tenant(postgres, tenant, site, now=run.now, completions=whole)
+        note_reach(postgres, tenant, run.now, None)  # (a sync reads its Moodle, every time)
         mail = outlook.client_for(tenant.sender) if tenant.channel == "email" else None
         channel = Channel(site=site, mailbox=mail)
         done = remind_tenant(run, postgres, tenant, channel, settings)
@@ -125,6 +141,7 @@ def remind_learners(
         return done
 
     def late(tenant: lms.Tenant, error: Exception) -> int:
+        note_reach(postgres, tenant, run.now, error)
         return CatchUp(postgres, tenant, settings, run.now).park_late(error)
 
     counts, tally = each_tenant(context, tenants, remind, late)
@@ -151,6 +168,7 @@ def publish_content(
         return publish_tenant(run, postgres, tenant, site, settings)
 
     def late(tenant: lms.Tenant, error: Exception) -> int:
+        note_reach(postgres, tenant, run.now, error)
         return CatchUp(postgres, tenant, settings, run.now).park_late_publications(error)
 
     counts, tally = each_tenant(context, tenants, publish, late)
@@ -188,6 +206,7 @@ def reconcile_certificates(
         return certify_tenant(run, postgres, tenant, site, platform, settings)
 
     def late(tenant: lms.Tenant, error: Exception) -> int:
+        note_reach(postgres, tenant, run.now, error)
         return CatchUp(postgres, tenant, settings, run.now).park_late_certificates(error)
 
     counts, tally = each_tenant(context, due, certify, late)

@@ -26,6 +26,17 @@ SET name = EXCLUDED.name, moodle_url = EXCLUDED.moodle_url, token_ref = EXCLUDED
 -- name: lms_tenant_synced
 UPDATE tenants SET synced_at = %(at)s WHERE id = %(id)s;
 
+-- name: lms_tenant_reached
+-- A run reached the tenant's Moodle: whatever kept it away is over.
+UPDATE tenants SET reached_at = %(at)s, unreachable_since = NULL, unreachable_error = NULL
+WHERE id = %(id)s AND %(error)s::text IS NULL;
+
+-- name: lms_tenant_unreachable
+-- A run could not reach the tenant's Moodle: since the first such run, with the latest error.
+UPDATE tenants
+SET unreachable_since = coalesce(unreachable_since, %(at)s), unreachable_error = %(error)s
+WHERE id = %(id)s;
+
 -- name: lms_assignment_upsert
 -- What the sync read of a learner's quiz: its due date may move; a completion is kept.
 INSERT INTO lms_assignments (tenant_id, learner_id, quiz_id, course_id, coursemodule,
@@ -125,7 +136,8 @@ ON CONFLICT DO NOTHING;
 -- unclear) and planned ahead; since a moment, the duplicates suppressed (overtaken), opted out,
 -- completed first, expired (past the catch-up window unsent), dry, sent and confirmed; the
 -- catch-up queue's open items.
-SELECT t.id AS tenant_id, t.mode, t.time_zone,
+SELECT t.id AS tenant_id, t.mode, t.time_zone, t.reached_at, t.unreachable_since,
+       t.unreachable_error,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
                            AND r.due_at <= %(now)s)::int AS overdue,
        count(r.id) FILTER (WHERE r.delivery_outcome IN ('failed', 'unknown'))::int AS failures,

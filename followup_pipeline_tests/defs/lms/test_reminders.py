@@ -440,6 +440,14 @@ def test_lms_a_moodle_away_for_eight_days_parks_what_is_late_and_expires_it_in_s
             "SELECT action_key, opened_at FROM work_items WHERE kind = 'reminder'"
         )
     }
+    # Meanwhile `lms status` names the academy whose Moodle is away, and fails.
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    monkeypatch.setenv("FOLLOWUP_NOW", utc(2026, 3, 9, 10, 35).isoformat())
+    capsys.readouterr()
+    assert main(["lms", "status"]) == 1
+    said = capsys.readouterr().out
+    assert f"{BERLIN}: Moodle UNREACHABLE since 2026-03-03 11:30 CET (moodle: HTTP 503" in said
+    assert "last reached 2026-03-02 11:30 CET" in said
     control(sandbox, "DELETE", "/faults")
     back = utc(2026, 3, 11, 10, 30)  # eight days later
     # What is still worth sending goes out paced: here one a run, the other a quarter later.
@@ -486,6 +494,7 @@ def test_lms_a_moodle_away_for_eight_days_parks_what_is_late_and_expires_it_in_s
     assert "unaccounted: 0" in capsys.readouterr().out
     assert main(["lms", "status"]) == 0
     status = capsys.readouterr().out.splitlines()
+    assert f"{BERLIN}: Moodle last reached 2026-03-11 11:45 CET" in status, status
     assert status[1].split()[9] == "expired", status  # ("opted out" is two words)
     assert status[2].split()[8] == "1", status
     from followup_pipeline.ingress.app import create_app

@@ -1,0 +1,88 @@
+"""The doctor's probes of the vendors the learning reminders and lead intake use besides the
+four of deal follow-up: each academy's Moodle (its token's service holds every function the
+machine calls), each academy's credential platform account, and the company lookup. Like
+``probes.py``: at once, without retries, the vendor's error raised for the doctor to say.
+"""
+
+from __future__ import annotations
+
+from followup_pipeline.commands.lms import reach_line
+from followup_pipeline.commands.probes import Check, doctor_timeouts, fail, no_wait, ok
+from followup_pipeline.integrations.accredible import AccredibleClient
+from followup_pipeline.integrations.company_lookup import CompanyLookupClient
+from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.integrations.moodle import MoodleClient
+from followup_pipeline.settings import Settings
+from followup_pipeline.store.lms import Tenant
+
+#: A domain no company has (``.invalid`` is reserved): the lookup answers "none", free of charge.
+PROBE_DOMAIN = "followup-doctor-probe.invalid"
+#: A credential id nobody issues: the platform answers "none" when it accepts the key.
+PROBE_CREDENTIAL = "followup-doctor-probe"
+
+
+def moodle(settings: Settings, tenant: Tenant) -> Check:
+    """The academy's Moodle answers with its token, whose service holds every function the
+    machine calls; the line says when a run last reached it."""
+    name = f"moodle {tenant.id}"
+    token = settings.lms_token(tenant.token_ref)
+    if not token:
+        return fail(name, f"no token {tenant.token_ref!r} in FOLLOWUP_LMS_TOKENS")
+    client = MoodleClient(
+        tenant.moodle_url, token, sleep=no_wait, timeouts=doctor_timeouts(settings)
+    )
+    runs = reach_line(tenant, tenant.time_zone)
+    try:
+        site = client.site_info()
+    except IntegrationError as error:  # said with when the runs last reached it
+        return fail(name, f"{tenant.moodle_url}: {error}; {runs}")
+    finally:
+        client.close()
+    missing = site.missing_functions()
+    if missing:
+        return fail(
+            name,
+            f"{tenant.moodle_url}: the token's service lacks {', '.join(missing)} (Site "
+            "administration > Server > Web services > External services)",
+        )
+    release = f"Moodle {site.release}, " if site.release else ""
+    return ok(name, f"{tenant.moodle_url}: {release}token accepted; {runs}")
+
+
+def credentials(settings: Settings, tenant: Tenant) -> Check:
+    """The academy's credential platform account accepts its key."""
+    name = f"credentials {tenant.id}"
+    ref = tenant.credential_token_ref
+    key = settings.lms_token(ref) if ref else None
+    if not key:
+        return fail(name, f"no credential platform key {ref!r} in FOLLOWUP_LMS_TOKENS")
+    client = AccredibleClient(
+        str(settings.credentials_url), key, sleep=no_wait, timeouts=doctor_timeouts(settings)
+    )
+    try:
+        client.credential(PROBE_CREDENTIAL)
+    finally:
+        client.close()
+    groups = ", ".join(f"course {c} by group {g}" for c, g in tenant.credential_groups.items())
+    return ok(name, f"{settings.credentials_url}: key accepted; certifies {groups or 'nothing'}")
+
+
+def company_lookup(settings: Settings) -> Check:
+    """The company lookup accepts the key (asked for a domain no company has: no charge)."""
+    key = settings.company_lookup_api_key
+    if key is None:
+        return ok(
+            "company lookup",
+            "no FOLLOWUP_COMPANY_LOOKUP_API_KEY: leads are classified without a company profile",
+        )
+    client = CompanyLookupClient(
+        str(settings.company_lookup_url),
+        key.get_secret_value(),
+        sleep=no_wait,
+        timeouts=doctor_timeouts(settings),
+    )
+    try:
+        client.enrich(domain=PROBE_DOMAIN)
+    finally:
+        client.close()
+    return ok("company lookup", f"{settings.company_lookup_url}: key accepted")
