@@ -1,4 +1,5 @@
-"""``followup dev`` (``make run``): Postgres, migrations, the sandbox, the ingress, ``dagster dev``.
+"""``followup dev`` (``make run``): Postgres, migrations, the sandbox, the ingress, ``dagster dev``
+and the watchdog (``followup watchdog``).
 
 One embedded Postgres is started once and its URLs are handed to every child process. Vendors
 with credentials in the environment are real; with none, the sandbox stands in for all four; with
@@ -295,6 +296,12 @@ class Launcher:
         process, path = self._spawn("dagster", [*argv, *workspace], env=env)
         _wait_http(f"{self.ui}/server_info", "the Dagster UI", process, path)
 
+    def start_watchdog(self) -> None:
+        """``followup watchdog``: the daemon, the schedules' ticks and the sensors watched from a
+        process of its own, which sends its alerts itself (with the secrets Dagster gets)."""
+        env = {**secret_environment(self.settings), **self.env}
+        self._spawn("watchdog", [_bin("followup"), "watchdog"], env=env)
+
     @property
     def ui(self) -> str:
         return f"http://{self.host}:{self.port}"
@@ -357,6 +364,7 @@ class Launcher:
                 self.say(seed_demo_tenants(self.env["FOLLOWUP_DATABASE_URL"], self.settings))
             self.start_ingress()
             self.start_dagster()
+            self.start_watchdog()
             ingress = f"http://{self.settings.ingress_host}:{self.settings.ingress_port}"
             write_addresses(self.settings, ui=self.ui, ingress=ingress)
             self.say(f"Followup is up: Dagster UI at {self.ui}")

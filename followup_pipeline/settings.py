@@ -91,6 +91,12 @@ class Settings(VendorSettings, CoreSettings):
     alert_dead_letters_per_window: int = Field(default=10, ge=1, le=1000)
     #: How often the ``alert_checks`` sensor looks for dead letters, lag and silence.
     alerts_sensor_interval_s: int = Field(default=30, ge=1, le=3600)
+    #: ``followup watchdog`` (outside the daemon): how often it looks, how old the daemon's
+    #: heartbeats (they beat every 30 s) and a sensor's last evaluation may be, and how long
+    #: after its moment a schedule's tick may come before it is missed.
+    watchdog_every_s: int = Field(default=60, ge=1, le=3600)
+    watchdog_heartbeat_late_s: int = Field(default=180, ge=1, le=86_400)
+    watchdog_tick_late_s: int = Field(default=300, ge=1, le=86_400)
     #: The Dagster UI as operators reach it (the run links in alerts); unset: the address the
     #: last ``followup dev`` served on, else http://127.0.0.1:3000.
     ui_url: AnyHttpUrl | None = None

@@ -8,7 +8,9 @@ A module without ``register`` holds what commands share (the doctor's probes, th
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 
 from followup_pipeline.settings import Settings
 
@@ -21,3 +23,17 @@ def add_by(parser: argparse.ArgumentParser, who: str = "who does it") -> None:
     from followup_pipeline.store.audit import actor, os_user
 
     parser.add_argument("--by", type=actor, default=os_user(), help=f"{who} (default: you)")
+
+
+@contextlib.contextmanager
+def in_environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment while Dagster resources are built or a job runs
+    in it (they read the database URL and the secrets through ``dg.EnvVar``), and the
+    environment as it was after."""
+    before = dict(os.environ)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)

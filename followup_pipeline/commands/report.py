@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 from followup_pipeline.clock import build_clock
+from followup_pipeline.commands import in_environment
 from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.reports import Language, personal, render_morning, render_weekly
 from followup_pipeline.machine import NoInstance, open_instance, with_sandbox
@@ -62,19 +61,6 @@ def _preview(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment while a job runs in it (its resources read the
-    database URL and the secrets through ``dg.EnvVar``), and the environment as it was after."""
-    before = dict(os.environ)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(before)
-
-
 def _send(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: the report module loads Dagster, which the other commands do not need.
     import dagster as dg
@@ -99,7 +85,7 @@ def _send(args: argparse.Namespace, settings: Settings) -> int:
             print(f"(the run is not recorded in Dagster: {error})")
             instance = stack.enter_context(dg.DagsterInstance.ephemeral())
         stack.enter_context(
-            _environment({**secret_environment(settings), "FOLLOWUP_DATABASE_URL": url})
+            in_environment({**secret_environment(settings), "FOLLOWUP_DATABASE_URL": url})
         )
         try:
             result = (

@@ -53,8 +53,12 @@ AlertKind = Literal[
     "catch_up",
     "degraded",
     "recovered",
+    "watchdog",
+    "healed",
 ]
 _PREFIX: dict[AlertKind, str] = {
+    "watchdog": "watchdog",
+    "healed": "healed",
     "catch_up": "queue",
     "degraded": "degraded",
     "recovered": "recovered",
@@ -137,10 +141,19 @@ def _what_to_do(item: AlertItem, names: Sequence[str], ui_url: str) -> list[str]
         ]
     if item.kind == "catch_up":
         return [
-            "An action of learning reminders that can be neither done nor suppressed waits "
-            "for its owner: `followup lms queue` lists it with why.",
+            "An action that can be neither done nor suppressed now (its vendor away, no "
+            "address, not approved) waits for its owner: `followup work list` lists it with why.",
             "It closes by itself once the action is done or settled.",
         ]
+    if item.kind == "watchdog":
+        return [
+            "The watchdog, outside Dagster, found the machine's scheduling stalled: nothing "
+            "runs by itself until it is started again (`make run`, or the service of "
+            "dagster-daemon); `followup doctor` says what is stopped.",
+            'Missed ticks are not made up by themselves; a "healed" alert says when it runs again.',
+        ]
+    if item.kind == "healed":
+        return [f"Nothing to do: it runs again. Its runs: {ui_url}/runs"]
     if item.kind == "degraded":
         return [
             f"The job's runs end green but partial: open them: {ui_url}/runs (the tag "

@@ -246,6 +246,26 @@ def degraded_open(conn: psycopg.Connection[Any]) -> dict[str, OpenDegraded]:
     return {row.job: row for row in rows}
 
 
+@dataclass(frozen=True)
+class OpenStall:
+    """A stall the watchdog alerted and that is not healed yet: its alert's source and time."""
+
+    cause: str
+    source: str
+    subject: str
+    occurred_at: datetime
+
+
+#: How the keys of the watchdog's alerts begin (it sends them itself, not the ``alert`` job).
+WATCHDOG_KEYS = ("alert:watchdog:", "alert:healed:")
+
+
+def watchdog_open(conn: psycopg.Connection[Any]) -> dict[str, OpenStall]:
+    """Each cause the watchdog alerted with no "healed" yet, by its id."""
+    rows = fetch_all(conn, OpenStall, query("alerts_watchdog_open"))
+    return {row.cause: row for row in rows}
+
+
 def rows_of(conn: psycopg.Connection[Any], key: str) -> list[AlertRow]:
     """The rows the alert ``key`` is about."""
     return fetch_all(conn, AlertRow, query("alert_rows_of_key"), {"key": key})

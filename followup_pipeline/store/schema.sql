@@ -140,7 +140,7 @@ CREATE TABLE followup.alerts (
     held integer DEFAULT 0 NOT NULL,
     counted_in text,
     also_to text[] DEFAULT '{}'::text[] NOT NULL,
-    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text, 'catch_up'::text, 'degraded'::text, 'recovered'::text])))
+    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text, 'catch_up'::text, 'degraded'::text, 'recovered'::text, 'watchdog'::text, 'healed'::text])))
 );
 
 ALTER TABLE followup.alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (

@@ -67,7 +67,7 @@ def _option(argv: list[str], name: str) -> str | None:
 def test_every_command_is_one_the_code_has(where: str, argv: list[str]) -> None:
     assert argv[0] == "followup", where
     args = build_parser().parse_args(argv[1:])
-    assert args.command in ("serve", "migrate"), where
+    assert args.command in ("serve", "migrate", "watchdog"), where
     if args.command == "serve":
         assert args.role in ROLES
         port = _option(argv, "--port")
@@ -130,10 +130,13 @@ def test_units_take_secrets_as_files_and_restart() -> None:
         assert "Environment=FOLLOWUP_SECRETS_DIR=%d" in text, path.name
         # No secret in a unit's own environment.
         assert not re.search(r"^Environment=(" + "|".join(secret_names) + ")=", text, re.M)
-        if path.name != "followup-migrate.service":
+        if path.name not in ("followup-migrate.service", "followup-watchdog.service"):
             assert service["Restart"] == "always", path.name
-        # Only the code server (whose runs call the vendors) gets the vendors' secrets.
-        if loaded & vendors:
+        # Only the code server (whose runs call the vendors) gets the vendors' secrets, and the
+        # watchdog those of the alert channels (it sends its alerts itself).
+        if path.name == "followup-watchdog.service":
+            assert loaded & vendors == {"FOLLOWUP_GRAPH_CLIENT_SECRET", "FOLLOWUP_CLICKUP_TOKEN"}
+        elif loaded & vendors:
             assert path.name == "followup-code-server.service"
 
 
@@ -195,3 +198,21 @@ def test_compose_keeps_what_faces_the_internet_off_the_code_servers_network() ->
     # The edge reaches the UI it guards, and the replicas it balances.
     assert set(services["edge"]["networks"]) & set(services["webserver"]["networks"])
     assert set(services["edge"]["networks"]) & set(services["ingress-1"]["networks"])
+
+
+def test_the_watchdog_runs_outside_the_daemon_in_every_deployment() -> None:
+    """systemd: a oneshot look every minute from its timer; compose: a service of its own;
+    Kubernetes: a CronJob every minute, one look at a time."""
+    timer = _unit(DEPLOY / "systemd" / "followup-watchdog.timer")
+    assert timer["Timer"]["OnCalendar"] == "*-*-* *:*:00"
+    service = _unit(DEPLOY / "systemd" / "followup-watchdog.service")["Service"]
+    assert (service["Type"], service["ExecStart"]) == (
+        "oneshot", "/opt/followup/bin/followup watchdog --once"
+    )  # fmt: skip
+    assert _compose()["services"]["watchdog"]["command"] == ["followup", "watchdog"]
+    job = yaml.safe_load((DEPLOY / "k8s" / "watchdog.yaml").read_text(encoding="utf-8"))
+    assert (job["kind"], job["spec"]["schedule"]) == ("CronJob", "* * * * *")
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    [container] = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["command"][1:])
+    assert (args.command, args.once) == ("watchdog", True)

@@ -137,3 +137,14 @@ WHERE a.kind = 'degraded'
       SELECT 1 FROM alerts r WHERE r.source = 'recovered:' || substr(a.source, 10)
   )
 ORDER BY a.subject, a.occurred_at DESC;
+
+-- name: alerts_watchdog_open
+-- Each cause the watchdog alerted (fingerprint 'watchdog:<cause>', source
+-- 'watchdog:<cause>:<stamp>') with no "healed" one yet ('healed:<cause>:<stamp>').
+SELECT DISTINCT ON (a.fingerprint) substr(a.fingerprint, 10) AS cause, a.source, a.subject,
+       a.occurred_at
+FROM alerts a
+WHERE a.kind = 'watchdog'
+  AND NOT EXISTS (SELECT 1 FROM alerts h WHERE h.source = 'healed:' || substr(a.source, 10))
+ORDER BY a.fingerprint, a.occurred_at DESC;
+

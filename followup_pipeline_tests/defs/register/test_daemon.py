@@ -69,6 +69,8 @@ class Machine:
     db_url: str
     dagster_db: str
     env: dict[str, str]
+    #: The daemon's process (and group): the watchdog's test stops it.
+    daemon_pid: int = 0
 
     def post_webhook(self, deal_id: str, name: str) -> None:
         body = php_json([{"id": deal_id, "name": name, "stage": "Proposal"}])
@@ -153,6 +155,7 @@ def machine(
         db_url=db_url,
         dagster_db=with_database(storage, str(conninfo_to_dict(storage)["dbname"])),
         env=env,
+        daemon_pid=processes[1].pid,
     )
     try:
         _poll(
@@ -378,3 +381,51 @@ def test_daemon_a_failed_run_reaches_the_owner_once(machine: Machine, tmp_path: 
     )
     time.sleep(6)
     assert len(alert_mails()) == 1
+
+
+def test_daemon_a_dead_daemon_is_alerted_by_the_watchdog_once(
+    machine: Machine, tmp_path: Path
+) -> None:
+    """(Last in the module: it stops the daemon.) The watchdog, a process of its own, finds no
+    heartbeat and mails the owner itself (no alert run could start), once."""
+    _poll(
+        lambda: machine.dagster_rows("SELECT 1 FROM daemon_heartbeats LIMIT 1"),
+        60,
+        "the daemon's first heartbeat",
+    )
+    os.killpg(machine.daemon_pid, signal.SIGKILL)
+    env = {
+        **machine.env,
+        "FOLLOWUP_WATCHDOG_HEARTBEAT_LATE_S": "5",
+        "FOLLOWUP_WATCHDOG_TICK_LATE_S": "45",
+    }
+    log = (tmp_path / "watchdog.log").open("wb")
+    watchdog = subprocess.Popen(
+        [str(Path(sys.executable).with_name("followup")), "watchdog", "--every", "2"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+    def watchdog_mails() -> list[dict[str, Any]]:
+        box = httpx.get(f"{machine.sandbox}/_sandbox/outbox", timeout=5).json()["messages"]
+        return [m for m in box if m["message"]["subject"].startswith("[followup] dagster-daemon")]
+
+    try:
+        started = time.monotonic()
+        (mail,) = _poll(watchdog_mails, 2 + 120, "the watchdog's mail")
+        took = time.monotonic() - started
+        message = mail["message"]
+        assert "no heartbeat from the daemon" in message["subject"], message["subject"]
+        assert {r["emailAddress"]["address"] for r in message["toRecipients"]} == {
+            "owner@example.com",
+            "backup@example.com",
+        }
+        time.sleep(5)  # two more looks: the same stall is not mailed again
+        assert len(watchdog_mails()) == 1
+        assert watchdog.poll() is None, (tmp_path / "watchdog.log").read_text()
+    finally:
+        os.killpg(watchdog.pid, signal.SIGINT)
+        watchdog.wait(timeout=30)
+        log.close()
+    said = (tmp_path / "watchdog.log").read_text()
+    assert "watchdog: dagster-daemon: no heartbeat from the daemon" in said, said
+    assert took < 2 + 120
