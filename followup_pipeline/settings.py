@@ -91,6 +91,9 @@ class Settings(VendorSettings, CoreSettings):
     alert_dead_letters_per_window: int = Field(default=10, ge=1, le=1000)
     #: How often the ``alert_checks`` sensor looks for dead letters, lag and silence.
     alerts_sensor_interval_s: int = Field(default=30, ge=1, le=3600)
+    #: Business days a watched stage may list no deal (having had some), or see none enter while
+    #: deals enter the others, before the census of the stages alerts (docs/operations.md).
+    census_quiet_days: int = Field(default=5, ge=1, le=60)
     #: ``followup watchdog`` (outside the daemon): how often it looks, how old the daemon's
     #: heartbeats (they beat every 30 s) and a sensor's last evaluation may be, and how long
     #: after its moment a schedule's tick may come before it is missed.

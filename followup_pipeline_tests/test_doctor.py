@@ -67,6 +67,9 @@ def test_doctor_reads_the_lists_closed_status(
         "ok   reports: sent to sales-team@example.com, sales-lead@example.com; 3 salesperson(s) "
         "get their own morning list" in out
     )
+    # The census of each watched stage: nothing read yet on a fresh installation.
+    census = "ok   census Proposal: no reading yet; entered by week, this week first: 0, 0, 0, 0"
+    assert census in out
     # No daemon, no ingress and no Dagster instance here: exactly those fail.
     assert _faults(out) == {"dagster", "ingress"}
 

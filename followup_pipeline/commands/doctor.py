@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import psycopg
@@ -29,6 +30,7 @@ from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import probes, probes_learning
 from followup_pipeline.commands.lead_switch import describe
 from followup_pipeline.commands.probes import Check, fail, ok, warn
+from followup_pipeline.domain.census import Count, quiet_stages, views
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.engine import work as work_list
 from followup_pipeline.integrations.errors import IntegrationError
@@ -41,10 +43,11 @@ from followup_pipeline.machine import (
     with_sandbox,
 )
 from followup_pipeline.settings import ConfigError, Settings
-from followup_pipeline.store import lead_mode, lms, work
+from followup_pipeline.store import census, lead_mode, lms, work
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
 from followup_pipeline.store.events import webhook_silence
+from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.migrate import available_migrations, current_version
 
 #: The daemons a machine needs, and how old their last heartbeat may be (they beat every 30 s).
@@ -52,6 +55,8 @@ DAEMONS = ("SCHEDULER", "SENSOR", "QUEUED_RUN_COORDINATOR", "BACKFILL")
 HEARTBEAT_LATE = timedelta(minutes=5)
 #: With no webhook for this long while reconciliation keeps finding deals, say why it may be.
 WEBHOOK_SILENCE = timedelta(days=1)
+#: How far back the census is read (its weeks, and whether a quiet stage had deals before).
+CENSUS_SHOWN = timedelta(days=120)
 
 
 def examine(settings: Settings) -> Iterator[Check]:
@@ -158,6 +163,7 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
             yield fail("cadence", str(error))
         yield lead_mode_check(conn, settings)
         yield work_check(conn, settings, now=datetime.now(UTC))
+        yield from census_checks(conn, settings, now=build_clock(settings.now).now())
         if settings.espocrm_webhooks:
             now = build_clock(settings.now).now()
             yield webhook_check(conn, now=now, zone=settings.timezone)
@@ -217,6 +223,35 @@ def work_check(conn: Any, settings: Settings, *, now: datetime) -> Check:
         f"{sum(pipelines.values())} open ({parts}), the oldest {hours:.1f} h{owned}: "
         "`followup work list`",
     )
+
+
+def census_checks(conn: Any, settings: Settings, *, now: datetime) -> Iterator[Check]:
+    """Each watched stage's census over the last weeks (deals listed now, entered by week); a
+    warning for one gone quiet (the alert checks mail it too)."""
+    try:
+        rows = census.since(conn, now.date() - CENSUS_SHOWN)
+    except psycopg.errors.UndefinedTable:
+        yield fail("census", "not in the database yet: run `followup migrate`")
+        return
+    counts = [Count(r.day, r.stage, r.listed, r.entered) for r in rows]
+    today = now.astimezone(ZoneInfo(settings.timezone)).date()
+    calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
+    n = settings.census_quiet_days
+    quiet = {
+        q.stage: q
+        for q in quiet_stages(
+            counts,
+            settings.watched_stages,
+            listed_days=calendar.business_days_back(today, n),
+            entered_days=calendar.business_days_back(today - timedelta(days=1), n),
+        )
+    }
+    for view in views(counts, settings.watched_stages, today):
+        name = f"census {view.stage}"
+        if view.stage in quiet:
+            yield warn(name, f"{view.line()}: {quiet[view.stage].message}")
+        else:
+            yield ok(name, view.line())
 
 
 def webhook_check(conn: Any, *, now: datetime, zone: str) -> Check:

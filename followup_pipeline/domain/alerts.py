@@ -55,8 +55,10 @@ AlertKind = Literal[
     "recovered",
     "watchdog",
     "healed",
+    "census",
 ]
 _PREFIX: dict[AlertKind, str] = {
+    "census": "census",
     "watchdog": "watchdog",
     "healed": "healed",
     "catch_up": "queue",
@@ -151,6 +153,12 @@ def _what_to_do(item: AlertItem, names: Sequence[str], ui_url: str) -> list[str]
             "runs by itself until it is started again (`make run`, or the service of "
             "dagster-daemon); `followup doctor` says what is stopped.",
             'Missed ticks are not made up by themselves; a "healed" alert says when it runs again.',
+        ]
+    if item.kind == "census":
+        return [
+            "Every run is green, yet a watched stage has gone quiet: compare the stage in the CRM "
+            "with FOLLOWUP_WATCHED_STAGES, and the API user's read rights on its deals.",
+            "`followup doctor` shows the census of each watched stage over the last weeks.",
         ]
     if item.kind == "healed":
         return [f"Nothing to do: it runs again. Its runs: {ui_url}/runs"]

@@ -72,6 +72,16 @@ class BusinessCalendar:
                 remaining -= 1
         return current
 
+    def business_days_back(self, last: date, count: int) -> list[date]:
+        """The ``count`` business days up to ``last`` (itself included if one), oldest first."""
+        days: list[date] = []
+        day = last
+        while len(days) < count and (last - day).days <= MAX_SCAN_DAYS:
+            if self.is_business_day(day):
+                days.append(day)
+            day -= timedelta(days=1)
+        return days[::-1]
+
     def business_days_between(self, start: date, end: date) -> int:
         """How many business days lie in ``(start, end]``; 0 when ``end <= start``."""
         count, current = 0, start

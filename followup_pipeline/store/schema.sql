@@ -140,7 +140,7 @@ CREATE TABLE followup.alerts (
     held integer DEFAULT 0 NOT NULL,
     counted_in text,
     also_to text[] DEFAULT '{}'::text[] NOT NULL,
-    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text, 'catch_up'::text, 'degraded'::text, 'recovered'::text, 'watchdog'::text, 'healed'::text])))
+    CONSTRAINT alerts_kind_valid CHECK ((kind = ANY (ARRAY['run_failure'::text, 'dead_letter'::text, 'pending_events'::text, 'stale_evaluate'::text, 'catch_up'::text, 'degraded'::text, 'recovered'::text, 'watchdog'::text, 'healed'::text, 'census'::text])))
 );
 
 ALTER TABLE followup.alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -493,6 +493,16 @@ CREATE TABLE followup.schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE followup.stage_census (
+    day date NOT NULL,
+    stage text NOT NULL,
+    listed integer NOT NULL,
+    entered integer NOT NULL,
+    recorded_at timestamp with time zone NOT NULL,
+    CONSTRAINT stage_census_entered_check CHECK ((entered >= 0)),
+    CONSTRAINT stage_census_listed_check CHECK ((listed >= 0))
+);
+
 CREATE TABLE followup.step_completions (
     key text NOT NULL,
     event_id bigint,
@@ -785,6 +795,9 @@ ALTER TABLE ONLY followup.review_items
 ALTER TABLE ONLY followup.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
+ALTER TABLE ONLY followup.stage_census
+    ADD CONSTRAINT stage_census_pkey PRIMARY KEY (day, stage);
+
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_pkey PRIMARY KEY (key);
 
@@ -850,6 +863,8 @@ CREATE INDEX watch_steps_due ON followup.watch_steps USING btree (due_on) WHERE 
 CREATE INDEX watch_steps_task_ref ON followup.watch_steps USING btree (task_ref) WHERE (task_ref IS NOT NULL);
 
 CREATE UNIQUE INDEX watches_one_open ON followup.watches USING btree (subject_type, subject_id) WHERE (closed_at IS NULL);
+
+CREATE INDEX watches_registered_at ON followup.watches USING btree (registered_at);
 
 CREATE INDEX watches_subject ON followup.watches USING btree (subject_type, subject_id, registered_at DESC);
 

@@ -1,6 +1,6 @@
 """What the ``alert_checks`` sensor looks for, besides failed runs: new items of the list of work
-waiting for a person, an event pending too long, and business hours without a successful
-``evaluate``."""
+waiting for a person, an event pending too long, business hours without a successful
+``evaluate``, and a watched stage gone quiet (the census)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.census import Count, quiet_stages
 from followup_pipeline.domain.work import CATCH_UP_KINDS
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.alerts import PendingEvent, Signal
+from followup_pipeline.store.census import CensusRow
 from followup_pipeline.store.work import WorkItem
 
 
@@ -157,3 +159,29 @@ def stale_signal(
         message=f"no clean run for {_minutes(silence)} of business hours; {last}",
         occurred_at=now,
     )
+
+
+def census_signals(
+    rows: list[CensusRow], *, now: datetime, settings: Settings, calendar: BusinessCalendar
+) -> list[Signal]:
+    """A signal for each watched stage gone quiet (``domain/census.py``), one per quiet spell
+    (its source names the day it began)."""
+    today = now.astimezone(ZoneInfo(settings.timezone)).date()
+    n = settings.census_quiet_days
+    listed_days = calendar.business_days_back(today, n)
+    entered_days = calendar.business_days_back(today - timedelta(days=1), n)
+    counts = [Count(r.day, r.stage, r.listed, r.entered) for r in rows]
+    found = quiet_stages(
+        counts, settings.watched_stages, listed_days=listed_days, entered_days=entered_days
+    )
+    return [
+        Signal(
+            kind="census",
+            source=f"census:{quiet.stage}:{quiet.rule}:{quiet.since:%Y-%m-%d}",
+            fingerprint=f"census:{quiet.stage}",
+            subject=f"watched stage {quiet.stage}",
+            message=quiet.message,
+            occurred_at=now,
+        )
+        for quiet in found
+    ]

@@ -10,7 +10,12 @@ import dagster as dg
 import psycopg
 
 from followup_pipeline.defs.alerts.board import AlertNotSent, OpsBoard, clickup_key
-from followup_pipeline.defs.alerts.checks import pending_signal, stale_signal, work_signals
+from followup_pipeline.defs.alerts.checks import (
+    census_signals,
+    pending_signal,
+    stale_signal,
+    work_signals,
+)
 from followup_pipeline.defs.alerts.degraded import (
     LOOK_BACK,
     READ_RUNS,
@@ -36,6 +41,7 @@ from followup_pipeline.machine import ui_url
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
+from followup_pipeline.store import census
 from followup_pipeline.store import work as work_store
 
 ALERT_TAG = "followup/alert"
@@ -47,6 +53,8 @@ RETRY_EVERY_LAST = timedelta(hours=4)
 MISSED_RUNS_LOOKBACK = timedelta(hours=6)
 #: How long a failed run is left to the ``alerts`` sensor before the checks record it.
 SENSOR_FIRST = timedelta(minutes=2)
+#: How far back the census is read to know whether a quiet stage had deals.
+CENSUS_LOOK_BACK = timedelta(days=120)
 
 
 def _first_error(instance: dg.DagsterInstance, run_id: str, fallback: str) -> tuple[str, str]:
@@ -208,6 +216,10 @@ def check_tick(
         for episode in (lag, silence):
             if episode is not None:
                 store.record(conn, episode, window=None)
+        # A watched stage gone quiet: one alert a quiet spell (its source names when it began).
+        rows = census.since(conn, now.date() - CENSUS_LOOK_BACK)
+        for quiet in census_signals(rows, now=now, settings=settings, calendar=calendar):
+            store.record(conn, quiet, window=None)
         # One alert an episode; a vendor that comes and goes within the alert window is held
         # and counted in the next alert of the job rather than mailed each time.
         for signal in degraded_signals(context.instance, conn, settings):

@@ -14,20 +14,24 @@ makes the cadence start later, never earlier), but not before the machine began 
 that sat in an offer stage before the machine existed starts when it starts), nor after now.
 """
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import dagster as dg
+import psycopg
 
 from followup_pipeline.defs.evaluate.ports import DealSource
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
 from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.localtime import local_date
 from followup_pipeline.domain.registration import Observation, decide, stage_policy
 from followup_pipeline.engine.scope import Database, RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_models import Deal, DealListing
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import watches
+from followup_pipeline.store import census, watches
 from followup_pipeline.store.cadences import Plans, load_plans
 from followup_pipeline.store.watches import Watch
 
@@ -105,6 +109,7 @@ class Reconciler:
         self.close_departed([w for subject_id, w in open_now.items() if subject_id not in listed])
         with self.db.connection() as conn:
             still_open = watches.count_open_watches(conn)
+            self.record_census(conn, listed.values())
         if len(listed) - quiet > 0 and still_open == 0:
             raise dg.Failure(
                 description=(
@@ -113,6 +118,15 @@ class Reconciler:
                 )
             )
         return tally
+
+    def record_census(self, conn: psycopg.Connection[Any], listed: Iterable[Deal]) -> None:
+        """Today's census of the watched stages (a day of the team's zone): each one's deals
+        listed by this reading, and the watches opened today in it; a stage that goes quiet is
+        an alert (``domain/census.py``)."""
+        counts = Counter(deal.stage for deal in listed)
+        per_stage = {stage: counts[stage] for stage in self.settings.watched_stages}
+        today = local_date(self.now, self.settings.timezone)
+        census.record(conn, per_stage, day=today, zone=self.settings.timezone, at=self.now)
 
     def _listed(self, read: Callable[[], DealListing]) -> DealListing | None:
         """A listing of deals, each record that breaks its schema reported as a problem; None

@@ -632,3 +632,35 @@ def test_alerts_a_crm_down_for_three_hourly_runs_is_one_alert_and_one_recovered(
     # The steps fired once the CRM answered again: their items closed by themselves.
     closed = work_store.select(machine.db, Selection(kinds=("step",), states=("closed",)))
     assert [(item.closed_how, item.closed_note) for item in closed] == [("resolved", "fired")] * 2
+
+
+def test_alerts_a_watched_stage_whose_deals_moved_away_is_named_by_the_census(
+    machine: Machine,
+) -> None:
+    """The source's five-day failure: every run green while one watched stage lists nothing.
+    With ``FOLLOWUP_CENSUS_QUIET_DAYS=2`` the census alerts on the second quiet business day."""
+    machine.settings["census_quiet_days"] = 2
+    machine.deal(name="Alpha", stage="Proposal")
+    moved = machine.deal(name="Beta", stage="Negotiation")
+    checks = Checks(machine, watching_since=MONDAY_10 - timedelta(days=1))
+    assert machine.outcome(machine.evaluate(MONDAY_10)) == "ok"
+    assert checks(MONDAY_10 + timedelta(minutes=5)) == []
+    census = machine.db.execute(
+        "SELECT stage, listed, entered FROM stage_census WHERE day = '2026-03-02' ORDER BY stage"
+    ).fetchall()
+    assert [tuple(row.values()) for row in census] == [("Negotiation", 1, 1), ("Proposal", 1, 1)]
+    # The pipeline changes in the CRM: Negotiation's deals now sit in a stage nobody watches.
+    machine.move(moved, "Prospecting")
+    for day in (1, 2):  # Tuesday and Wednesday, every run green
+        now = MONDAY_10 + timedelta(days=day)
+        assert machine.outcome(machine.evaluate(now)) == "ok"
+        requests = checks(now + timedelta(minutes=5))
+        if day == 1:
+            assert requests == []  # one quiet business day: not yet
+    (request,) = requests
+    assert request.tags[ALERT_TAG].startswith("alert:census:")
+    assert _send(machine, request, MONDAY_10 + timedelta(days=2, minutes=6)).success
+    [mail] = _alert_mails(machine)
+    assert mail["subject"].startswith("[followup] watched stage Negotiation: the CRM lists no deal")
+    assert "since 2026-03-03" in mail["html"]
+    assert checks(MONDAY_10 + timedelta(days=2, minutes=10)) == []  # once for this quiet spell
