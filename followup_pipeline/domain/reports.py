@@ -70,7 +70,7 @@ class _Group:
     overdue: list[StepLine] = field(default_factory=list)
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     """The templates: ``*.html.j2`` autoescaped, ``*.txt.j2`` plain text (no markup to escape)."""
     return jinja2.Environment(
         loader=jinja2.PackageLoader("followup_pipeline.domain", "templates"),
@@ -212,7 +212,7 @@ def render_morning(data: MorningData, language: Language) -> Rendered:
     subject = _prefix(words, preview=data.preview, late=data.late) + words[subject_key].format(
         day=day
     )
-    templates = _environment()
+    templates = environment()
     html = templates.get_template("morning.html.j2").render(**context)
     text = templates.get_template("morning.txt.j2").render(**context)
     return Rendered(subject=subject, html=html, text=text)
@@ -305,7 +305,7 @@ def render_weekly(data: WeeklyData, language: Language) -> Rendered:
     subject = _prefix(words, preview=data.preview, late=data.late) + words["week_subject"].format(
         start=start, end=end
     )
-    templates = _environment()
+    templates = environment()
     html = templates.get_template("weekly.html.j2").render(**context)
     text = templates.get_template("weekly.txt.j2").render(**context)
     return Rendered(subject=subject, html=html, text=text)

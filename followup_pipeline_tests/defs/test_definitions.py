@@ -32,6 +32,7 @@ JOBS = [
     "watch_control",
     "review",
     "alert",
+    "ops_weekly",
     "lead_intake",
     "crm_changes",
     "lms_reminders",
@@ -47,6 +48,7 @@ SCHEDULES = [
     "crm_changes_nightly",
     "lms_reminders_every_15_min",
     "lms_weekly_monday",
+    "ops_weekly_monday",
     "purge_nightly",
     "backup_nightly",
 ]

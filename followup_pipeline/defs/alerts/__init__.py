@@ -16,6 +16,8 @@
   counts and names them) once no dead-letter mail went out for an hour: an outage sends the
   limit's mails, then one digest an hour counting that hour's dead letters, and every dead
   letter ends in a mail. Those there before the checks first ran are recorded without an alert.
+- ``ops_weekly`` (``ops_week.py``): on Monday morning, the week's look at what failed and why,
+  what waits for whom, suppressions, degraded runs, the census and the account, to the owner.
 - The ``alert`` job mails the owner and backup through Graph, once per ledger key; when mail
   fails it creates a task in the operations list in ClickUp. A failed ``alert`` run is reported
   to ClickUp only, by the sensor itself, one task per kind of failure and window, and never
@@ -24,6 +26,7 @@
 
 import dagster as dg
 
+from followup_pipeline.defs.alerts.ops_week import ops_weekly
 from followup_pipeline.defs.alerts.send import alert
 from followup_pipeline.defs.alerts.sensors import check_tick, record_failure
 from followup_pipeline.integrations.resources import ClickUpResource
@@ -32,7 +35,8 @@ from followup_pipeline.settings import Settings
 
 
 def build_defs(settings: Settings) -> dg.Definitions:
-    """The ``alerts`` and ``alert_checks`` sensors and the ``alert`` job."""
+    """The ``alerts`` and ``alert_checks`` sensors, the ``alert`` job, and the weekly operations
+    look (``ops_weekly``, Monday 07:15 in the team's zone)."""
 
     @dg.run_failure_sensor(
         monitor_all_code_locations=True,
@@ -62,6 +66,17 @@ def build_defs(settings: Settings) -> dg.Definitions:
         and a silent ``evaluate``; launch an ``alert`` run for each alert that reached nobody."""
         return check_tick(context, postgres, clock, settings)
 
+    weekly = dg.ScheduleDefinition(
+        name="ops_weekly_monday",
+        job=ops_weekly,
+        cron_schedule="15 7 * * 1",
+        execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Monday 07:15: the week's operations look to the operations owner.",
+    )
     return dg.Definitions(
-        jobs=[alert], sensors=[alerts, alert_checks], resources={"settings": settings}
+        jobs=[alert, ops_weekly],
+        schedules=[weekly],
+        sensors=[alerts, alert_checks],
+        resources={"settings": settings},
     )

@@ -632,6 +632,20 @@ def test_alerts_a_crm_down_for_three_hourly_runs_is_one_alert_and_one_recovered(
     # The steps fired once the CRM answered again: their items closed by themselves.
     closed = work_store.select(machine.db, Selection(kinds=("step",), states=("closed",)))
     assert [(item.closed_how, item.closed_note) for item in closed] == [("resolved", "fired")] * 2
+    # The week's operations look says it with causes: the late steps (their step and the kind
+    # of error) and the degraded runs by vendor.
+    week = machine.job(capability, "ops_weekly", machine.resources(MONDAY_10 + timedelta(hours=6)))
+    assert week.execute_in_process(instance=machine.instance).success
+    [look] = [
+        m["message"] for m in machine.outbox() if m["message"]["subject"].startswith("Betrieb")
+    ]
+    text = look["body"]["content"]
+    assert "2× deal_followup: espocrm HTTP 503" in text, text
+    assert "evaluate: 3 Läufe wegen espocrm" in text, text
+    assert {r["emailAddress"]["address"] for r in look["toRecipients"]} == {
+        "owner@example.com",
+        "backup@example.com",
+    }
 
 
 def test_alerts_a_watched_stage_whose_deals_moved_away_is_named_by_the_census(
