@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -381,6 +381,51 @@ def test_daemon_a_failed_run_reaches_the_owner_once(machine: Machine, tmp_path: 
     )
     time.sleep(6)
     assert len(alert_mails()) == 1
+
+
+def test_daemon_a_skipped_morning_report_tick_is_alerted_as_missed(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watchdog's look, a day ahead: morning_report_weekdays, running since the machine
+    started, has no tick at 07:30 of the next weekday; the alert names it, sent by the watchdog
+    itself (a daemon a day older is no stall here: its tolerance is set to a week)."""
+    from followup_pipeline.commands.watchdog import once
+
+    _poll(
+        lambda: machine.dagster_rows(
+            "SELECT 1 FROM instigators WHERE selector_id IS NOT NULL"
+            " AND instigator_body LIKE '%morning_report_weekdays%' LIMIT 1"
+        ),
+        60,
+        "the morning list schedule's state",
+    )
+    _poll(
+        lambda: len(machine.dagster_rows("SELECT daemon_type FROM daemon_heartbeats")) >= 4,
+        60,
+        "every daemon's first heartbeat",
+    )
+    zone = ZoneInfo("Europe/Berlin")
+    day = datetime.now(zone).date() + timedelta(days=1)
+    while day.weekday() >= 5:
+        day += timedelta(days=1)
+    ahead = datetime.combine(day, datetime.min.time(), zone).replace(hour=7, minute=40)
+    with monkeypatch.context() as patch:
+        for name, value in machine.env.items():
+            if name.startswith(("FOLLOWUP_", "DAGSTER_")):
+                patch.setenv(name, value)
+        settings = load_settings(watchdog_heartbeat_late_s=604_800, watchdog_tick_late_s=300)
+        found, failed = once(settings, ahead.astimezone(UTC))
+    assert failed == []
+    ids = {cause.id for cause in found}
+    assert "schedule:morning_report_weekdays" in ids, [c.message for c in found]
+
+    def missed() -> list[dict[str, Any]]:
+        box = httpx.get(f"{machine.sandbox}/_sandbox/outbox", timeout=5).json()["messages"]
+        subject = "[followup] schedule morning_report_weekdays: morning_report_weekdays missed"
+        return [m for m in box if m["message"]["subject"].startswith(subject)]
+
+    (mail,) = _poll(missed, 30, "the missed tick's mail")
+    assert f"its tick of {day:%Y-%m-%d} 07:30" in mail["message"]["subject"]
 
 
 def test_daemon_a_dead_daemon_is_alerted_by_the_watchdog_once(
