@@ -98,7 +98,7 @@ class Settings(VendorSettings, CoreSettings):
     #: heartbeats (they beat every 30 s) and a sensor's last evaluation may be, and how long
     #: after its moment a schedule's tick may come before it is missed.
     watchdog_every_s: int = Field(default=60, ge=1, le=3600)
-    watchdog_heartbeat_late_s: int = Field(default=180, ge=1, le=604_800)
+    watchdog_heartbeat_late_s: int = Field(default=120, ge=1, le=604_800)
     watchdog_tick_late_s: int = Field(default=300, ge=1, le=86_400)
     #: The Dagster UI as operators reach it (the run links in alerts); unset: the address the
     #: last ``followup dev`` served on, else http://127.0.0.1:3000.

@@ -229,7 +229,7 @@ def census_checks(conn: Any, settings: Settings, *, now: datetime) -> Iterator[C
     """Each watched stage's census over the last weeks (deals listed now, entered by week); a
     warning for one gone quiet (the alert checks mail it too)."""
     try:
-        rows = census.since(conn, now.date() - CENSUS_SHOWN)
+        rows = census.since(conn, now.date() - CENSUS_SHOWN, zone=settings.timezone)
     except psycopg.errors.UndefinedTable:
         yield fail("census", "not in the database yet: run `followup migrate`")
         return

@@ -55,7 +55,7 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     print()
     for row in rows:
         print(f"{row.tenant_id}: {reach_line(row, row.time_zone)}")
-    unreachable = [row for row in rows if row.unreachable_since is not None]
+    unreachable = [r for r in rows if r.unreachable_since is not None and r.mode != "off"]
     return 1 if unreachable or any(row.failures for row in rows) else 0
 
 

@@ -39,7 +39,6 @@ from followup_pipeline.domain.watchdog import (
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.machine import (
     LOCATION,
-    NoInstance,
     install_dagster_home,
     open_instance,
     with_sandbox,
@@ -68,8 +67,9 @@ def last_due(cron: str | Sequence[str], zone: str, before: datetime) -> datetime
     return max(found).astimezone(UTC) if found else None
 
 
-def look(instance: Any, settings: Settings, now: datetime) -> list[Cause]:
-    """What is stalled now, read from the Dagster ``instance``."""
+def look(instance: Any, settings: Settings, now: datetime) -> tuple[list[Cause], set[str]]:
+    """What is stalled now, read from the Dagster ``instance``, and what was looked at (the
+    running schedules' and sensors' causes: only those can heal)."""
     from followup_pipeline.defs import build_definitions
 
     beats = {
@@ -86,16 +86,20 @@ def look(instance: Any, settings: Settings, now: datetime) -> list[Cause]:
     }
     tolerance = timedelta(seconds=settings.watchdog_tick_late_s)
     missed: list[tuple[str, str]] = []
+    judged: set[str] = set()
     for schedule in repository.schedule_defs:
         state = stored.get(schedule.name)
         if state is None or not state.is_running:
             continue  # stopped (doctor says so), or never ticked under this instance
+        judged.add(f"schedule:{schedule.name}")
         zone = schedule.execution_timezone or settings.timezone
         ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
         data = state.instigator_data
+        # The cron the daemon ticks by, as stored with the schedule (the code's, else).
+        cron = getattr(data, "cron_schedule", None) or schedule.cron_schedule
         tick = Tick(
             name=schedule.name,
-            due=last_due(schedule.cron_schedule, zone, now - tolerance),
+            due=last_due(cron, zone, now - tolerance),
             last=_moment(ticks[0].timestamp) if ticks else None,
             running_since=_moment(getattr(data, "start_timestamp", None)),
         )
@@ -107,6 +111,7 @@ def look(instance: Any, settings: Settings, now: datetime) -> list[Cause]:
         state = stored.get(sensor.name)
         if state is None or not state.is_running:
             continue
+        judged.add(f"sensor:{sensor.name}")
         data = state.instigator_data
         evaluation = Evaluation(
             name=sensor.name,
@@ -117,7 +122,7 @@ def look(instance: Any, settings: Settings, now: datetime) -> list[Cause]:
         what = late_evaluation(evaluation, now=now, late=tolerance)
         if what is not None:
             late.append((sensor.name, what))
-    return causes(stale=stale, missed=missed, late=late, now=now)
+    return causes(stale=stale, missed=missed, late=late, now=now), judged
 
 
 @contextmanager
@@ -144,12 +149,15 @@ def once(
     nobody yet; what is stalled now, and what could not be sent. ``settling``: the machine
     (and this watchdog) just started: heartbeats and ticks of before the start are not a stall
     yet: nothing begins or heals."""
-    with open_instance(settings) as instance:
-        found = [] if settling else look(instance, settings, now)
+    found: list[Cause] = []
+    judged: set[str] = set()
+    if not settling:
+        with open_instance(settings) as instance:
+            found, judged = look(instance, settings, now)
     url = resolve_database_url(settings)
     with connect(url, autocommit=True) as conn:
         opened = store.watchdog_open(conn)
-        decision = decide(found, [] if settling else list(opened))
+        decision = decide(found, [] if settling else list(opened), judged)
         for cause in decision.begin:
             store.record(
                 conn,
@@ -161,7 +169,8 @@ def once(
                     message=cause.message,
                     occurred_at=now,
                 ),
-                window=None,
+                # Once per cause and window: a daemon that keeps dying is one mail a window.
+                window=settings.alert_window(),
             )
         for cause_id in decision.healed:
             was = opened[cause_id]
@@ -185,7 +194,7 @@ def once(
             for key in waiting:
                 try:
                     done: Delivered = delivery.deliver(key)
-                    log.info("%s: %s %s", key, done.channel, done.reason)
+                    print(f"watchdog: {key}: {done.channel} {done.reason}".rstrip(), flush=True)
                 except AlertNotSent as error:
                     failed.append(str(error))
     return found, failed
@@ -204,9 +213,6 @@ def _watchdog(args: argparse.Namespace, settings: Settings) -> int:
         now = datetime.now(UTC)
         try:
             found, failed = once(settings, now, settling=time.monotonic() < settle_until)
-        except NoInstance as error:
-            print(f"watchdog: {error}", flush=True)
-            return 2
         except Exception as error:  # (a database away for a moment: look again)
             print(f"watchdog: the look failed ({type(error).__name__}: {error})", flush=True)
             if args.once:

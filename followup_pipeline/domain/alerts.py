@@ -149,10 +149,12 @@ def _what_to_do(item: AlertItem, names: Sequence[str], ui_url: str) -> list[str]
         ]
     if item.kind == "watchdog":
         return [
-            "The watchdog, outside Dagster, found the machine's scheduling stalled: nothing "
-            "runs by itself until it is started again (`make run`, or the service of "
-            "dagster-daemon); `followup doctor` says what is stopped.",
-            'Missed ticks are not made up by themselves; a "healed" alert says when it runs again.',
+            "The watchdog, a process outside Dagster, found this part of the machine's "
+            "scheduling stalled. A dead daemon runs nothing by itself until it is started "
+            "again (`make run`; in production the unit followup-daemon.service or the compose "
+            "service `daemon`); `followup doctor` says what is stopped.",
+            "A restarted daemon runs a schedule's latest missed tick; older ones are not made "
+            'up (run them from the UI). A "healed" alert says when it runs again.',
         ]
     if item.kind == "census":
         return [

@@ -8,8 +8,9 @@ store (``store/census.py``).
 Two rules, each over the last ``days`` business days (N, ``FOLLOWUP_CENSUS_QUIET_DAYS``):
 
 - **emptied**: the stage listed no deal on each of them, and had deals before;
-- **nothing enters**: no deal began its follow-up in it on any of them (today left out: it is not
-  over), while deals kept entering the other watched stages (on at least half of those days).
+- **nothing enters**: no followed deal entered it (a watch opened in it, or a followed deal moved
+  to it) on any of them (today left out: it is not over), while deals kept entering the other
+  watched stages (on at least half of those days).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class Count:
 
     day: date
     stage: str
-    listed: int
+    #: None: no reading that day.
+    listed: int | None
     entered: int
 
 
@@ -41,14 +43,14 @@ class Quiet:
 
 def _emptied(stage: str, rows: dict[tuple[date, str], Count], days: Sequence[date]) -> Quiet | None:
     window = [rows.get((day, stage)) for day in days]
-    if any(row is None or row.listed for row in window):
+    if any(row is None or row.listed is None or row.listed for row in window):
         return None  # a day without a reading (evaluate's own alert) or with deals
     mine = sorted((row for (_, name), row in rows.items() if name == stage), key=lambda r: r.day)
     had = [row for row in mine if row.listed and row.day < days[0]]
     if not had:
         return None  # it never had deals: nothing went missing
     last = had[-1]
-    since = min(row.day for row in mine if row.day > last.day)
+    since = min(row.day for row in mine if row.day > last.day and row.listed is not None)
     return Quiet(
         stage,
         since,
@@ -63,8 +65,8 @@ def _nothing_enters(
     stage: str, stages: Sequence[str], rows: dict[tuple[date, str], Count], days: Sequence[date]
 ) -> Quiet | None:
     mine = [rows.get((day, stage)) for day in days]
-    if any(row is None or row.entered for row in mine):
-        return None
+    if any(row is None or row.listed is None or row.entered for row in mine):
+        return None  # a day without a reading decides nothing; an entry ends it
     others = [
         sum(row.entered for s in stages if s != stage and (row := rows.get((day, s))) is not None)
         for day in days
@@ -124,7 +126,7 @@ class StageView:
     entered_by_week: tuple[int, ...]
 
     def line(self) -> str:
-        listed = "no reading yet" if self.listed is None else f"{self.listed} listed now"
+        listed = "no reading yet" if self.listed is None else f"{self.listed} at the last reading"
         weeks = ", ".join(map(str, self.entered_by_week))
         return f"{listed}; entered by week, this week first: {weeks}"
 
@@ -144,5 +146,6 @@ def views(counts: Iterable[Count], stages: Sequence[str], today: date) -> list[S
             )
             for n in range(WEEKS_SHOWN)
         )
-        result.append(StageView(stage, mine[-1].listed if mine else None, weeks))
+        read = [row for row in mine if row.listed is not None]
+        result.append(StageView(stage, read[-1].listed if read else None, weeks))
     return result

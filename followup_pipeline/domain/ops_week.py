@@ -98,10 +98,10 @@ class OpsWeek:
 
 WORDS: dict[Language, dict[str, str]] = {
     "de": {
-        "subject": "Betrieb, Woche vom {start} bis {end}: {failed} Fehler, {waiting} offen, "
-        "{unaccounted} ohne Verbleib",
-        "subject_tenant": "Akademie {tenant}, Woche vom {start} bis {end}: {failed} Fehler, "
-        "{waiting} offen",
+        "subject": "Betrieb, Woche vom {start} bis {end}: Fehler {failed}, offen {waiting}, "
+        "ohne Verbleib {unaccounted}",
+        "subject_tenant": "Akademie {tenant}, Woche vom {start} bis {end}: Fehler {failed}, "
+        "offen {waiting}",
         "title": "Der Betrieb in der Woche vom {start} bis {end}",
         "title_tenant": "Akademie {tenant}: die Woche vom {start} bis {end}",
         "failed": "Was fehlschlug, und warum",
@@ -129,10 +129,10 @@ WORDS: dict[Language, dict[str, str]] = {
         "followup alerts list",
     },
     "en": {
-        "subject": "Operations, week of {start} to {end}: {failed} failures, {waiting} waiting, "
-        "{unaccounted} unaccounted",
-        "subject_tenant": "Academy {tenant}, week of {start} to {end}: {failed} failures, "
-        "{waiting} waiting",
+        "subject": "Operations, week of {start} to {end}: failed {failed}, waiting {waiting}, "
+        "unaccounted {unaccounted}",
+        "subject_tenant": "Academy {tenant}, week of {start} to {end}: failed {failed}, "
+        "waiting {waiting}",
         "title": "Operations in the week of {start} to {end}",
         "title_tenant": "Academy {tenant}: the week of {start} to {end}",
         "failed": "What failed, and why",

@@ -9,7 +9,7 @@ schedule and sensor: then its one cause names them, and they raise none of their
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -135,12 +135,22 @@ class Decision:
     healed: list[str]
 
 
-def decide(found: Sequence[Cause], open_ids: Sequence[str]) -> Decision:
+def decide(
+    found: Sequence[Cause], open_ids: Sequence[str], judged: Collection[str] | None = None
+) -> Decision:
     """Against the causes alerted and not healed yet (``open_ids``): what begins, what healed.
-    While the daemon is stalled nothing else heals: its cause stands for every other."""
+    Only what was looked at heals (``judged``: the running schedules' and sensors' ids; a
+    stopped or removed one is not "running again"); while the daemon is stalled nothing else
+    heals: its cause stands for every other."""
     ids = {cause.id for cause in found}
     stalled = "daemon" in ids
+
+    def heals(cause_id: str) -> bool:
+        if cause_id in ids or (stalled and cause_id != "daemon"):
+            return False
+        return cause_id == "daemon" or judged is None or cause_id in judged
+
     return Decision(
         begin=[cause for cause in found if cause.id not in open_ids],
-        healed=[c for c in open_ids if c not in ids and (not stalled or c == "daemon")],
+        healed=[cause_id for cause_id in open_ids if heals(cause_id)],
     )

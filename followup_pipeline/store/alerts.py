@@ -260,6 +260,24 @@ class OpenStall:
 WATCHDOG_KEYS = ("alert:watchdog:", "alert:healed:")
 
 
+@dataclass(frozen=True)
+class FailedRun:
+    """A failed run as its alert row has it: the job, its first error, the run."""
+
+    job: str
+    message: str
+    run_id: str | None
+    occurred_at: datetime
+
+
+def run_failures(
+    conn: psycopg.Connection[Any], *, since: datetime, until: datetime
+) -> list[FailedRun]:
+    """The failed runs recorded from ``since`` to ``until``, oldest first."""
+    params = {"since": since, "until": until}
+    return fetch_all(conn, FailedRun, query("alerts_run_failures"), params)
+
+
 def watchdog_open(conn: psycopg.Connection[Any]) -> dict[str, OpenStall]:
     """Each cause the watchdog alerted with no "healed" yet, by its id."""
     rows = fetch_all(conn, OpenStall, query("alerts_watchdog_open"))

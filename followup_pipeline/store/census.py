@@ -1,11 +1,12 @@
-"""The census of the watched stages (``stage_census``, docs/architecture.md §13): per day and
-stage, how many deals the CRM listed and how many began their follow-up."""
+"""The census of the watched stages (``stage_census``, ``stage_entries``, docs/architecture.md
+§13): per day and stage, how many deals the CRM listed, and how many entered it while followed
+(a watch opened in it, or a followed deal moved to it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time
 from typing import Any
 
 import psycopg
@@ -21,28 +22,20 @@ class CensusRow:
 
     day: date
     stage: str
-    listed: int
+    #: None: no reading that day (no evaluate read the CRM in full).
+    listed: int | None
     entered: int
 
 
 def record(
-    conn: psycopg.Connection[Any], listed: Mapping[str, int], *, day: date, zone: str, at: datetime
+    conn: psycopg.Connection[Any], listed: Mapping[str, int], *, day: date, at: datetime
 ) -> None:
-    """Record ``day``'s census (a day of ``zone``): each stage's deals listed now, and the watches
-    opened that day in it."""
-    start = local_to_utc(day, time(0), zone)
-    end = local_to_utc(day + timedelta(days=1), time(0), zone)
-    params = {
-        "day": day,
-        "stages": list(listed),
-        "listed": list(listed.values()),
-        "day_start": start,
-        "day_end": end,
-        "at": at,
-    }
+    """Record ``day``'s reading: each watched stage's deals listed now."""
+    params = {"day": day, "stages": list(listed), "listed": list(listed.values()), "at": at}
     conn.execute(query("census_record"), params)
 
 
-def since(conn: psycopg.Connection[Any], day: date) -> list[CensusRow]:
-    """The census from ``day`` on, oldest first."""
-    return fetch_all(conn, CensusRow, query("census_since"), {"since": day})
+def since(conn: psycopg.Connection[Any], day: date, *, zone: str) -> list[CensusRow]:
+    """The census from ``day`` on (days of ``zone``), oldest first."""
+    params = {"since": day, "since_at": local_to_utc(day, time(0), zone), "zone": zone}
+    return fetch_all(conn, CensusRow, query("census_since"), params)

@@ -497,10 +497,24 @@ CREATE TABLE followup.stage_census (
     day date NOT NULL,
     stage text NOT NULL,
     listed integer NOT NULL,
-    entered integer NOT NULL,
     recorded_at timestamp with time zone NOT NULL,
-    CONSTRAINT stage_census_entered_check CHECK ((entered >= 0)),
     CONSTRAINT stage_census_listed_check CHECK ((listed >= 0))
+);
+
+CREATE TABLE followup.stage_entries (
+    id bigint NOT NULL,
+    watch_id bigint NOT NULL,
+    stage text NOT NULL,
+    entered_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE followup.stage_entries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME followup.stage_entries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 CREATE TABLE followup.step_completions (
@@ -798,6 +812,9 @@ ALTER TABLE ONLY followup.schema_migrations
 ALTER TABLE ONLY followup.stage_census
     ADD CONSTRAINT stage_census_pkey PRIMARY KEY (day, stage);
 
+ALTER TABLE ONLY followup.stage_entries
+    ADD CONSTRAINT stage_entries_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_pkey PRIMARY KEY (key);
 
@@ -854,6 +871,8 @@ CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
 
+CREATE INDEX stage_entries_entered_at ON followup.stage_entries USING btree (entered_at);
+
 CREATE INDEX step_completions_event ON followup.step_completions USING btree (event_id);
 
 CREATE INDEX task_completions_watch ON followup.task_completions USING btree (watch_id, step_no);
@@ -863,8 +882,6 @@ CREATE INDEX watch_steps_due ON followup.watch_steps USING btree (due_on) WHERE 
 CREATE INDEX watch_steps_task_ref ON followup.watch_steps USING btree (task_ref) WHERE (task_ref IS NOT NULL);
 
 CREATE UNIQUE INDEX watches_one_open ON followup.watches USING btree (subject_type, subject_id) WHERE (closed_at IS NULL);
-
-CREATE INDEX watches_registered_at ON followup.watches USING btree (registered_at);
 
 CREATE INDEX watches_subject ON followup.watches USING btree (subject_type, subject_id, registered_at DESC);
 
@@ -911,6 +928,9 @@ ALTER TABLE ONLY followup.lms_opt_outs
 
 ALTER TABLE ONLY followup.lms_reminders
     ADD CONSTRAINT lms_reminders_tenant_id_learner_id_assignment_id_fkey FOREIGN KEY (tenant_id, learner_id, assignment_id) REFERENCES followup.lms_assignments(tenant_id, learner_id, quiz_id);
+
+ALTER TABLE ONLY followup.stage_entries
+    ADD CONSTRAINT stage_entries_watch_id_fkey FOREIGN KEY (watch_id) REFERENCES followup.watches(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY followup.step_completions
     ADD CONSTRAINT step_completions_event_id_fkey FOREIGN KEY (event_id) REFERENCES followup.events(id);

@@ -340,12 +340,15 @@ class DealFacts:
     amount_currency: str | None
 
 
-def set_facts(conn: psycopg.Connection[Any], facts: Mapping[int, DealFacts]) -> None:
+def set_facts(
+    conn: psycopg.Connection[Any], facts: Mapping[int, DealFacts], *, at: datetime
+) -> None:
     """Copy the CRM's current names, owner, stage and amount onto open watches (watch id:
-    facts), in one statement."""
+    facts), in one statement; a deal moved to another stage enters it ``at`` (the census)."""
     conn.execute(
         query("set_watch_facts"),
         {
+            "at": at,
             "watch_ids": list(facts),
             "names": [f.name for f in facts.values()],
             "account_names": [f.account_name for f in facts.values()],
@@ -358,11 +361,15 @@ def set_facts(conn: psycopg.Connection[Any], facts: Mapping[int, DealFacts]) -> 
     )
 
 
-def refresh_subject(conn: psycopg.Connection[Any], *, watch_id: int, subject: Subject) -> None:
-    """Copy a CRM deal's current names and stage onto its watch; clear its CRM error."""
+def refresh_subject(
+    conn: psycopg.Connection[Any], *, watch_id: int, subject: Subject, at: datetime
+) -> None:
+    """Copy a CRM deal's current names and stage onto its watch; clear its CRM error. A deal
+    moved to another stage enters it ``at`` (the census)."""
     conn.execute(
         query("refresh_subject"),
         {
+            "at": at,
             "watch_id": watch_id,
             "name": subject.name,
             "account_name": subject.account_name,

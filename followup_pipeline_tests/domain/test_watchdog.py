@@ -90,5 +90,8 @@ def test_watchdog_decides_what_begins_and_heals_and_nothing_heals_under_a_dead_d
     daemon = causes(stale=["SENSOR never"], missed=[], late=[], now=now)
     under = decide(daemon, ["schedule:s"])
     assert ([c.id for c in under.begin], under.healed) == (["daemon"], [])
-    back = decide([], ["schedule:s", "daemon"])
+    back = decide([], ["schedule:s", "daemon"], {"schedule:s"})
     assert back.healed == ["schedule:s", "daemon"]
+    # A schedule switched off (or gone) is not looked at: it is not "running again".
+    stopped = decide([], ["schedule:s"], set())
+    assert stopped.healed == []

@@ -28,11 +28,15 @@ from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.resources import OutlookResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
+from followup_pipeline.store import alerts as alert_store
 from followup_pipeline.store import census, lms
 from followup_pipeline.store import work as work_store
+from followup_pipeline.store.alerts import FailedRun
 
 #: The week a look covers, up to its run.
 WEEK = timedelta(days=7)
+#: Dagster's tag of a run its schedule launched.
+SCHEDULE_TAG = "dagster/schedule_name"
 #: A look that outlives this is failed by run monitoring.
 MAX_RUNTIME_S = 15 * 60
 
@@ -45,6 +49,17 @@ def _causes(items: list[work_store.WorkItem]) -> list[Cause]:
     return [
         Cause(pipeline, step, kind, len(found), found[0].what, found[0].error or found[0].reason)
         for (pipeline, step, kind), found in groups.items()
+    ]
+
+
+def _failed_runs(runs: list[FailedRun]) -> list[Cause]:
+    """The week's failed runs, by job and the first error's type."""
+    groups: dict[tuple[str, str], list[FailedRun]] = defaultdict(list)
+    for run in runs:
+        groups[(run.job, run.message.split(":", 1)[0] or "RunFailure")].append(run)
+    return [
+        Cause("runs", job, kind, len(found), f"run {found[0].run_id or '?'}", found[0].message)
+        for (job, kind), found in groups.items()
     ]
 
 
@@ -127,13 +142,16 @@ def gather(
     by_reason: Counter[str] = Counter()
     for line in week.lines.values():
         by_reason.update(line.suppressed)
-    rows = census.since(conn, (now - timedelta(weeks=5)).date())
-    today = now.astimezone(zone).date()
+    rows = census.since(conn, (now - timedelta(weeks=5)).date(), zone=settings.timezone)
+    today = (now - timedelta(days=1)).astimezone(zone).date()  # the week looked at, first
     return OpsWeek(
         start=since.astimezone(zone).date(),
         end=(now - timedelta(days=1)).astimezone(zone).date(),
         zone=str(zone),
-        failures=_causes(failed),
+        failures=[
+            *_failed_runs(alert_store.run_failures(conn, since=since, until=now)),
+            *_causes(failed),
+        ],
         waiting=_owed(counts),
         suppressed=dict(by_reason),
         degraded=_degraded(instance, since),
@@ -159,8 +177,11 @@ def mail_ops_week(
     """The week's look to the operations owner and backup, and each academy's to its owner;
     once per week each."""
     run = RunScope(clock.now(), context.run_id, context.log)
-    year, week_no, _ = (run.now - timedelta(days=1)).isocalendar()
-    week = f"{year}-W{week_no:02d}"
+    # The week looked at: the one that began 7 days ago (Monday's run: last week). A run by hand
+    # (not the schedule's) is its own look, never the scheduled one of its week.
+    year, week_no, _ = (run.now - WEEK).astimezone(ZoneInfo(settings.timezone)).isocalendar()
+    scheduled = context.run.tags.get(SCHEDULE_TAG) is not None
+    week = f"{year}-W{week_no:02d}" + ("" if scheduled else f":run:{context.run_id}")
     mailer = Mailer(run, postgres, outlook.get_client(), settings)
     counts: Counter[str] = Counter()
     language = settings.report_language

@@ -217,7 +217,7 @@ def check_tick(
             if episode is not None:
                 store.record(conn, episode, window=None)
         # A watched stage gone quiet: one alert a quiet spell (its source names when it began).
-        rows = census.since(conn, now.date() - CENSUS_LOOK_BACK)
+        rows = census.since(conn, now.date() - CENSUS_LOOK_BACK, zone=settings.timezone)
         for quiet in census_signals(rows, now=now, settings=settings, calendar=calendar):
             store.record(conn, quiet, window=None)
         # One alert an episode; a vendor that comes and goes within the alert window is held

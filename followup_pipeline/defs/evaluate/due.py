@@ -256,9 +256,8 @@ class DueSteps:
             self.late(watch, due, f"the CRM could not re-check the deal: {error}")
             return None
         with self.db.connection() as conn:
-            watches.refresh_subject(
-                conn, watch_id=watch.id, subject=deal.subject(self.settings.crm_deal_url(deal.id))
-            )
+            subject = deal.subject(self.settings.crm_deal_url(deal.id))
+            watches.refresh_subject(conn, watch_id=watch.id, subject=subject, at=self.now)
         return deal
 
     def close_exhausted(self) -> None:

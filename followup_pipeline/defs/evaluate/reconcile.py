@@ -104,7 +104,7 @@ class Reconciler:
         }
         if changed:
             with self.db.connection() as conn:
-                watches.set_facts(conn, changed)
+                watches.set_facts(conn, changed, at=self.now)
         quiet = self.register([deal for deal in listed.values() if deal.id not in open_now])
         self.close_departed([w for subject_id, w in open_now.items() if subject_id not in listed])
         with self.db.connection() as conn:
@@ -120,13 +120,13 @@ class Reconciler:
         return tally
 
     def record_census(self, conn: psycopg.Connection[Any], listed: Iterable[Deal]) -> None:
-        """Today's census of the watched stages (a day of the team's zone): each one's deals
-        listed by this reading, and the watches opened today in it; a stage that goes quiet is
-        an alert (``domain/census.py``)."""
+        """Today's reading for the census of the watched stages (a day of the team's zone):
+        each one's deals listed by this reading (their entries are recorded as watches open or
+        change); a stage that goes quiet is an alert (``domain/census.py``)."""
         counts = Counter(deal.stage for deal in listed)
         per_stage = {stage: counts[stage] for stage in self.settings.watched_stages}
         today = local_date(self.now, self.settings.timezone)
-        census.record(conn, per_stage, day=today, zone=self.settings.timezone, at=self.now)
+        census.record(conn, per_stage, day=today, at=self.now)
 
     def _listed(self, read: Callable[[], DealListing]) -> DealListing | None:
         """A listing of deals, each record that breaks its schema reported as a problem; None

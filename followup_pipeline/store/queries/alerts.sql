@@ -148,3 +148,11 @@ WHERE a.kind = 'watchdog'
   AND NOT EXISTS (SELECT 1 FROM alerts h WHERE h.source = 'healed:' || substr(a.source, 10))
 ORDER BY a.fingerprint, a.occurred_at DESC;
 
+-- name: alerts_run_failures
+-- The failed runs recorded from %(since)s to %(until)s (one row each, held repeats too), oldest
+-- first: the job, its first error ("Type: detail"), the run.
+SELECT subject AS job, message, run_id, occurred_at
+FROM alerts
+WHERE kind = 'run_failure' AND occurred_at >= %(since)s AND occurred_at < %(until)s
+ORDER BY occurred_at, id;
+

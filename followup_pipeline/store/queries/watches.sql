@@ -28,6 +28,11 @@ WITH subject AS (
     FROM watch,
          unnest(%(step_nos)s::int[], %(offset_days)s::int[], %(due_ons)s::date[])
              AS p(step_no, offset_days, due_on)
+), entered AS (
+    -- (the census: each deal enters its stage as its watch opens)
+    INSERT INTO stage_entries (watch_id, stage, entered_at)
+    SELECT watch.id, s.stage, %(registered_at)s
+    FROM watch JOIN subject s ON s.subject_id = watch.subject_id
 )
 SELECT id, subject_id FROM watch;
 
@@ -95,7 +100,14 @@ UPDATE watches SET last_error = %(error)s, last_error_at = %(at)s WHERE id = %(w
 
 -- name: set_watch_facts
 -- Copy the CRM's current names, owner, stage and amount onto open watches (arrays in step), where
--- they differ.
+-- they differ; a deal moved to another stage enters it at %(at)s (the census).
+WITH entered AS (
+    INSERT INTO stage_entries (watch_id, stage, entered_at)
+    SELECT w.id, v.stage, %(at)s
+    FROM unnest(%(watch_ids)s::bigint[], %(stages)s::text[]) AS v(id, stage)
+    JOIN watches w ON w.id = v.id
+    WHERE w.closed_at IS NULL AND w.stage IS DISTINCT FROM v.stage
+)
 UPDATE watches w
 SET subject_name = v.name, account_name = v.account_name, assigned_user_id = v.user_id,
     assigned_user_name = v.user_name, stage = v.stage, amount = v.amount,
@@ -111,7 +123,13 @@ WHERE w.id = v.id AND w.closed_at IS NULL
                         v.currency);
 
 -- name: refresh_subject
--- Copy the CRM's current names onto a watch and clear the error that held it back.
+-- Copy the CRM's current names onto a watch and clear the error that held it back; a deal moved
+-- to another stage enters it at %(at)s (the census).
+WITH entered AS (
+    INSERT INTO stage_entries (watch_id, stage, entered_at)
+    SELECT w.id, %(stage)s, %(at)s FROM watches w
+    WHERE w.id = %(watch_id)s AND w.stage IS DISTINCT FROM %(stage)s
+)
 UPDATE watches
 SET subject_name = %(name)s, account_name = %(account_name)s,
     assigned_user_id = %(assigned_user_id)s, assigned_user_name = %(assigned_user_name)s,

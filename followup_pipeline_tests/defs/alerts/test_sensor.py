@@ -26,7 +26,7 @@ from followup_pipeline.domain.work import Selection
 from followup_pipeline.engine.runs import DEGRADED_TAG
 from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store import alerts as store
-from followup_pipeline.store import events
+from followup_pipeline.store import census, events
 from followup_pipeline.store import work as work_store
 from followup_pipeline.store.events import store_delivery
 from followup_pipeline_tests.defs.lead_intake.test_intake import _resources as lead_resources
@@ -659,10 +659,11 @@ def test_alerts_a_watched_stage_whose_deals_moved_away_is_named_by_the_census(
     checks = Checks(machine, watching_since=MONDAY_10 - timedelta(days=1))
     assert machine.outcome(machine.evaluate(MONDAY_10)) == "ok"
     assert checks(MONDAY_10 + timedelta(minutes=5)) == []
-    census = machine.db.execute(
-        "SELECT stage, listed, entered FROM stage_census WHERE day = '2026-03-02' ORDER BY stage"
-    ).fetchall()
-    assert [tuple(row.values()) for row in census] == [("Negotiation", 1, 1), ("Proposal", 1, 1)]
+    read = census.since(machine.db, MONDAY_10.date(), zone="Europe/Berlin")
+    assert [(r.stage, r.listed, r.entered) for r in read] == [
+        ("Negotiation", 1, 1),
+        ("Proposal", 1, 1),
+    ]
     # The pipeline changes in the CRM: Negotiation's deals now sit in a stage nobody watches.
     machine.move(moved, "Prospecting")
     for day in (1, 2):  # Tuesday and Wednesday, every run green
