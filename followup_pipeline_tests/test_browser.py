@@ -56,6 +56,7 @@ SCHEDULES = [
     "lms_reminders_every_15_min",
     "lms_weekly_monday",
     "morning_report_weekdays",
+    "ops_weekly_monday",
     "purge_nightly",
     "weekly_report_friday",
 ]

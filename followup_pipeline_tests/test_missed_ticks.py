@@ -55,6 +55,7 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
         # Every quarter hour: the latest is the one just before the machine came back.
         "lms_reminders_every_15_min": [(friday.replace(day=14, hour=12), None)],
         "lms_weekly_monday": [(friday.replace(day=9, hour=7), None)],
+        "ops_weekly_monday": [(friday.replace(day=9, hour=7, minute=15), None)],
         "purge_nightly": [(friday.replace(day=14, hour=3, minute=15), None)],
         "backup_nightly": [(friday.replace(day=14, hour=3, minute=45), None)],
     }
@@ -68,7 +69,7 @@ def test_missed_ticks_only_the_latest_of_each_schedule_runs(
     # Only Sunday night's sweep, purge and backup, the latest half hour of enrich and the
     # latest quarter hour are new (the business-day schedules skip the weekend).
     runs = scheduler.runs()
-    assert sum(len(runs) for runs in runs.values()) == 14
+    assert sum(len(runs) for runs in runs.values()) == 15
     assert runs["crm_changes_nightly"][0][0] == datetime(2026, 3, 15, 2, 0, tzinfo=BERLIN)
 
 

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Any
 
 from followup_pipeline.commands import in_environment
 from followup_pipeline.defs.alerts.board import AlertNotSent
 from followup_pipeline.defs.alerts.delivery import AlertDelivery, Delivered
 from followup_pipeline.domain.alerts import key_stamp
+from followup_pipeline.domain.cron import last_fire
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.domain.watchdog import (
     Cause,
@@ -57,14 +60,11 @@ def _moment(timestamp: float | None) -> datetime | None:
 
 
 def last_due(cron: str | Sequence[str], zone: str, before: datetime) -> datetime | None:
-    """The latest moment ``cron`` fires at or before ``before``, in ``zone``."""
-    # Dagster's own reading of a schedule's cron (its time zone and DST rules included).
-    from dagster._utils.schedules import reverse_cron_string_iterator
-
+    """The latest moment ``cron`` fires at or before ``before``, in ``zone`` (``domain/cron.py``:
+    read as Dagster reads it)."""
     crons = [cron] if isinstance(cron, str) else list(cron)
-    moments = [next(reverse_cron_string_iterator(before.timestamp(), c, zone), None) for c in crons]
-    found = [m for m in moments if m is not None]
-    return max(found).astimezone(UTC) if found else None
+    found = [m for c in crons if (m := last_fire(c, zone, before)) is not None]
+    return max(found) if found else None
 
 
 def look(instance: Any, settings: Settings, now: datetime) -> tuple[list[Cause], set[str]]:
@@ -200,8 +200,27 @@ def once(
     return found, failed
 
 
+class _Stop:
+    """SIGINT and SIGTERM end the loop after the look in progress (not inside it: Dagster's own
+    code may hold on to an interrupt), and cut a wait short."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._ask)
+
+    def _ask(self, signum: int, frame: FrameType | None) -> None:
+        self.asked = True
+
+    def wait(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.asked and time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
 def _watchdog(args: argparse.Namespace, settings: Settings) -> int:
     settings = with_sandbox(settings)
+    stop = _Stop() if not args.once else None
     install_dagster_home(settings)  # (a host or a container of its own has none yet)
     every = args.every or settings.watchdog_every_s
     logging.getLogger("followup_pipeline.integrations").setLevel(logging.ERROR)
@@ -215,9 +234,11 @@ def _watchdog(args: argparse.Namespace, settings: Settings) -> int:
             found, failed = once(settings, now, settling=time.monotonic() < settle_until)
         except Exception as error:  # (a database away for a moment: look again)
             print(f"watchdog: the look failed ({type(error).__name__}: {error})", flush=True)
-            if args.once:
+            if stop is None:
                 return 2
-            time.sleep(every)
+            stop.wait(every)
+            if stop.asked:
+                return 0
             continue
         ids = {cause.id for cause in found}
         for cause in found:
@@ -228,9 +249,12 @@ def _watchdog(args: argparse.Namespace, settings: Settings) -> int:
         for problem in failed:
             print(f"watchdog: alert NOT SENT: {problem}", flush=True)
         shown = ids
-        if args.once:
+        if stop is None:
             return 1 if found or failed else 0
-        time.sleep(every)
+        stop.wait(every)
+        if stop.asked:
+            print("watchdog: stopped", flush=True)
+            return 0
 
 
 def register(commands: Any) -> None:

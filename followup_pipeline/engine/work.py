@@ -8,8 +8,7 @@ its items) and a state: open, acknowledged, closed with how.
   The alert checks run it every tick; the commands before they read; ``followup migrate`` once.
 - ``acknowledge``, ``close`` and ``replay`` are a person's, one by one or in bulk by a
   ``Selection``, each audited with who and why; ``dry`` shows what they would touch.
-- ``park`` and ``settle_parked`` are the learning runs' door (``defs/lms/catch_up.py``);
-  ``park_step`` is ``evaluate``'s, for a follow-up step late because its vendor stays away.
+- ``engine/late.py`` is the runs' door to the list for what is late (late means owned).
 """
 
 from __future__ import annotations
@@ -20,12 +19,11 @@ from typing import Any
 
 import psycopg
 
-from followup_pipeline.domain.steps import step_of_key, task_key
+from followup_pipeline.domain.steps import step_of_key
 from followup_pipeline.domain.work import (
     LATE_KINDS,
     NOBODY,
     ClosedHow,
-    ItemKind,
     Selection,
     action_item_kind,
     action_pipeline,
@@ -168,75 +166,6 @@ def after_migrate(url: str, settings: Settings, applied_versions: list[int]) -> 
     with connect(url, autocommit=True) as conn:
         known = LIST_MIGRATION in applied_versions
         return sync(conn, settings, at=datetime.now(UTC), known=known)
-
-
-def park(
-    conn: psycopg.Connection[Any],
-    *,
-    action_key: str,
-    kind: ItemKind,
-    tenant: lms.Tenant,
-    what: str,
-    reason: str,
-    settings: Settings,
-    at: datetime,
-) -> bool:
-    """A learning action that can be neither done nor suppressed waits with its tenant's owner
-    (the operations' where the tenant names none); whether it is a new item."""
-    with conn.transaction():
-        store.lock(conn)
-        return store.park(
-            conn,
-            action_key=action_key,
-            pipeline="learning",
-            kind=kind,
-            tenant_id=tenant.id,
-            what=what,
-            reason=reason,
-            owner=tenant.owner or settings.ops_owner or NOBODY,
-            backup=tenant.backup or settings.ops_backup,
-            at=at,
-        )
-
-
-def park_step(
-    conn: psycopg.Connection[Any],
-    *,
-    watch_id: int,
-    step_no: int,
-    what: str,
-    reason: str,
-    settings: Settings,
-    at: datetime,
-) -> bool:
-    """A follow-up step late past its grace, its vendor away, waits with the operations owner
-    (``FOLLOWUP_OPS_OWNER``) as ``step:<watch>:<step>``: once while it waits, its reason kept
-    current; it closes by itself when the step fires, is skipped or is planned again, or its
-    task's action dies (a dead letter of its own, ``sync``). Whether it is a new item."""
-    with conn.transaction():
-        store.lock(conn)
-        return store.park(
-            conn,
-            subject=f"step:{watch_id}:{step_no}",
-            action_key=task_key(watch_id, step_no),
-            pipeline="deal_followup",
-            kind="step",
-            tenant_id=None,
-            what=what,
-            reason=reason,
-            owner=settings.ops_owner or NOBODY,
-            backup=settings.ops_backup,
-            at=at,
-        )
-
-
-def settle_parked(
-    conn: psycopg.Connection[Any], action_key: str, note: str, *, at: datetime
-) -> bool:
-    """The learning action ``action_key`` was done or settled: its waiting item closes (expired
-    when its time passed); whether one did."""
-    how: ClosedHow = "expired" if note.startswith("suppressed: expired") else "resolved"
-    return store.close_subject(conn, f"action:{action_key}", how, note, at=at)
 
 
 #: The most items one selection reads (a command says when it reached it).

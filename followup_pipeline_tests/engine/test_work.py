@@ -16,7 +16,7 @@ import pytest
 
 from followup_pipeline.cli import main
 from followup_pipeline.domain.work import Selection, parse_since, tenant_of_key
-from followup_pipeline.engine import work
+from followup_pipeline.engine import late, work
 from followup_pipeline.ingress.metrics import _work_lines
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store import lms
@@ -115,7 +115,7 @@ def test_work_one_list_of_three_pipelines_and_the_views_show_their_parts(
     reminder = "lms:berlin:7:3:before:2026-03-09"
     _dead_action(db, reminder, "reminder")
     settings = load_settings()
-    work.park(db, action_key="lms-publish:berlin:week-2:v1", kind="publication", tenant=tenant,
+    late.park(db, action_key="lms-publish:berlin:week-2:v1", kind="publication", tenant=tenant,
               what="week-2 v1", reason="due and not approved", settings=settings,
               at=datetime.now(UTC))  # fmt: skip
     assert main(["work", "list"]) == 0
@@ -267,7 +267,7 @@ def test_work_a_late_step_closes_when_planned_again_and_a_decision_skips_the_ste
     late = datetime(2026, 3, 2, 12, tzinfo=UTC)  # steps 1 and 2 of both are due by then
     for watch_id in (first, second):
         for step_no in (1, 2):
-            work.park_step(db, watch_id=watch_id, step_no=step_no, what=f"step {step_no}",
+            late.park_step(db, watch_id=watch_id, step_no=step_no, what=f"step {step_no}",
                            reason="late: espocrm", settings=settings, at=late)  # fmt: skip
     assert work.sync(db, settings, at=late).closed == 0
     # Activity planned the first deal's steps again, for later days: their items close.
@@ -291,7 +291,7 @@ def test_work_a_late_step_closes_when_planned_again_and_a_decision_skips_the_ste
     assert (item.closed_how, item.closed_note) == ("resolved", "suppressed: decided")
     assert store.select(db, Selection(kinds=("step",))) == []  # nothing waits
     # A late step whose task's action then failed every attempt: its dead letter takes over.
-    work.park_step(db, watch_id=first, step_no=3, what="step 3", reason="late: clickup: 503",
+    late.park_step(db, watch_id=first, step_no=3, what="step 3", reason="late: clickup: 503",
                    settings=settings, at=late)  # fmt: skip
     _dead_action(db, f"task:{first}:3", "task")
     synced = work.sync(db, settings, at=late)

@@ -23,7 +23,7 @@ from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
 from followup_pipeline.domain.steps import DRY_RUN_REF, task_key
 from followup_pipeline.domain.tasks import TaskContent
-from followup_pipeline.engine import work
+from followup_pipeline.engine import late
 from followup_pipeline.engine.effects import ActionSpec, Mode, Outbound, Sent, SuppressReason
 from followup_pipeline.engine.ledger import ActionLedger
 from followup_pipeline.engine.scope import Database, RunScope, Tally
@@ -254,7 +254,7 @@ class TaskLedger:
             "vendor answers again, or close it with a decision (the step is then skipped)"
         )
         with self.db.connection() as conn:
-            parked = work.park_step(
+            parked = late.park_step(
                 conn,
                 watch_id=watch.id,
                 step_no=step_no,

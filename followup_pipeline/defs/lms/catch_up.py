@@ -11,7 +11,7 @@ from datetime import datetime
 from followup_pipeline.domain.account import GRACE, next_open
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.work import ItemKind
-from followup_pipeline.engine import work
+from followup_pipeline.engine import late
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms, lms_content
@@ -34,7 +34,7 @@ class CatchUp:
     def park(self, key: str, kind: ItemKind, what: str, reason: str) -> bool:
         """The action waits with its owner (once while it waits); whether it is a new item."""
         with self.db.connection() as conn:
-            return work.park(
+            return late.park(
                 conn,
                 action_key=key,
                 kind=kind,
@@ -48,7 +48,7 @@ class CatchUp:
     def close(self, key: str, how: str) -> bool:
         """Close the action's waiting item (if any), with how it ended."""
         with self.db.connection() as conn, conn.transaction():
-            return work.settle_parked(conn, key, how, at=self.now)
+            return late.settle_parked(conn, key, how, at=self.now)
 
     def park_late(self, error: BaseException) -> int:
         """Late means owned: the tenant cannot be reached (``error``), so each reminder due

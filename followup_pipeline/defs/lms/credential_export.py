@@ -22,8 +22,8 @@ import psycopg
 from followup_pipeline.defs.lms.outbound import FOUND, failure
 from followup_pipeline.defs.lms.ports import CredentialPlatform
 from followup_pipeline.engine.effects import ActionSpec, Sent
+from followup_pipeline.engine.late import settle_parked
 from followup_pipeline.engine.scope import Database
-from followup_pipeline.engine.work import settle_parked
 from followup_pipeline.integrations.errors import PermanentError, SchemaError, TransientError
 from followup_pipeline.store import lms_certificates as certs
 from followup_pipeline.store.lms_certificates import CertificateRow

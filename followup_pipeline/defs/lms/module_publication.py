@@ -22,8 +22,8 @@ import psycopg
 from followup_pipeline.defs.lms.outbound import failure
 from followup_pipeline.defs.lms.ports import CourseSite
 from followup_pipeline.engine.effects import ActionSpec, Sent, error_text
+from followup_pipeline.engine.late import settle_parked
 from followup_pipeline.engine.scope import Database
-from followup_pipeline.engine.work import settle_parked
 from followup_pipeline.store import lms_content
 from followup_pipeline.store.lms import Tenant
 from followup_pipeline.store.lms_content import ContentRow
