@@ -264,16 +264,16 @@ def test_work_a_late_step_closes_when_planned_again_and_a_decision_skips_the_ste
     ]
     first, second = (w for w in watches if w is not None)
     settings = load_settings()
-    late = datetime(2026, 3, 2, 12, tzinfo=UTC)  # steps 1 and 2 of both are due by then
+    parked_at = datetime(2026, 3, 2, 12, tzinfo=UTC)  # steps 1 and 2 of both are due by then
     for watch_id in (first, second):
         for step_no in (1, 2):
             late.park_step(db, watch_id=watch_id, step_no=step_no, what=f"step {step_no}",
-                           reason="late: espocrm", settings=settings, at=late)  # fmt: skip
-    assert work.sync(db, settings, at=late).closed == 0
+                           reason="late: espocrm", settings=settings, at=parked_at)  # fmt: skip
+    assert work.sync(db, settings, at=parked_at).closed == 0
     # Activity planned the first deal's steps again, for later days: their items close.
     for step_no, due_on in ((1, datetime(2026, 3, 9).date()), (2, datetime(2026, 3, 18).date())):
         replan_step(db, watch_id=first, step_no=step_no, due_on=due_on)
-    assert work.sync(db, settings, at=late).closed == 2
+    assert work.sync(db, settings, at=parked_at).closed == 2
     notes = {i.subject: i.closed_note for i in store.select(db, Selection(states=("closed",)))}
     assert notes == {
         f"step:{first}:1": "planned again for 2026-03-09",
@@ -286,15 +286,15 @@ def test_work_a_late_step_closes_when_planned_again_and_a_decision_skips_the_ste
     assert [(s.step_no, s.skip_reason) for s in steps_of(db, second)] == [
         (1, "decided"), (2, "decided"), (3, None)
     ]  # fmt: skip
-    assert work.sync(db, settings, at=late).closed == 1
+    assert work.sync(db, settings, at=parked_at).closed == 1
     [item] = store.select(db, Selection(names=(f"step:{second}:1",), states=("closed",)))
     assert (item.closed_how, item.closed_note) == ("resolved", "suppressed: decided")
     assert store.select(db, Selection(kinds=("step",))) == []  # nothing waits
     # A late step whose task's action then failed every attempt: its dead letter takes over.
     late.park_step(db, watch_id=first, step_no=3, what="step 3", reason="late: clickup: 503",
-                   settings=settings, at=late)  # fmt: skip
+                   settings=settings, at=parked_at)  # fmt: skip
     _dead_action(db, f"task:{first}:3", "task")
-    synced = work.sync(db, settings, at=late)
+    synced = work.sync(db, settings, at=parked_at)
     assert (synced.new, synced.closed) == (1, 1)
     [dead] = store.select(db, Selection(kinds=("dead_action",)))
     [handed] = store.select(db, Selection(names=(f"step:{first}:3",), states=("closed",)))
