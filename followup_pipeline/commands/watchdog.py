@@ -227,6 +227,14 @@ def _watchdog(args: argparse.Namespace, settings: Settings) -> int:
     # Looking on and on beside a machine that starts with it: the daemon's first heartbeats and
     # the sensors' first evaluations are waited for (a timer's or a CronJob's look is not).
     settle_until = time.monotonic() + (0 if args.once else settings.watchdog_heartbeat_late_s)
+    if stop is not None:
+        print(
+            f"watchdog: a look every {every} s (the daemon's heartbeats late after "
+            f"{settings.watchdog_heartbeat_late_s} s, a tick after "
+            f"{settings.watchdog_tick_late_s} s); the first after "
+            f"{settings.watchdog_heartbeat_late_s} s",
+            flush=True,
+        )
     shown: set[str] = set()
     while True:
         now = datetime.now(UTC)
