@@ -70,6 +70,7 @@ def test_doctor_reads_the_lists_closed_status(
     # The census of each watched stage: nothing read yet on a fresh installation.
     census = "ok   census Proposal: no reading yet; entered by week, this week first: 0, 0, 0, 0"
     assert census in out
+    assert "ok   watchdog: none has looked on this machine yet" in out
     # No daemon, no ingress and no Dagster instance here: exactly those fail.
     assert _faults(out) == {"dagster", "ingress"}
 

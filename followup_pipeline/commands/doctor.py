@@ -32,6 +32,7 @@ from followup_pipeline.commands.lead_switch import describe
 from followup_pipeline.commands.probes import Check, fail, ok, warn
 from followup_pipeline.domain.census import Count, quiet_stages, views
 from followup_pipeline.domain.localtime import for_people
+from followup_pipeline.domain.watchdog import LOOKED, watchdog_silent
 from followup_pipeline.engine import work as work_list
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.machine import (
@@ -46,6 +47,7 @@ from followup_pipeline.settings import ConfigError, Settings
 from followup_pipeline.store import census, lead_mode, lms, work
 from followup_pipeline.store.cadences import UnknownCadence, cadence_offsets
 from followup_pipeline.store.db import StoreError, connect, resolve_database_url
+from followup_pipeline.store.enrichments import cursor_of
 from followup_pipeline.store.events import webhook_silence
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.migrate import available_migrations, current_version
@@ -164,6 +166,7 @@ def _database(url: str, settings: Settings) -> Iterator[Check]:
         yield lead_mode_check(conn, settings)
         yield work_check(conn, settings, now=datetime.now(UTC))
         yield from census_checks(conn, settings, now=build_clock(settings.now).now())
+        yield watchdog_check(conn, settings, now=datetime.now(UTC))
         if settings.espocrm_webhooks:
             now = build_clock(settings.now).now()
             yield webhook_check(conn, now=now, zone=settings.timezone)
@@ -252,6 +255,21 @@ def census_checks(conn: Any, settings: Settings, *, now: datetime) -> Iterator[C
             yield warn(name, f"{view.line()}: {quiet[view.stage].message}")
         else:
             yield ok(name, view.line())
+
+
+def watchdog_check(conn: Any, settings: Settings, *, now: datetime) -> Check:
+    """When the watchdog (``followup watchdog``) last looked; a warning when it went silent."""
+    looked = cursor_of(conn, LOOKED)
+    if looked is None:
+        return ok(
+            "watchdog",
+            "none has looked on this machine yet: `make run` starts one; in production "
+            "deploy/ runs it (a systemd timer, a compose service, a CronJob)",
+        )
+    silent = watchdog_silent(looked, now=now, every_s=settings.watchdog_every_s)
+    if silent is not None:
+        return warn("watchdog", silent.message)
+    return ok("watchdog", f"its last look {int((now - looked).total_seconds())} s ago")
 
 
 def webhook_check(conn: Any, *, now: datetime, zone: str) -> Check:

@@ -30,6 +30,7 @@ from followup_pipeline.domain.alerts import key_stamp
 from followup_pipeline.domain.cron import last_fire
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.domain.watchdog import (
+    LOOKED,
     Cause,
     Evaluation,
     Tick,
@@ -49,6 +50,7 @@ from followup_pipeline.machine import (
 from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store import alerts as store
 from followup_pipeline.store.db import connect, resolve_database_url
+from followup_pipeline.store.enrichments import set_cursor
 
 log = logging.getLogger("followup_pipeline.watchdog")
 #: Dagster's interval for a sensor that names none.
@@ -86,7 +88,7 @@ def look(instance: Any, settings: Settings, now: datetime) -> tuple[list[Cause],
     }
     tolerance = timedelta(seconds=settings.watchdog_tick_late_s)
     missed: list[tuple[str, str]] = []
-    judged: set[str] = set()
+    judged: set[str] = {"watchdog"}  # (it looks: its own silence is over)
     for schedule in repository.schedule_defs:
         state = stored.get(schedule.name)
         if state is None or not state.is_running:
@@ -156,6 +158,8 @@ def once(
             found, judged = look(instance, settings, now)
     url = resolve_database_url(settings)
     with connect(url, autocommit=True) as conn:
+        if not settling:
+            set_cursor(conn, LOOKED, now)  # (the alert checks watch the watchdog in turn)
         opened = store.watchdog_open(conn)
         decision = decide(found, [] if settling else list(opened), judged)
         for cause in decision.begin:

@@ -126,6 +126,27 @@ def causes(
     ]
 
 
+#: The cursor (``job_cursors``) the watchdog moves at each look: the alert checks, inside the
+#: daemon, watch the watchdog in turn.
+LOOKED = "watchdog_looked"
+
+
+def watchdog_silent(looked: datetime | None, *, now: datetime, every_s: int) -> Cause | None:
+    """The watchdog itself, seen from the alert checks: no look for three of its intervals
+    (at least ten minutes) since its last one; None when it looks, or never looked here."""
+    if looked is None:
+        return None  # no watchdog on this machine yet: `followup doctor` says so
+    allowed = max(timedelta(seconds=3 * every_s), timedelta(minutes=10))
+    if now - looked <= allowed:
+        return None
+    return Cause(
+        "watchdog",
+        "followup watchdog",
+        f"no look since {_ago(now, looked)} ago: the daemon, the ticks and the sensors go "
+        "unwatched from outside; is its timer, service or CronJob running?",
+    )
+
+
 @dataclass(frozen=True)
 class Decision:
     """What a look decides: the causes that begin (each an alert) and those healed since their

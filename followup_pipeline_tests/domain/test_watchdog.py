@@ -16,6 +16,7 @@ from followup_pipeline.domain.watchdog import (
     late_evaluation,
     missed_tick,
     stale_daemons,
+    watchdog_silent,
 )
 
 ZONE = "Europe/Berlin"
@@ -92,6 +93,13 @@ def test_watchdog_decides_what_begins_and_heals_and_nothing_heals_under_a_dead_d
     assert ([c.id for c in under.begin], under.healed) == (["daemon"], [])
     back = decide([], ["schedule:s", "daemon"], {"schedule:s"})
     assert back.healed == ["schedule:s", "daemon"]
+    # The watchdog's own silence (raised by the alert checks) heals when it looks again.
+    assert decide([], ["watchdog"], {"watchdog"}).healed == ["watchdog"]
+    assert watchdog_silent(now - timedelta(minutes=9), now=now, every_s=60) is None
+    silent = watchdog_silent(now - timedelta(minutes=11), now=now, every_s=60)
+    assert silent is not None
+    assert silent.message.startswith("no look since 11 min 00 s ago")
+    assert watchdog_silent(None, now=now, every_s=60) is None  # none on this machine yet
     # A schedule switched off (or gone) is not looked at: it is not "running again".
     stopped = decide([], ["schedule:s"], set())
     assert stopped.healed == []

@@ -25,8 +25,9 @@ from followup_pipeline.defs.alerts.degraded import (
 )
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.account import GRACE
-from followup_pipeline.domain.alerts import fingerprint, self_alert_key
+from followup_pipeline.domain.alerts import fingerprint, key_stamp, self_alert_key
 from followup_pipeline.domain.text import cut_at_word
+from followup_pipeline.domain.watchdog import LOOKED, watchdog_silent
 from followup_pipeline.engine import work
 from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.runs import (
@@ -43,6 +44,7 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store import alerts as store
 from followup_pipeline.store import census
 from followup_pipeline.store import work as work_store
+from followup_pipeline.store.enrichments import cursor_of
 
 ALERT_TAG = "followup/alert"
 #: When an alert that reached nobody is tried again, counted from when it was recorded; then
@@ -216,6 +218,19 @@ def check_tick(
         for episode in (lag, silence):
             if episode is not None:
                 store.record(conn, episode, window=None)
+        # The watchdog watched in turn: one alert a silence (its source names its last look).
+        looked = cursor_of(conn, LOOKED)
+        silent = watchdog_silent(looked, now=datetime.now(UTC), every_s=settings.watchdog_every_s)
+        if silent is not None and looked is not None:
+            signal = store.Signal(
+                kind="watchdog",
+                source=f"watchdog:watchdog:{key_stamp(looked)}",
+                fingerprint="watchdog:watchdog",
+                subject=silent.subject,
+                message=silent.message,
+                occurred_at=now,
+            )
+            store.record(conn, signal, window=None)
         # A watched stage gone quiet: one alert a quiet spell (its source names when it began).
         rows = census.since(conn, now.date() - CENSUS_LOOK_BACK, zone=settings.timezone)
         for quiet in census_signals(rows, now=now, settings=settings, calendar=calendar):

@@ -22,12 +22,14 @@ from followup_pipeline.defs.alerts.checks import stale_signal
 from followup_pipeline.defs.alerts.sensors import ALERT_TAG
 from followup_pipeline.domain.alerts import fingerprint
 from followup_pipeline.domain.calendar import BusinessCalendar
+from followup_pipeline.domain.watchdog import LOOKED
 from followup_pipeline.domain.work import Selection
 from followup_pipeline.engine.runs import DEGRADED_TAG
 from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store import alerts as store
 from followup_pipeline.store import census, events
 from followup_pipeline.store import work as work_store
+from followup_pipeline.store.enrichments import set_cursor
 from followup_pipeline.store.events import store_delivery
 from followup_pipeline_tests.defs.lead_intake.test_intake import _resources as lead_resources
 
@@ -679,3 +681,24 @@ def test_alerts_a_watched_stage_whose_deals_moved_away_is_named_by_the_census(
     assert mail["subject"].startswith("[followup] watched stage Negotiation: the CRM lists no deal")
     assert "since 2026-03-03" in mail["html"]
     assert checks(MONDAY_10 + timedelta(days=2, minutes=10)) == []  # once for this quiet spell
+
+
+def test_alerts_a_watchdog_that_stopped_looking_is_alerted_from_inside_once(
+    machine: Machine,
+) -> None:
+    """The watchdog watches the daemon from outside; the alert checks, inside, watch it in
+    turn: one alert per silence, counted from its last look (by the wall clock)."""
+    checks = Checks(machine, watching_since=MONDAY_10 - timedelta(days=1))
+    assert checks(MONDAY_10) == []  # no watchdog has looked here yet: doctor says so
+    set_cursor(machine.db, LOOKED, datetime.now(UTC) - timedelta(minutes=20))
+    (request,) = checks(MONDAY_10 + timedelta(minutes=1))
+    assert request.tags[ALERT_TAG].startswith("alert:watchdog:")
+    [row] = [r for r in store.listed(machine.db, days=None) if r.kind == "watchdog"]
+    assert row.subject == "followup watchdog"
+    assert row.message.startswith("no look since 20 min")
+    assert _send(machine, request, MONDAY_10 + timedelta(minutes=1)).success
+    [mail] = _alert_mails(machine)
+    assert mail["subject"].startswith("[followup] followup watchdog: no look since 20 min")
+    assert checks(MONDAY_10 + timedelta(minutes=2)) == []  # once for this silence
+    set_cursor(machine.db, LOOKED, datetime.now(UTC) - timedelta(minutes=1))  # it looks again
+    assert checks(MONDAY_10 + timedelta(minutes=3)) == []
