@@ -30,7 +30,7 @@ from followup_pipeline.clock import build_clock
 from followup_pipeline.commands import probes, probes_learning
 from followup_pipeline.commands.lead_switch import describe
 from followup_pipeline.commands.probes import Check, fail, ok, warn
-from followup_pipeline.domain.census import Count, quiet_stages, views
+from followup_pipeline.domain.census import quiet_now, views
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.domain.watchdog import LOOKED, watchdog_silent
 from followup_pipeline.engine import work as work_list
@@ -236,20 +236,17 @@ def census_checks(conn: Any, settings: Settings, *, now: datetime) -> Iterator[C
     except psycopg.errors.UndefinedTable:
         yield fail("census", "not in the database yet: run `followup migrate`")
         return
-    counts = [Count(r.day, r.stage, r.listed, r.entered) for r in rows]
     today = now.astimezone(ZoneInfo(settings.timezone)).date()
     calendar = load_calendar(conn, settings.holiday_country, settings.holiday_subdivision)
-    n = settings.census_quiet_days
-    quiet = {
-        q.stage: q
-        for q in quiet_stages(
-            counts,
-            settings.watched_stages,
-            listed_days=calendar.business_days_back(today, n),
-            entered_days=calendar.business_days_back(today - timedelta(days=1), n),
-        )
-    }
-    for view in views(counts, settings.watched_stages, today):
+    found = quiet_now(
+        rows,
+        settings.watched_stages,
+        calendar=calendar,
+        today=today,
+        days=settings.census_quiet_days,
+    )
+    quiet = {q.stage: q for q in found}
+    for view in views(rows, settings.watched_stages, today):
         name = f"census {view.stage}"
         if view.stage in quiet:
             yield warn(name, f"{view.line()}: {quiet[view.stage].message}")

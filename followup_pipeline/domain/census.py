@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from followup_pipeline.domain.calendar import BusinessCalendar
+
 
 @dataclass(frozen=True)
 class Count:
@@ -110,6 +112,24 @@ def quiet_stages(
         if quiet is not None:
             found.append(quiet)
     return found
+
+
+def quiet_now(
+    counts: Iterable[Count],
+    stages: Sequence[str],
+    *,
+    calendar: BusinessCalendar,
+    today: date,
+    days: int,
+) -> list[Quiet]:
+    """The watched ``stages`` gone quiet as of ``today``, over the last ``days`` business days
+    (``calendar``'s): what is listed up to today, what entered up to yesterday."""
+    return quiet_stages(
+        counts,
+        stages,
+        listed_days=calendar.business_days_back(today, days),
+        entered_days=calendar.business_days_back(today - timedelta(days=1), days),
+    )
 
 
 #: The weeks the census is shown over (``followup doctor``, the weekly look).

@@ -5,26 +5,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
 import psycopg
 
+from followup_pipeline.domain.census import Count
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.store.db import fetch_all
 from followup_pipeline.store.queries import query
-
-
-@dataclass(frozen=True)
-class CensusRow:
-    """One day's census of one watched stage."""
-
-    day: date
-    stage: str
-    #: None: no reading that day (no evaluate read the CRM in full).
-    listed: int | None
-    entered: int
 
 
 def record(
@@ -35,7 +24,7 @@ def record(
     conn.execute(query("census_record"), params)
 
 
-def since(conn: psycopg.Connection[Any], day: date, *, zone: str) -> list[CensusRow]:
+def since(conn: psycopg.Connection[Any], day: date, *, zone: str) -> list[Count]:
     """The census from ``day`` on (days of ``zone``), oldest first."""
     params = {"since": day, "since_at": local_to_utc(day, time(0), zone), "zone": zone}
-    return fetch_all(conn, CensusRow, query("census_since"), params)
+    return fetch_all(conn, Count, query("census_since"), params)

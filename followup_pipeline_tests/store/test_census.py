@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.domain.census import Count, quiet_stages
+from followup_pipeline.domain.census import quiet_stages
 from followup_pipeline.store import census
 from followup_pipeline.store.cadences import Plan
 from followup_pipeline.store.watches import (
@@ -55,7 +55,6 @@ def test_census_a_deal_enters_its_stage_on_opening_and_on_each_move_while_follow
         ("2026-03-02", "Proposal", 0, 0),
     ]
     # Negotiation, reached only by moves, is not a stage nothing enters.
-    counts = [Count(r.day, r.stage, r.listed, r.entered) for r in rows]
     days = [FRIDAY.date(), (FRIDAY + timedelta(days=3)).date()]
-    assert quiet_stages(counts, ["Proposal", "Negotiation"], listed_days=[],
+    assert quiet_stages(rows, ["Proposal", "Negotiation"], listed_days=[],
                         entered_days=days) == []  # fmt: skip

@@ -8,11 +8,10 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from followup_pipeline.domain.calendar import BusinessCalendar
-from followup_pipeline.domain.census import Count, quiet_stages
+from followup_pipeline.domain.census import Count, quiet_now
 from followup_pipeline.domain.work import CATCH_UP_KINDS
 from followup_pipeline.settings import Settings
 from followup_pipeline.store.alerts import PendingEvent, Signal
-from followup_pipeline.store.census import CensusRow
 from followup_pipeline.store.work import WorkItem
 
 
@@ -162,17 +161,16 @@ def stale_signal(
 
 
 def census_signals(
-    rows: list[CensusRow], *, now: datetime, settings: Settings, calendar: BusinessCalendar
+    counts: list[Count], *, now: datetime, settings: Settings, calendar: BusinessCalendar
 ) -> list[Signal]:
     """A signal for each watched stage gone quiet (``domain/census.py``), one per quiet spell
     (its source names the day it began)."""
-    today = now.astimezone(ZoneInfo(settings.timezone)).date()
-    n = settings.census_quiet_days
-    listed_days = calendar.business_days_back(today, n)
-    entered_days = calendar.business_days_back(today - timedelta(days=1), n)
-    counts = [Count(r.day, r.stage, r.listed, r.entered) for r in rows]
-    found = quiet_stages(
-        counts, settings.watched_stages, listed_days=listed_days, entered_days=entered_days
+    found = quiet_now(
+        counts,
+        settings.watched_stages,
+        calendar=calendar,
+        today=now.astimezone(ZoneInfo(settings.timezone)).date(),
+        days=settings.census_quiet_days,
     )
     return [
         Signal(

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import psycopg
 
-from followup_pipeline.domain.census import Count, views
+from followup_pipeline.domain.census import views
 from followup_pipeline.domain.ops_week import Cause, Degraded, OpsWeek, Owed, error_kind
 from followup_pipeline.domain.ops_week import render_ops_week as render
 from followup_pipeline.domain.work import STATES, Selection, tenant_of_key
@@ -155,11 +155,7 @@ def gather(
         waiting=_owed(counts),
         suppressed=dict(by_reason),
         degraded=_degraded(instance, since),
-        census=views(
-            [Count(r.day, r.stage, r.listed, r.entered) for r in rows],
-            settings.watched_stages,
-            today,
-        ),
+        census=views(rows, settings.watched_stages, today),
         due=sum(line.due for line in week.lines.values()),
         unaccounted=week.total("unaccounted"),
         unaccounted_named=[f"{e.pipeline} {e.kind} {e.name}" for e in week.unaccounted],
