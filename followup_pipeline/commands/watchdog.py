@@ -26,7 +26,6 @@ from typing import Any
 from followup_pipeline.commands import in_environment
 from followup_pipeline.defs.alerts.board import AlertNotSent
 from followup_pipeline.defs.alerts.delivery import AlertDelivery, Delivered
-from followup_pipeline.domain.alerts import key_stamp
 from followup_pipeline.domain.cron import last_fire
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.domain.watchdog import (
@@ -165,14 +164,7 @@ def once(
         for cause in decision.begin:
             store.record(
                 conn,
-                store.Signal(
-                    kind="watchdog",
-                    source=f"watchdog:{cause.id}:{key_stamp(now)}",
-                    fingerprint=f"watchdog:{cause.id}",
-                    subject=cause.subject,
-                    message=cause.message,
-                    occurred_at=now,
-                ),
+                store.stall_signal(cause.id, cause.subject, cause.message, since=now, at=now),
                 # Once per cause and window: a daemon that keeps dying is one mail a window.
                 window=settings.alert_window(),
             )

@@ -278,6 +278,22 @@ def run_failures(
     return fetch_all(conn, FailedRun, query("alerts_run_failures"), params)
 
 
+def stall_signal(
+    cause_id: str, subject: str, message: str, *, since: datetime, at: datetime
+) -> Signal:
+    """A stall the watchdog (or, of the watchdog itself, the alert checks) found: fingerprint
+    ``watchdog:<cause>``, source ``watchdog:<cause>:<since>`` (one alert per stall, which
+    ``watchdog_open`` reads and a "healed" closes)."""
+    return Signal(
+        kind="watchdog",
+        source=f"watchdog:{cause_id}:{key_stamp(since)}",
+        fingerprint=f"watchdog:{cause_id}",
+        subject=subject,
+        message=message,
+        occurred_at=at,
+    )
+
+
 def watchdog_open(conn: psycopg.Connection[Any]) -> dict[str, OpenStall]:
     """Each cause the watchdog alerted with no "healed" yet, by its id."""
     rows = fetch_all(conn, OpenStall, query("alerts_watchdog_open"))

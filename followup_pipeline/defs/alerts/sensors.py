@@ -25,7 +25,7 @@ from followup_pipeline.defs.alerts.degraded import (
 )
 from followup_pipeline.defs.alerts.send import ALERT_JOB, AlertConfig
 from followup_pipeline.domain.account import GRACE
-from followup_pipeline.domain.alerts import fingerprint, key_stamp, self_alert_key
+from followup_pipeline.domain.alerts import fingerprint, self_alert_key
 from followup_pipeline.domain.text import cut_at_word
 from followup_pipeline.domain.watchdog import LOOKED, watchdog_silent
 from followup_pipeline.engine import work
@@ -222,13 +222,8 @@ def check_tick(
         looked = cursor_of(conn, LOOKED)
         silent = watchdog_silent(looked, now=datetime.now(UTC), every_s=settings.watchdog_every_s)
         if silent is not None and looked is not None:
-            signal = store.Signal(
-                kind="watchdog",
-                source=f"watchdog:watchdog:{key_stamp(looked)}",
-                fingerprint="watchdog:watchdog",
-                subject=silent.subject,
-                message=silent.message,
-                occurred_at=now,
+            signal = store.stall_signal(
+                silent.id, silent.subject, silent.message, since=looked, at=now
             )
             store.record(conn, signal, window=None)
         # A watched stage gone quiet: one alert a quiet spell (its source names when it began).
