@@ -5,9 +5,7 @@ an academy's own look. Run with ``FOLLOWUP_UPDATE_SNAPSHOTS=1`` to write the sna
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, date, datetime
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +20,8 @@ from followup_pipeline.domain.ops_week import (
 )
 from followup_pipeline.domain.report_words import Language
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("FOLLOWUP_UPDATE_SNAPSHOTS") == "1"
+from .snapshot import match_snapshot
+
 HTTP_503 = "espocrm: HTTP 503 on GET /api/v1/Opportunity: Service unavailable."
 
 WEEK = OpsWeek(
@@ -52,18 +50,11 @@ WEEK = OpsWeek(
 )  # fmt: skip
 
 
-def _snapshot(name: str, content: str) -> None:
-    path = SNAPSHOTS / name
-    if UPDATE:
-        path.write_text(content, encoding="utf-8")
-    assert content == path.read_text(encoding="utf-8")
-
-
 @pytest.mark.parametrize("language", ["de", "en"])
 def test_ops_week_matches_its_snapshot_and_names_causes(language: Language) -> None:
     rendered = render_ops_week(WEEK, language)
-    _snapshot(f"ops_week_{language}.html", rendered.html)
-    _snapshot(f"ops_week_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+    match_snapshot(f"ops_week_{language}.html", rendered.html)
+    match_snapshot(f"ops_week_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
     # Causes, not only counts: the step and the kind of error, and one example with its error.
     assert "4× lead_intake (0:crm_upsert): espocrm HTTP 503" in rendered.text
     assert "event:41: espocrm: HTTP 503 on GET /api/v1/Opportunity" in rendered.text
@@ -77,7 +68,7 @@ def test_ops_week_an_academys_look_keeps_to_its_own() -> None:
         due=None,
     )  # fmt: skip
     rendered = render_ops_week(own, "en")
-    _snapshot("ops_week_tenant_en.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+    match_snapshot("ops_week_tenant_en.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
     assert "census" not in rendered.text
     assert "evaluate" not in rendered.text
 

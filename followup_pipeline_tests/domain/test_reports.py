@@ -9,12 +9,10 @@ the diff before committing it.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
@@ -39,8 +37,8 @@ from followup_pipeline.domain.reports import (
     render_weekly,
 )
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("FOLLOWUP_UPDATE_SNAPSHOTS") == "1"  # read once, at import
+from .snapshot import match_snapshot
+
 CRM = "https://crm.example/#Opportunity/view/"
 TASK = "https://app.clickup.com/t/"
 ADA, GRACE = ("u-ada", "Ada Lovelace"), ("u-grace", "Grace Hopper")
@@ -110,25 +108,20 @@ MORNING = MorningData(
 )  # fmt: skip
 
 
-def _snapshot(name: str, content: str) -> None:
-    path = SNAPSHOTS / name
-    if UPDATE:
-        path.write_text(content, encoding="utf-8")
-    assert content == path.read_text(encoding="utf-8")
-
-
 @pytest.mark.parametrize("language", ["de", "en"])
-def test_reports_team_morning_list_matches_its_snapshot(language: Language) -> None:
+def test_reports_team_morning_list_matches_itsmatch_snapshot(language: Language) -> None:
     rendered = render_morning(MORNING, language)
-    _snapshot(f"morning_{language}.html", rendered.html)
-    _snapshot(f"morning_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+    match_snapshot(f"morning_{language}.html", rendered.html)
+    match_snapshot(f"morning_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
 
 
 @pytest.mark.parametrize("language", ["de", "en"])
-def test_reports_personal_morning_list_matches_its_snapshot(language: Language) -> None:
+def test_reports_personal_morning_list_matches_itsmatch_snapshot(language: Language) -> None:
     rendered = render_morning(personal(MORNING, *GRACE), language)
-    _snapshot(f"morning_personal_{language}.html", rendered.html)
-    _snapshot(f"morning_personal_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+    match_snapshot(f"morning_personal_{language}.html", rendered.html)
+    match_snapshot(
+        f"morning_personal_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}"
+    )
 
 
 def test_reports_a_personal_list_holds_only_its_owners_deals_and_no_machine_health() -> None:
@@ -245,10 +238,10 @@ WEEK = WeeklyData(
 
 
 @pytest.mark.parametrize("language", ["de", "en"])
-def test_reports_weekly_overview_matches_its_snapshot(language: Language) -> None:
+def test_reports_weekly_overview_matches_itsmatch_snapshot(language: Language) -> None:
     rendered = render_weekly(WEEK, language)
-    _snapshot(f"weekly_{language}.html", rendered.html)
-    _snapshot(f"weekly_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
+    match_snapshot(f"weekly_{language}.html", rendered.html)
+    match_snapshot(f"weekly_{language}.txt", f"Subject: {rendered.subject}\n\n{rendered.text}")
 
 
 def test_reports_weekly_chart_is_drawn_with_table_cells_and_escapes_names() -> None:
