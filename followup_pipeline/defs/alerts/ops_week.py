@@ -102,6 +102,7 @@ def gather(
     """The look at the week up to ``now``: the operations', or ``tenant``'s own."""
     since = now - WEEK
     zone = ZoneInfo(tenant.time_zone if tenant else settings.timezone)
+    start, end = since.astimezone(zone).date(), (now - timedelta(days=1)).astimezone(zone).date()
     selection = Selection(states=STATES, since=since)
     failed = work_store.select(conn, selection)
     counts = work_store.counts(conn)
@@ -128,8 +129,8 @@ def gather(
         )
         unaccounted = [e for e in week.unaccounted if tenant_of_key(e.name) == mine]
         return OpsWeek(
-            start=since.astimezone(zone).date(),
-            end=(now - timedelta(days=1)).astimezone(zone).date(),
+            start=start,
+            end=end,
             zone=str(zone),
             failures=_causes(failed),
             waiting=_owed(counts),
@@ -143,10 +144,9 @@ def gather(
     for line in week.lines.values():
         by_reason.update(line.suppressed)
     rows = census.since(conn, (now - timedelta(weeks=5)).date(), zone=settings.timezone)
-    today = (now - timedelta(days=1)).astimezone(zone).date()  # the week looked at, first
     return OpsWeek(
-        start=since.astimezone(zone).date(),
-        end=(now - timedelta(days=1)).astimezone(zone).date(),
+        start=start,
+        end=end,
         zone=str(zone),
         failures=[
             *_failed_runs(alert_store.run_failures(conn, since=since, until=now)),
@@ -155,7 +155,7 @@ def gather(
         waiting=_owed(counts),
         suppressed=dict(by_reason),
         degraded=_degraded(instance, since),
-        census=views(rows, settings.watched_stages, today),
+        census=views(rows, settings.watched_stages, end),  # (the week looked at, first)
         due=sum(line.due for line in week.lines.values()),
         unaccounted=week.total("unaccounted"),
         unaccounted_named=[f"{e.pipeline} {e.kind} {e.name}" for e in week.unaccounted],
