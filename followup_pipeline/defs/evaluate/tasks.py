@@ -17,7 +17,7 @@ from typing import Any, Literal
 import psycopg
 
 from followup_pipeline.defs.evaluate.ports import TaskWriter
-from followup_pipeline.domain.account import GRACE
+from followup_pipeline.domain.account import late_ending
 from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
@@ -245,7 +245,7 @@ class TaskLedger:
         when the step fires or is skipped."""
         spec = self.spec(watch, step_no, due_on)
         late_from = max(spec.due_at, watch.registered_at)
-        if self.now - late_from <= GRACE["step"] or self.ledger.dead(spec.key):
+        if late_ending("step", late_from, self.now) == "not_late" or self.ledger.dead(spec.key):
             return  # not late yet, or its task's action is a dead letter with its own item
         name = f"{watch.subject_name} ({watch.account_name})" if watch.account_name else None
         what = f"step {step_no} of deal {watch.subject_id}" + (f", {name}" if name else "")
