@@ -17,10 +17,10 @@ from followup_pipeline.store.db import connect
 
 #: The sandbox's two Moodle sites as the demo's tenants: (site, zone, calendar, channel, the
 #: Accredible group that certifies its course).
-DemoTenant = tuple[str, str, str, tuple[str, str], str, int]
+DemoTenant = tuple[str, str, str, tuple[str, str], str, int, str]
 DEMO_TENANTS: tuple[DemoTenant, ...] = (
-    ("academy-berlin", "Akademie Berlin", "Europe/Berlin", ("DE", "BE"), "email", 9549),
-    ("academy-newyork", "New York Academy", "America/New_York", ("US", "NY"), "moodle", 9550),
+    ("academy-berlin", "Akademie Berlin", "Europe/Berlin", ("DE", "BE"), "email", 9549, "de"),
+    ("academy-newyork", "New York Academy", "America/New_York", ("US", "NY"), "moodle", 9550, "en"),
 )
 
 
@@ -54,7 +54,7 @@ def demo_tenant(
 ) -> lms.Tenant:
     """A demo academy of ``DEMO_TENANTS`` as a live tenant on the sandbox at ``base``: its
     ``courses``, the ``certified`` ones certified by its Accredible group."""
-    site, name, zone, (country, region), channel, group = row
+    site, name, zone, (country, region), channel, group, language = row
     ref = site.upper().replace("-", "_")
     return lms.Tenant(
         id=site,
@@ -71,6 +71,7 @@ def demo_tenant(
         owner=owner,
         credential_token_ref=f"{ref}_CREDENTIALS",
         credential_groups={str(course): group for course in certified},
+        language=language,
     )
 
 

@@ -216,6 +216,15 @@ def ui_url(settings: Settings) -> str:
     return read_addresses(settings).get("ui", "http://127.0.0.1:3000").rstrip("/")
 
 
+def links_url(settings: Settings) -> str:
+    """Where a person reaches the ingress from a mail: ``FOLLOWUP_LINKS_URL``, else the address
+    the last ``followup dev`` served the ingress on, else the ingress's own address."""
+    if settings.links_url is not None:
+        return str(settings.links_url).rstrip("/")
+    own = f"http://{settings.ingress_host}:{settings.ingress_port}"
+    return read_addresses(settings).get("ingress", own).rstrip("/")
+
+
 class NoInstance(RuntimeError):
     """The machine's Dagster instance cannot be opened (never started, or unreadable)."""
 

@@ -294,6 +294,7 @@ SECRET_VARIABLES = {
     "mistral_api_key": "FOLLOWUP_MISTRAL_API_KEY",
     "company_lookup_api_key": "FOLLOWUP_COMPANY_LOOKUP_API_KEY",
     "lms_tokens": "FOLLOWUP_LMS_TOKENS",
+    "link_keys": "FOLLOWUP_LINK_KEYS",
 }
 
 

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
+from followup_pipeline.domain.links import parse_keys
+
 #: EspoCRM webhook events the ingress understands (docs/architecture.md §3).
 EspoEvent = Literal[
     "Opportunity.create",
@@ -97,6 +99,24 @@ class VendorSettings(BaseSettings):
     #: The credential platform (Accredible) the tenants' certificates are issued to; the real one
     #: is ``https://api.accredible.com`` (``https://eu.api.accredible.com`` in the EU).
     credentials_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8765/accredible")
+
+    # --- signed links in mails (domain/links.py) ---------------------------------------------
+    #: The keys that sign the links in mails (a learner's opt-out, an owner's approval):
+    #: ``NAME:SECRET`` pairs separated by commas, newest first; the first signs, every one
+    #: verifies (rotation: put the new key first, drop the old one once its links have expired).
+    #: Unset: a key made once in ``FOLLOWUP_HOME/link-keys`` (one machine on one disk).
+    link_keys: SecretStr | None = None
+    #: Where a person reaches the ingress from a mail (the links' base); unset: the address the
+    #: last ``followup dev`` served the ingress on, else ``http://127.0.0.1:8787``.
+    links_url: AnyHttpUrl | None = None
+
+    @field_validator("link_keys")
+    @classmethod
+    def _link_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        parse_keys(value.get_secret_value())  # its message names a key, never a secret
+        return value
 
     @field_validator("lms_tokens")
     @classmethod

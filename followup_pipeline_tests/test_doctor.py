@@ -287,3 +287,24 @@ def test_doctor_names_an_academy_whose_moodle_is_away_and_prints_every_mode(
     assert _faults(out) == {"dagster", "ingress", f"moodle {NEW_YORK}"}, out
     [line] = [line for line in out.splitlines() if line.startswith(f"FAIL moodle {NEW_YORK}: ")]
     assert "HTTP 503" in line
+
+
+def test_doctor_fails_links_a_learner_cannot_open() -> None:
+    from followup_pipeline.commands.probes_learning import links
+    from followup_pipeline.settings import load_settings
+    from followup_pipeline.store.lms import Tenant
+
+    live = [Tenant(id="academy", name="A", moodle_url="", token_ref="A", time_zone="UTC",
+                   mode="live")]  # fmt: skip
+    here = links(load_settings(), live, mode="real")
+    assert here.level == "FAIL"
+    assert "FOLLOWUP_LINKS_URL" in here.detail
+    assert "FOLLOWUP_HOME/link-keys" in here.detail  # a key made once, named by where it is
+    public = load_settings(
+        links_url="https://followup.example.org", link_keys="new:" + "s" * 40 + ",old:" + "o" * 40
+    )
+    line = links(public, live, mode="real")
+    assert (line.level, line.detail) == (
+        "ok", "https://followup.example.org/links/…, signed by key 'new' (2 in FOLLOWUP_LINK_KEYS)"
+    )  # fmt: skip
+    assert links(load_settings(), live, mode="sandbox").level == "ok"  # the demo's own machine

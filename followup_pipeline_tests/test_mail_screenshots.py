@@ -1,6 +1,6 @@
-"""The report mails as a reader sees them: the HTML of the seeded week (the snapshot tests' data)
-rendered in Debian's Chromium through Playwright, headless (`make browser` installs it; without
-it these tests are skipped and say so).
+"""The mails as a reader sees them (the reports, a learner's reminder, an academy owner's mail):
+the HTML of the snapshot tests' data rendered in Debian's Chromium through Playwright, headless
+(`make browser` installs it; without it these tests are skipped and say so).
 
 With FOLLOWUP_UPDATE_SCREENSHOTS=1 the screenshots go to docs/ (the README links them);
 otherwise to a temporary folder.
@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from followup_pipeline.domain.reports import Rendered, personal, render_morning, render_weekly
+from followup_pipeline.domain.academy_mail import render_reminder
+from followup_pipeline.domain.reports import personal, render_morning, render_weekly
+from followup_pipeline_tests.domain.test_academy_mail import owner_mail, reminder
 from followup_pipeline_tests.domain.test_reports import GRACE, MORNING, WEEK
 from followup_pipeline_tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
@@ -66,10 +68,12 @@ CLEAN_WEEK = replace(
         replace(s, stage=s.stage.replace("<b>", "").replace("</b>", "")) for s in WEEK.open_by_stage
     ],
 )
-MAILS: dict[str, Rendered] = {
+MAILS: dict[str, Any] = {
     "mail-morning-team-de": render_morning(CLEAN_MORNING, "de"),
     "mail-morning-personal-en": render_morning(personal(CLEAN_MORNING, *GRACE), "en"),
     "mail-weekly-de": render_weekly(CLEAN_WEEK, "de"),
+    "mail-learner-reminder-de": render_reminder(reminder("de")),
+    "mail-academy-owner-en": owner_mail("en"),
 }
 
 
@@ -78,9 +82,13 @@ def test_mail_renders_in_a_browser_as_a_readable_page(name: str, page: Any, shot
     mail = MAILS[name]
     page.set_content(mail.html, wait_until="load")
     # Every table has a header row, and each header cell is drawn (not an empty grid).
-    headers = page.locator("th")
-    assert headers.count() > 0
-    assert all(text.strip() for text in headers.all_inner_texts())
+    if page.locator("table").count():
+        headers = page.locator("th")
+        assert headers.count() > 0
+        assert all(text.strip() for text in headers.all_inner_texts())
+    else:  # a letter (a learner's reminder, an owner's mail): its text and links are drawn
+        assert page.locator("a").count() > 0
+        assert len(page.inner_text("body")) > 200
     # The page is as wide as a reading pane: no table pushes it sideways.
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= VIEWPORT["width"], width

@@ -102,6 +102,7 @@ def _learning(settings: Settings) -> Iterator[Check]:
     except (ConfigError, StoreError, psycopg.Error):
         return  # the database check says what is wrong with it
     yield modes_check(settings, leads, tenants)
+    yield probes_learning.links(settings, tenants, mode=vendor_mode(settings))
     for tenant in tenants:
         if tenant.mode != "off":
             yield from _vendor(

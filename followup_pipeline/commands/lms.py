@@ -8,6 +8,8 @@
   [--sender ADDRESS] [--courses 3,4] [--mode off|dry|live] …``: add or change a tenant (a new
   one starts ``dry``: every reminder is recorded, none is sent, until it is set ``live``).
 - ``lms queue``, ``lms content …``, ``lms certificates``: ``lms_work.py``.
+- ``lms opt-in TENANT LEARNER --by NAME``: the learner wants reminders again (the opt-outs
+  go, audited).
 - ``lms opt-out TENANT LEARNER [--type before_due|due_day|overdue]``: the learner wants no more
   reminders (of that type).
 """
@@ -29,7 +31,7 @@ from followup_pipeline.commands.lms_work import register_work
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.machine import with_sandbox
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import audit, lms
+from followup_pipeline.store import audit, links, lms
 from followup_pipeline.store.db import connect, resolve_database_url
 
 
@@ -175,6 +177,29 @@ def _opt_out(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _opt_in(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        if lms.tenant(conn, args.tenant) is None:
+            print(f"no tenant {args.tenant!r}")
+            return 2
+        with conn.transaction():
+            removed = links.opt_in(conn, args.tenant, args.learner)
+            if removed:
+                audit.record(
+                    conn,
+                    actor=args.by,
+                    action="lms.opt_in",
+                    subject=f"learner:{args.tenant}:{args.learner}",
+                    detail=f"reminders again (was opted out: {', '.join(sorted(removed))})",
+                    reason=args.reason,
+                )
+    if not removed:
+        print(f"learner {args.learner} of {args.tenant} had not opted out: nothing changed")
+        return 1
+    print(f"learner {args.learner} of {args.tenant}: reminders again")
+    return 0
+
+
 #: What ``tenant set`` can change, and what a new tenant needs.
 FIELDS = tuple(
     f.name for f in fields(lms.Tenant) if f.name != "id" and f.name not in lms.NOT_SET_BY_HAND
@@ -232,6 +257,11 @@ def register(commands: Any) -> None:
     setting.add_argument("--hours-start", dest="hours_start", type=int)
     setting.add_argument("--hours-end", dest="hours_end", type=int)
     setting.add_argument("--mode", choices=("off", "dry", "live"))
+    setting.add_argument(
+        "--language",
+        choices=("de", "en"),
+        help="what its learners and owner read, unless a learner's own is set",
+    )
     setting.add_argument("--owner")
     setting.add_argument("--backup")
     setting.add_argument(
@@ -254,4 +284,10 @@ def register(commands: Any) -> None:
     add_by(out)
     out.add_argument("--reason", help="why (kept in the audit)")
     out.set_defaults(handler=_opt_out)
+    back = sub.add_parser("opt-in", help="a learner who opted out wants reminders again")
+    back.add_argument("tenant")
+    back.add_argument("learner", type=int)
+    add_by(back)
+    back.add_argument("--reason", help="why (kept in the audit)")
+    back.set_defaults(handler=_opt_in)
     register_work(sub)

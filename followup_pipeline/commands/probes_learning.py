@@ -6,13 +6,17 @@ machine calls), each academy's credential platform account, and the company look
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from followup_pipeline.commands.lms import reach_line
 from followup_pipeline.commands.probes import Check, doctor_timeouts, fail, no_wait, ok, warn
 from followup_pipeline.integrations.accredible import AccredibleClient
 from followup_pipeline.integrations.company_lookup import CompanyLookupClient
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.moodle import MoodleClient
+from followup_pipeline.machine import links_url
 from followup_pipeline.settings import Settings
+from followup_pipeline.store.links import link_keys
 from followup_pipeline.store.lms import Tenant
 
 #: A domain no company has (``.invalid`` is reserved): the lookup answers "none", free of charge.
@@ -88,3 +92,26 @@ def company_lookup(settings: Settings) -> Check:
     finally:
         client.close()
     return ok("company lookup", f"{settings.company_lookup_url}: key accepted")
+
+
+def links(settings: Settings, tenants: list[Tenant], *, mode: str) -> Check:
+    """The signed links of the mails: which keys sign them, and where they lead. With real
+    vendors and a live academy, a link to this machine's loopback reaches no learner: FAIL."""
+    try:
+        keys = link_keys(settings)
+    except (OSError, ValueError) as error:
+        return fail("links", f"no key to sign links with: {error}")
+    where = "FOLLOWUP_LINK_KEYS" if settings.link_keys is not None else "FOLLOWUP_HOME/link-keys"
+    base = links_url(settings)
+    detail = f"{base}/links/…, signed by key {keys[0].name!r} ({len(keys)} in {where})"
+    host = urlsplit(base).hostname or ""
+    live = [t.id for t in tenants if t.mode == "live"]
+    if mode == "real" and live and (host in ("127.0.0.1", "localhost", "::1") or not host):
+        return fail(
+            "links",
+            f"{detail}: learners of {', '.join(live)} cannot open a link to this machine; "
+            "set FOLLOWUP_LINKS_URL to the ingress's public address",
+        )
+    if mode == "real" and live and not base.startswith("https://"):
+        return warn("links", f"{detail}: not HTTPS")
+    return ok("links", detail)

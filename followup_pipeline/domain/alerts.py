@@ -8,10 +8,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from html import escape
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from followup_pipeline.domain.reports import environment
 from followup_pipeline.domain.tasks import markdown_text
 from followup_pipeline.domain.text import cut_at_word
 
@@ -198,8 +198,9 @@ def render_alert(
     many repeats were held back since its fingerprint's last one; with ``digest``, the mail
     about the dead letters held back beyond the limit of a window (``render_digest``).
 
-    What it quotes (error messages, names) is outside text: escaped in the HTML, and literal in
-    the Markdown (``markdown_text``: no markup, no link)."""
+    What it quotes (error messages, names) is outside text: escaped in the HTML (its template,
+    ``templates/alert.html.j2``), and literal in the Markdown (``markdown_text``: no markup, no
+    link)."""
     if digest:
         return render_digest(items, zone=zone)
     first = items[0]
@@ -288,13 +289,9 @@ def render_digest(items: Sequence[AlertItem], *, zone: str) -> AlertMail:
 
 def _mail(subject: str, body: Sequence[tuple[bool, str]]) -> AlertMail:
     """The mail of ``subject`` and ``body`` lines (quoted: outside text, made literal)."""
-    html = "".join(f"{escape(text)}<br>\n" if text else "<br>\n" for _, text in body)
+    html = environment().get_template("alert.html.j2").render(lines=[text for _, text in body])
     markdown = "\n".join(_markdown(text) if quoted else text for quoted, text in body)
-    return AlertMail(
-        subject=f"[followup] {subject}",
-        html=f'<div style="font-family: monospace">\n{html}</div>\n',
-        markdown=markdown + "\n",
-    )
+    return AlertMail(subject=f"[followup] {subject}", html=html, markdown=markdown + "\n")
 
 
 def _markdown(text: str) -> str:

@@ -1,6 +1,9 @@
 """The webhook ingress: verify, store, commit, and only then answer 200 (docs/architecture.md §3).
 
-It holds no business logic. Sources: EspoCRM (``/webhooks/espocrm``), and under
+It holds no business logic. The signed links of the mails are served beside the webhooks, stored
+the same way before they are applied (``links.py``).
+
+Sources: EspoCRM (``/webhooks/espocrm``), and under
 ``/webhooks/{source}`` those of ``FOLLOWUP_STANDARD_WEBHOOKS`` (Standard Webhooks) and of
 ``FOLLOWUP_STRIPE_WEBHOOKS`` (signed as Stripe signs). Answers: 200 stored (or a counted
 duplicate); 400 signed but unparseable (kept as a dead letter); 401 bad or missing signature,
@@ -32,6 +35,7 @@ from starlette.routing import Route
 
 from followup_pipeline.domain.account import AccountRows, build
 from followup_pipeline.ingress.deliveries import parse_delivery
+from followup_pipeline.ingress.links import LinkPages
 from followup_pipeline.ingress.metrics import Metrics
 from followup_pipeline.ingress.signatures import (
     Rejected,
@@ -322,6 +326,7 @@ def create_app(
         options="-c lock_timeout=2s -c statement_timeout=5s",
     )
     ingress = Ingress(settings, pool, now, metrics)
+    pages = LinkPages(settings, database_url, pool, now, ingress.metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -335,6 +340,8 @@ def create_app(
     routes = [
         Route("/webhooks/espocrm", ingress.webhook, methods=["POST"]),
         Route("/webhooks/{source}", ingress.webhook, methods=["POST"]),
+        Route("/links/{purpose}/{token}", pages.show, methods=["GET"]),
+        Route("/links/{purpose}/{token}", pages.click, methods=["POST"]),
         Route("/healthz", ingress.healthz, methods=["GET"]),
         Route("/metrics", ingress.prometheus, methods=["GET"]),
     ]

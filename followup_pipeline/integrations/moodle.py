@@ -1,5 +1,5 @@
-"""Moodle's web services (REST protocol): a site's learners, quizzes, completions and attempts,
-and instant messages to the learners (sent, and read back).
+"""Moodle's web services (REST protocol): a site's learners (with their language and time zone),
+quizzes, completions and attempts, and instant messages to the learners (sent, and read back).
 
 Every call is ``POST {site}/webservice/rest/server.php`` with a form body of ``wstoken``,
 ``wsfunction``, ``moodlewsrestformat=json`` and the function's parameters in PHP's bracket syntax
@@ -10,24 +10,18 @@ with HTTP 200 and ``{"exception", "errorcode", "message", "debuginfo"?}``; the c
 not in the token's service) ``MoodleAccessError``, ``sitemaintenance`` a ``TransientError``, any
 other code a ``MoodleError`` carrying it. 5xx, timeouts and lost connections are the shared
 policy's (``http.py``): the reads are retried, a send never is (a lost answer is ambiguous, and
-``find_message`` settles it). The contract: docs/vendors.md.
+``find_message`` settles it). The form fields and the errors are ``moodle_wire.py``'s. The
+contract: docs/vendors.md.
 """
 
 import re
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
-from followup_pipeline.integrations.errors import (
-    IntegrationError,
-    PermanentError,
-    SchemaError,
-    TransientError,
-    schema_error,
-)
+from followup_pipeline.integrations.errors import SchemaError
 from followup_pipeline.integrations.http import (
     DEFAULT_TIMEOUTS,
     Clock,
@@ -51,6 +45,19 @@ from followup_pipeline.integrations.moodle_models import (
     SiteInfo,
     quiz_is_complete,
 )
+from followup_pipeline.integrations.moodle_wire import (
+    VENDOR,
+    MoodleAccessError,
+    MoodleError,
+    MoodleTokenError,
+    a_list,
+    form_fields,
+    listed,
+    moodle_error,
+    moodle_message,
+    one,
+    records,
+)
 
 __all__ = [
     "FUNCTIONS",
@@ -67,10 +74,11 @@ __all__ = [
     "Records",
     "SentMessage",
     "SiteInfo",
+    "form_fields",
+    "moodle_message",
     "quiz_is_complete",
 ]
 
-VENDOR = "moodle"
 REST_PATH = "webservice/rest/server.php"
 #: ``textformat`` of the messages sent: FORMAT_PLAIN (0 MOODLE, 1 HTML, 2 PLAIN, 4 MARKDOWN).
 FORMAT_PLAIN = 2
@@ -82,86 +90,10 @@ FIND_LIMIT = 50
 CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_-]+")
 #: Where a message read back carries its text: as sent, shortened, and formatted.
 TEXT_FIELDS = ("fullmessage", "smallmessage", "text")
+#: How many users ``users`` asks for in one call.
+USERS_PER_CALL = 100
 #: Fields of the site information that are credentials of the token's user: never kept.
 PRIVATE_FIELDS = ("userprivateaccesskey", "sitesecret")
-
-M = TypeVar("M", bound=BaseModel)
-
-
-class MoodleError(PermanentError):
-    """Moodle refused the call (an ``exception`` in an HTTP 200): ``errorcode`` says why
-    (None when the exception has none), ``debuginfo`` more when the site debugs."""
-
-    def __init__(self, message: str, *, function: str, body: Mapping[str, Any]) -> None:
-        code, said = body.get("errorcode"), str(body.get("message", ""))[:300]
-        self.errorcode = code if isinstance(code, str) else None
-        super().__init__(
-            message, vendor=VENDOR, status=200, vendor_message=f"{self.errorcode}: {said}"
-        )
-        self.function, self.exception = function, str(body.get("exception", ""))
-        info = body.get("debuginfo")
-        self.debuginfo = info if isinstance(info, str) else None
-
-
-class MoodleTokenError(MoodleError):
-    """``invalidtoken``: the site knows no such token. A configuration problem, the same for
-    every call, so the caller stops rather than skipping one learner."""
-
-
-class MoodleAccessError(MoodleError):
-    """``accessexception``: the function is not in the token's service (or the token expired,
-    is IP-restricted, or its user lacks ``webservice/rest:use``); ``debuginfo`` says which."""
-
-
-def form_fields(params: Mapping[str, Any]) -> dict[str, str]:
-    """Parameters as PHP reads a form: nested keys in brackets, booleans 1/0; an empty list
-    sends nothing (Moodle cannot receive one; its default applies)."""
-    fields: dict[str, str] = {}
-
-    def put(name: str, value: Any) -> None:
-        if isinstance(value, bool):
-            fields[name] = "1" if value else "0"
-        elif isinstance(value, int | str):
-            fields[name] = str(value)
-        elif isinstance(value, Mapping):
-            for key, item in value.items():
-                put(f"{name}[{key}]", item)
-        elif isinstance(value, Sequence):
-            for index, item in enumerate(value):
-                put(f"{name}[{index}]", item)
-        else:
-            raise TypeError(f"{name}: Moodle takes no {type(value).__name__}")
-
-    for key, value in params.items():
-        put(key, value)
-    return fields
-
-
-def moodle_message(response: httpx.Response) -> str:
-    """The text of a failed HTTP answer: the web server's page, without its tags."""
-    return " ".join(re.sub(r"<[^>]+>", " ", response.text).split())[:200]
-
-
-def _listed(body: Any, key: str) -> tuple[list[Any], list[Any]]:
-    """The records under ``key`` of an answer ``{key: [...], "warnings": [...]}``."""
-    if not isinstance(body, dict) or not isinstance(body.get(key), list):
-        problem = f"expected an object with a list {key!r}"
-        raise SchemaError(vendor=VENDOR, record_id=None, field=key, problem=problem, raw=body)
-    warnings = body.get("warnings")
-    return body[key], warnings if isinstance(warnings, list) else []
-
-
-def _records(model: type[M], raws: list[Any], warnings: Sequence[Any] = ()) -> Records[M]:
-    """Each record validated on its own, so one bad record does not spoil the listing."""
-    records: list[M] = []
-    invalid: list[SchemaError] = []
-    for raw in raws:
-        try:
-            records.append(model.model_validate(raw))
-        except ValidationError as exc:
-            invalid.append(schema_error(raw, exc, vendor=VENDOR))
-    return Records(records, invalid=invalid, warnings=warnings)
-
 
 #: The attempt states of a quiz the learner has done (``mod_quiz_get_user_quiz_attempts``).
 FINISHED = ("finished", "submitted")
@@ -198,10 +130,7 @@ class MoodleClient:
         raw = self._call("core_webservice_get_site_info")
         if isinstance(raw, dict):
             raw = {key: value for key, value in raw.items() if key not in PRIVATE_FIELDS}
-        try:
-            info = SiteInfo.model_validate(raw)
-        except ValidationError as exc:
-            raise schema_error(raw, exc, vendor=VENDOR) from None
+        info = one(SiteInfo, raw)
         self._token_user = info.userid
         return info
 
@@ -215,21 +144,32 @@ class MoodleClient:
         body = self._call(
             "core_enrol_get_enrolled_users", {"courseid": course_id, "options": options}
         )
-        if not isinstance(body, list):
-            problem = "expected a list of users"
-            raise SchemaError(
-                vendor=VENDOR, record_id=None, field="<answer>", problem=problem, raw=body
-            )
-        users = _records(MoodleUser, body)
+        users = records(MoodleUser, a_list(body, "users"))
         if roles is not None:
             users[:] = [user for user in users if set(user.roles) & set(roles)]
         return users
+
+    def users(self, ids: Sequence[int]) -> Records[MoodleUser]:
+        """The users by id with their ``lang`` and ``timezone`` (``MoodleUser.language`` and
+        ``.zone``), which the participants' listing lacks; ``USERS_PER_CALL`` ids a call, no call
+        for none. A user Moodle does not know (or the token's user may not see) is left out.
+        Either field may be absent: ``lang`` without ``moodle/user:viewalldetails``,
+        ``timezone`` when the site hides it (``hiddenuserfields``)."""
+        found: Records[MoodleUser] = Records()
+        wanted = list(dict.fromkeys(ids))
+        for start in range(0, len(wanted), USERS_PER_CALL):
+            chunk = wanted[start : start + USERS_PER_CALL]
+            body = self._call("core_user_get_users_by_field", {"field": "id", "values": chunk})
+            part = records(MoodleUser, a_list(body, "users"))
+            found.extend(part)
+            found.invalid.extend(part.invalid)
+        return found
 
     def quizzes(self, course_ids: Sequence[int]) -> Records[Quiz]:
         """The quizzes of the courses (none given: of every course of the token's user). A
         course the token cannot reach is a warning (``Records.warnings``), not an error."""
         body = self._call("mod_quiz_get_quizzes_by_courses", {"courseids": list(course_ids)})
-        return _records(Quiz, *_listed(body, "quizzes"))
+        return records(Quiz, *listed(body, "quizzes"))
 
     def completion(self, course_id: int, user_id: int) -> Records[ActivityCompletion]:
         """The user's completion of each tracked activity of the course."""
@@ -237,7 +177,7 @@ class MoodleClient:
             "core_completion_get_activities_completion_status",
             {"courseid": course_id, "userid": user_id},
         )
-        return _records(ActivityCompletion, *_listed(body, "statuses"))
+        return records(ActivityCompletion, *listed(body, "statuses"))
 
     def quiz_completed(
         self, course_id: int, user_id: int, coursemodule: int, quiz_id: int | None = None
@@ -254,7 +194,7 @@ class MoodleClient:
         """Every attempt of the user at the quiz, unfinished ones too (previews left out)."""
         params = {"quizid": quiz_id, "userid": user_id, "status": "all", "includepreviews": False}
         body = self._call("mod_quiz_get_user_quiz_attempts", params)
-        return _records(QuizAttempt, *_listed(body, "attempts"))
+        return records(QuizAttempt, *listed(body, "attempts"))
 
     def send_message(self, user_id: int, text: str, client_msg_id: str) -> SentMessage:
         """Send ``text`` (plain text, at most 4,096 bytes) to the user from the token's user.
@@ -268,10 +208,7 @@ class MoodleClient:
             "core_message_send_instant_messages", {"messages": [message]}, idempotent=False
         )
         raw = body[0] if isinstance(body, list) and len(body) == 1 else body
-        try:
-            return SentMessage.model_validate(raw)
-        except ValidationError as exc:
-            raise schema_error(raw, exc, vendor=VENDOR) from None
+        return one(SentMessage, raw)
 
     def find_message(
         self, user_id: int, marker: str, *, sender_id: int | None = None
@@ -285,14 +222,11 @@ class MoodleClient:
         sender = self._sender() if sender_id is None else sender_id
         params = {"useridto": user_id, "useridfrom": sender, "type": "conversations", "read": 2}
         params |= {"newestfirst": True, "limitfrom": 0, "limitnum": FIND_LIMIT}
-        raws, _ = _listed(self._call("core_message_get_messages", params), "messages")
+        raws, _ = listed(self._call("core_message_get_messages", params), "messages")
         for raw in raws:
             texts = [raw.get(k) for k in TEXT_FIELDS] if isinstance(raw, dict) else []
             if any(isinstance(text, str) and marker in text for text in texts):
-                try:
-                    return FoundMessage.model_validate(raw)
-                except ValidationError as exc:
-                    raise schema_error(raw, exc, vendor=VENDOR) from None
+                return one(FoundMessage, raw)
         return None
 
     def course_completion(self, course_id: int, user_id: int) -> CourseCompletion:
@@ -304,10 +238,7 @@ class MoodleClient:
             {"courseid": course_id, "userid": user_id},
         )
         raw = body.get("completionstatus") if isinstance(body, dict) else body
-        try:
-            return CourseCompletion.model_validate(raw)
-        except ValidationError as exc:
-            raise schema_error(raw, exc, vendor=VENDOR) from None
+        return one(CourseCompletion, raw)
 
     def course_completed(self, course_id: int, user_id: int) -> bool:
         """Whether the learner met the course's completion requirements."""
@@ -317,10 +248,7 @@ class MoodleClient:
         """A course module as the token's user sees it."""
         body = self._call("core_course_get_course_module", {"cmid": cmid})
         raw = body.get("cm") if isinstance(body, dict) else body
-        try:
-            return CourseModule.model_validate(raw)
-        except ValidationError as exc:
-            raise schema_error(raw, exc, vendor=VENDOR) from None
+        return one(CourseModule, raw)
 
     def module_visible(self, cmid: int) -> bool:
         """Whether the course module is visible to learners now; a ``SchemaError`` when the
@@ -355,23 +283,5 @@ class MoodleClient:
         response = self._http.request("POST", REST_PATH, data=data, idempotent=idempotent)
         body = self._http.json(response, ambiguous=not idempotent)
         if isinstance(body, dict) and "exception" in body:
-            raise _moodle_error(function, body)
+            raise moodle_error(function, body)
         return body
-
-
-def _moodle_error(function: str, body: dict[str, Any]) -> IntegrationError:
-    """The error an answer ``{"exception", "errorcode", "message", "debuginfo"?}`` means."""
-    code, said = body.get("errorcode"), str(body.get("message", ""))[:300]
-    if code == "invalidtoken":
-        return MoodleTokenError(
-            f"{function}: the token is wrong ({code}: {said})", function=function, body=body
-        )
-    if code == "accessexception":
-        text = f"{function} is not allowed for this token: not in its service, or the token "
-        text += f"expired or is restricted ({code}: {said})"
-        return MoodleAccessError(text, function=function, body=body)
-    if code == "sitemaintenance":  # Moodle: "this is usually temporary"
-        text = f"{function}: the site is in maintenance mode ({code}: {said})"
-        return TransientError(text, vendor=VENDOR, status=200)
-    what = code if isinstance(code, str) else body.get("exception")
-    return MoodleError(f"{function}: {what}: {said}", function=function, body=body)

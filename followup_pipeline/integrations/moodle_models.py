@@ -4,7 +4,9 @@ of the fields we rely on (the rest ignored): Unix seconds as aware UTC datetimes
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
+from functools import cache
 from typing import Annotated, Any, TypeVar
+from zoneinfo import available_timezones
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
@@ -23,7 +25,10 @@ FUNCTIONS = (
     "core_completion_get_course_completion_status",
     "core_courseformat_update_course",
     "core_course_get_course_module",
+    "core_user_get_users_by_field",
 )
+#: ``timezone`` of a user who follows the site's time zone.
+SITE_TIMEZONE = "99"
 
 T = TypeVar("T")
 
@@ -56,14 +61,22 @@ def _names(key: str) -> BeforeValidator:
     return BeforeValidator(pick)
 
 
+@cache
+def _zones() -> frozenset[str]:
+    """The IANA zones ``zoneinfo`` knows (a lookup by name, so no odd name reaches a file)."""
+    return frozenset(available_timezones())
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class MoodleUser(_Record):
-    """A participant of a course (``core_enrol_get_enrolled_users``). Moodle leaves ``email``
-    out when the token's user may not see it; the listing never carries ``lang`` or
-    ``timezone`` (its return declaration has neither), so they are None from it."""
+    """A participant of a course (``core_enrol_get_enrolled_users``), or a user read by id
+    (``core_user_get_users_by_field``). Moodle leaves ``email`` out when the token's user may
+    not see it. Only the users read by id carry ``lang`` (a language pack: ``de``, ``en_us``,
+    ``de_du``; it needs ``moodle/user:viewalldetails``) and ``timezone`` (an IANA zone, or
+    ``"99"``: the site's); the listing's declaration has neither, so they are None from it."""
 
     id: int
     fullname: str
@@ -73,6 +86,20 @@ class MoodleUser(_Record):
     #: The role shortnames in the course (``student``, ``editingteacher``, …): teachers are
     #: participants too.
     roles: Annotated[tuple[str, ...], _names("shortname")] = ()
+
+    @property
+    def language(self) -> str | None:
+        """The primary language of ``lang``, lower case (``de_du`` → ``de``); None without
+        one (the caller falls back to the academy's)."""
+        primary = (self.lang or "").strip().replace("-", "_").split("_")[0].lower()
+        return primary if primary.isascii() and primary.isalpha() else None
+
+    @property
+    def zone(self) -> str | None:
+        """The user's IANA time zone; None when Moodle sent none, ``"99"`` (the site's), or a
+        name ``zoneinfo`` does not know (the caller falls back to the academy's)."""
+        name = (self.timezone or "").strip()
+        return name if name != SITE_TIMEZONE and name in _zones() else None
 
 
 class Quiz(_Record):

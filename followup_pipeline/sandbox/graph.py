@@ -1,15 +1,13 @@
-"""The Microsoft Graph double: the client-credentials token and ``users/{id}/sendMail``."""
+"""The Microsoft Graph double: the client-credentials token and ``users/{id}/sendMail`` (a JSON
+message, or a MIME one: ``graph_mime.py``)."""
 
 import asyncio
 import base64
-import binascii
-import email.policy
 import hmac
 import json
 import re
 import time
 import uuid
-from email.parser import BytesParser
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -21,6 +19,13 @@ from starlette.routing import Route
 
 from followup_pipeline.sandbox.errors import graph_error, login_error
 from followup_pipeline.sandbox.graph_body import BodyError, as_boolean, canonical, mailbox_of
+from followup_pipeline.sandbox.graph_mime import (
+    MimeError,
+    header_properties,
+    mime_message,
+    read_mime,
+    same_property,
+)
 from followup_pipeline.sandbox.state import SandboxState
 
 GRAPH_SCOPE = "https://graph.microsoft.com/.default"
@@ -160,7 +165,7 @@ def graph_app(state: SandboxState) -> Starlette:
 
         def carries(message: dict[str, Any]) -> bool:
             return any(
-                p.get("id") == prop and p.get("value") == value
+                same_property(prop, str(p.get("id"))) and p.get("value") == value
                 for p in message.get("singleValueExtendedProperties") or []
             )
 
@@ -197,19 +202,9 @@ def graph_app(state: SandboxState) -> Starlette:
         if not request.headers.get("content-type", "").startswith("text/plain"):
             return graph_error(400, "BadRequest", "Only MIME drafts are known to the sandbox.")
         try:
-            mime = BytesParser(policy=email.policy.default).parsebytes(
-                base64.b64decode(await request.body(), validate=True)
-            )
-        except (ValueError, binascii.Error):
-            return graph_error(400, "ErrorMimeContentInvalidBase64String", "Invalid base64.")
-        parts = {p.get_content_type(): p.get_content() for p in mime.walk() if not p.is_multipart()}
-        to = [a.strip() for a in str(mime.get("To", "")).split(",") if a.strip()]
-        message = {
-            "subject": str(mime.get("Subject", "")),
-            "body": {"contentType": "HTML", "content": parts.get("text/html", "")},
-            "textBody": parts.get("text/plain"),
-            "toRecipients": [{"emailAddress": {"address": a}} for a in to],
-        }
+            message = mime_message(read_mime(await request.body()))
+        except MimeError as error:
+            return graph_error(400, error.code, str(error))
         draft_id = state.new_id(32)
         state.drafts[draft_id] = {"mailbox": mailbox(request), "message": message}
         return JSONResponse({"id": draft_id, "isDraft": True, **message}, 201)
@@ -253,12 +248,22 @@ def graph_app(state: SandboxState) -> Starlette:
         return Response(status_code=202, headers={"request-id": str(uuid.uuid4())})
 
     async def send_mail(request: Request) -> Response:
+        """``POST …/sendMail``: a JSON message, or (``Content-Type: text/plain``) a base64 MIME
+        one, whose headers Exchange keeps as PS_INTERNET_HEADERS properties; saved to Sent
+        Items."""
         no_token = refused(request)
         if no_token is not None:
             return no_token
         try:
-            body = canonical(json.loads(await request.body()), "sendMail")
-            save = as_boolean(body.get("saveToSentItems", True))
+            if request.headers.get("content-type", "").startswith("text/plain"):
+                mime = read_mime(await request.body())
+                body = {"message": {**mime_message(mime), **header_properties(mime)}}
+                save = True
+            else:
+                body = canonical(json.loads(await request.body()), "sendMail")
+                save = as_boolean(body.get("saveToSentItems", True))
+        except MimeError as error:
+            return graph_error(400, error.code, str(error))
         except (json.JSONDecodeError, UnicodeDecodeError):
             return graph_error(400, "BadRequest", "Unable to read JSON request payload.")
         except BodyError as error:

@@ -8,8 +8,8 @@ mode, then ``wsfunction`` (unknown: ``invalidrecord``; not in the token's servic
 wrong type or undeclared: ``invalidparameter``). Errors are HTTP 200 with ``{"exception",
 "errorcode", "message"}``, and ``debuginfo`` when the site debugs; answers are ``json_encode``'s
 (``\\/``, ``\\uXXXX``), or XML without ``moodlewsrestformat=json``. The functions' answers are
-``moodle_functions.py``'s. An HTTP error (a fault, a path no site serves) is the web server's
-page, not JSON.
+``moodle_functions.py``'s, ``moodle_course.py``'s and ``moodle_users.py``'s. An HTTP error (a
+fault, a path no site serves) is the web server's page, not JSON.
 """
 
 import hmac
@@ -35,10 +35,11 @@ from followup_pipeline.sandbox.moodle_functions import (
     invalid,
     missing,
 )
+from followup_pipeline.sandbox.moodle_users import USER_FUNCTIONS
 from followup_pipeline.sandbox.state import Record, SandboxState
 
 #: Every function the double answers.
-SERVED_FUNCTIONS = {**FUNCTIONS, **COURSE_FUNCTIONS}
+SERVED_FUNCTIONS = {**FUNCTIONS, **COURSE_FUNCTIONS, **USER_FUNCTIONS}
 #: Functions Moodle has that the double does not serve: never in a token's service here.
 UNSERVED = (
     "core_course_edit_module",
@@ -47,7 +48,6 @@ UNSERVED = (
     "core_message_get_user_message_preferences",
     "core_message_get_user_notification_preferences",
     "core_user_get_user_preferences",
-    "core_user_get_users_by_field",
     "mod_quiz_get_user_attempts",
 )
 #: ``debuginfo`` of ``accessexception`` for a function not in the token's service
@@ -102,6 +102,7 @@ PARAMETERS: dict[str, dict[str, tuple[Any, Any]]] = {
         "targetcmid": ("int", None),
     },
     "core_course_get_course_module": {"cmid": ("int", REQUIRED)},
+    "core_user_get_users_by_field": {"field": ("alpha", REQUIRED), "values": (["raw"], REQUIRED)},
     "core_message_send_instant_messages": {"messages": ([_MESSAGE], REQUIRED)},
     "core_message_get_messages": {
         "useridto": ("int", REQUIRED),

@@ -29,17 +29,21 @@ SERVED = (
     "core_completion_get_course_completion_status",
     "core_courseformat_update_course",
     "core_course_get_course_module",
+    "core_user_get_users_by_field",
 )
 #: Moodle's role ids of the standard roles.
 ROLES = {"manager": 1, "editingteacher": 3, "teacher": 4, "student": 5}
 #: A learner's "Accept messages from" (``message_blocknoncontacts``): contacts only, anyone in
 #: their courses (Moodle's default), anyone on the site.
 PRIVACY = ("onlycontacts", "coursemember", "site")
-#: Flags of a site the control API may set, with their types: ``messaging`` off answers
-#: ``disabled``, ``maintenance`` ``sitemaintenance``; ``debug`` adds ``debuginfo`` to errors;
-#: ``readallmessages`` gives the token's user that capability.
+#: Flags of a site the control API may set, with their types: ``lang`` and ``timezone`` are the
+#: site's and a new user's defaults; ``messaging`` off answers ``disabled``, ``maintenance``
+#: ``sitemaintenance``; ``debug`` adds ``debuginfo`` to errors; ``readallmessages`` gives the
+#: token's user that capability, ``userdetails`` (on by default) ``moodle/user:viewalldetails``
+#: (the users' ``lang`` and ``timezone``: ``moodle_users.py``).
 SITE_FLAGS: dict[str, type] = dict.fromkeys(("sitename", "lang", "timezone"), str)
 SITE_FLAGS |= dict.fromkeys(("messaging", "maintenance", "debug", "readallmessages"), bool)
+SITE_FLAGS["userdetails"] = bool
 #: The tables of a site's world.
 TABLES: tuple[str, ...] = ("users", "courses", "enrolments", "quizzes", "completions")
 TABLES += ("attempts", "messages", "conversations", "modules")
@@ -56,7 +60,8 @@ def site_world(state: SandboxState, name: str) -> Record | None:
     world: Record = {"name": name, "sitename": name.replace("-", " ").title(), "lang": "en"}
     world |= {"timezone": "UTC", "release": "5.1 (Build: 20251006)", "version": "2025100600"}
     world |= dict.fromkeys(("maintenance", "debug", "readallmessages"), False)
-    world |= {"messaging": True, "service": list(SERVED), "next": dict(FIRST_IDS)}
+    world |= {"messaging": True, "userdetails": True, "service": list(SERVED)}
+    world["next"] = dict(FIRST_IDS)
     world |= {table: [] for table in TABLES}
     world["userid"] = _next(world, "user")
     world["users"].append(
@@ -177,8 +182,9 @@ def add_course(state: SandboxState, name: str, body: Record) -> Record:
 
 def add_user(state: SandboxState, name: str, body: Record) -> Record:
     """A user (``firstname``, ``lastname``, ``email`` or null, optional ``id``, ``username``,
-    ``lang``, ``timezone``, ``city``, ``country``, ``idnumber``, ``messaging``), enrolled in
-    ``course`` (with ``role`` and ``active``) when it is given."""
+    ``lang`` and ``timezone`` (the site's by default; ``"99"``: follows the site's), ``city``,
+    ``country``, ``idnumber``, ``messaging``), enrolled in ``course`` (with ``role`` and
+    ``active``) when it is given."""
     world = known(state, name)
     privacy = body.get("messaging", "coursemember")
     if privacy not in PRIVACY:
@@ -196,6 +202,8 @@ def add_user(state: SandboxState, name: str, body: Record) -> Record:
     for key in ("username", "lang", "timezone", "city", "country", "idnumber"):
         if isinstance(body.get(key), str):
             user[key] = body[key]
+        elif key in ("lang", "timezone"):
+            user[key] = world[key]
     world["users"].append(user)
     if body.get("course") is not None:
         enrol(state, name, {**body, "userid": user["id"], "courseid": body["course"]})
@@ -310,15 +318,17 @@ def read_message(state: SandboxState, name: str, message_id: int) -> Record:
 # --- the demo's two sites --------------------------------------------------------------------
 
 #: The demo's sites: name, site name, language, time zone, course (full and short name), its
-#: teacher, its learners ("first last address", comma-separated), its quizzes (name and the days
-#: until it closes, at 23:59 local time).
+#: teacher, its learners ("first last address [lang [timezone]]", comma-separated; the site's
+#: language and time zone unless given, "99" following the site's), its quizzes (name and the
+#: days until it closes, at 23:59 local time).
 DEMO_SITES = [
     (
         *("academy-berlin", "Akademie Berlin", "de", "Europe/Berlin"),
         ("Projektmanagement Grundlagen", "PM-101"),
         "Katrin Hoffmann k.hoffmann@akademie-berlin.example",
-        "Lena Fischer lena.fischer@example.com, Jonas Weber jonas.weber@example.com, "
-        "Mia Schäfer mia.schaefer@akademie-berlin.example, Lukas Becker lukas.becker@example.com, "
+        "Lena Fischer lena.fischer@example.com, Jonas Weber jonas.weber@example.com en 99, "
+        "Mia Schäfer mia.schaefer@akademie-berlin.example de_du, "
+        "Lukas Becker lukas.becker@example.com, "
         "Emma Wagner emma.wagner@akademie-berlin.example, Felix Krüger felix.krueger@example.com, "
         "Hannah Schulz hannah.schulz@example.com",
         [("Woche 1: Grundbegriffe", 3), ("Woche 2: Planung", 8), ("Woche 3: Risiken", 12)],
@@ -327,7 +337,8 @@ DEMO_SITES = [
         *("academy-newyork", "New York Academy", "en", "America/New_York"),
         ("Data Literacy Essentials", "DL-101"),
         "Rachel Morgan r.morgan@ny-academy.example",
-        "Olivia Johnson olivia.johnson@example.com, Ethan Williams ethan.williams@example.com, "
+        "Olivia Johnson olivia.johnson@example.com, "
+        "Ethan Williams ethan.williams@example.com en America/Chicago, "
         "Sophia Brown sophia.brown@ny-academy.example, Mason Davis mason.davis@example.com, "
         "Ava Martinez ava.martinez@ny-academy.example, Noah Wilson noah.wilson@example.com",
         [("Week 1: Reading Charts", 5), ("Week 2: Averages and Spread", 11)],
@@ -336,8 +347,10 @@ DEMO_SITES = [
 
 
 def _person(text: str) -> Record:
-    first, last, email = text.split()
-    return {"firstname": first, "lastname": last, "email": email}
+    first, last, email, *locale = text.split()
+    return {"firstname": first, "lastname": last, "email": email} | dict(
+        zip(("lang", "timezone"), locale, strict=False)
+    )
 
 
 def _closing(state: SandboxState, zone: str, days: int) -> int:
@@ -359,7 +372,7 @@ def load_demo(state: SandboxState, seed: int = 0) -> None:
         learners = []
         listed = people.split(", ")
         for index, person in enumerate(listed):
-            body = _person(person) | {"lang": lang, "timezone": zone, "course": course["id"]}
+            body = _person(person) | {"course": course["id"]}  # the site's lang, zone unless said
             body["idnumber"] = f"S{index + 1:04d}"
             body["messaging"] = "onlycontacts" if index == 3 else "coursemember"
             body["active"] = not (name == "academy-berlin" and index == len(listed) - 1)

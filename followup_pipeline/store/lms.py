@@ -49,6 +49,8 @@ class Tenant:
     reached_at: datetime | None = None
     unreachable_since: datetime | None = None
     unreachable_error: str | None = None
+    #: What its learners and owner read (a learner's own Moodle language first): ``de``, ``en``.
+    language: str = "en"
 
     @property
     def unreachable(self) -> bool:
@@ -112,6 +114,9 @@ class DueRow:
     quiz_name: str
     quiz_due_at: datetime | None
     completed_at: datetime | None
+    #: The learner's language and zone as Moodle gives them (None: the academy's).
+    learner_lang: str | None = None
+    learner_zone: str | None = None
 
 
 @dataclass(frozen=True)

@@ -368,6 +368,24 @@ ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE followup.links (
+    id text NOT NULL,
+    purpose text NOT NULL,
+    tenant_id text NOT NULL,
+    learner_id bigint,
+    content_id text,
+    version integer,
+    work_item_id bigint,
+    expires_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    used_at timestamp with time zone,
+    uses integer DEFAULT 0 NOT NULL,
+    CONSTRAINT links_bound CHECK ((((purpose = 'opt_out'::text) AND (learner_id IS NOT NULL)) OR ((purpose = 'approve'::text) AND (content_id IS NOT NULL) AND (version IS NOT NULL)) OR ((purpose = 'acknowledge'::text) AND (work_item_id IS NOT NULL)))),
+    CONSTRAINT links_id_check CHECK ((id ~ '^[A-Za-z0-9_-]{16,64}$'::text)),
+    CONSTRAINT links_purpose_check CHECK ((purpose = ANY (ARRAY['opt_out'::text, 'approve'::text, 'acknowledge'::text]))),
+    CONSTRAINT links_uses_check CHECK ((uses >= 0))
+);
+
 CREATE TABLE followup.lms_assignments (
     tenant_id text NOT NULL,
     learner_id bigint NOT NULL,
@@ -423,6 +441,14 @@ CREATE TABLE followup.lms_content (
     CONSTRAINT lms_content_id_valid CHECK ((content_id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$'::text)),
     CONSTRAINT lms_content_state_valid CHECK ((state = ANY (ARRAY['waiting'::text, 'attempted'::text, 'published'::text, 'confirmed'::text, 'superseded'::text, 'failed'::text, 'unknown'::text]))),
     CONSTRAINT lms_content_version_check CHECK ((version > 0))
+);
+
+CREATE TABLE followup.lms_learners (
+    tenant_id text NOT NULL,
+    learner_id bigint NOT NULL,
+    lang text,
+    time_zone text,
+    seen_at timestamp with time zone NOT NULL
 );
 
 CREATE TABLE followup.lms_opt_outs (
@@ -572,6 +598,7 @@ CREATE TABLE followup.tenants (
     reached_at timestamp with time zone,
     unreachable_since timestamp with time zone,
     unreachable_error text,
+    language text DEFAULT 'en'::text NOT NULL,
     CONSTRAINT tenants_after_business_days_check CHECK (((after_business_days >= 1) AND (after_business_days <= 30))),
     CONSTRAINT tenants_before_days_check CHECK (((before_days >= 0) AND (before_days <= 30))),
     CONSTRAINT tenants_channel_valid CHECK ((channel = ANY (ARRAY['email'::text, 'moodle'::text]))),
@@ -582,6 +609,7 @@ CREATE TABLE followup.tenants (
     CONSTRAINT tenants_hours_start_check CHECK (((hours_start >= 0) AND (hours_start <= 23))),
     CONSTRAINT tenants_hours_valid CHECK ((hours_start < hours_end)),
     CONSTRAINT tenants_id_valid CHECK ((id ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text)),
+    CONSTRAINT tenants_language_valid CHECK ((language ~ '^[a-z]{2}$'::text)),
     CONSTRAINT tenants_mode_valid CHECK ((mode = ANY (ARRAY['off'::text, 'dry'::text, 'live'::text]))),
     CONSTRAINT tenants_token_ref_valid CHECK ((token_ref ~ '^[A-Z][A-Z0-9_]{0,99}$'::text))
 );
@@ -779,6 +807,9 @@ ALTER TABLE ONLY followup.leads
 ALTER TABLE ONLY followup.leads
     ADD CONSTRAINT leads_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY followup.links
+    ADD CONSTRAINT links_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY followup.lms_assignments
     ADD CONSTRAINT lms_assignments_pkey PRIMARY KEY (tenant_id, learner_id, quiz_id);
 
@@ -793,6 +824,9 @@ ALTER TABLE ONLY followup.lms_content
 
 ALTER TABLE ONLY followup.lms_content
     ADD CONSTRAINT lms_content_pkey PRIMARY KEY (tenant_id, content_id, version);
+
+ALTER TABLE ONLY followup.lms_learners
+    ADD CONSTRAINT lms_learners_pkey PRIMARY KEY (tenant_id, learner_id);
 
 ALTER TABLE ONLY followup.lms_opt_outs
     ADD CONSTRAINT lms_opt_outs_pkey PRIMARY KEY (tenant_id, learner_id, action_type);
@@ -867,6 +901,8 @@ CREATE INDEX lead_classifications_lead ON followup.lead_classifications USING bt
 
 CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
 
+CREATE INDEX links_expires ON followup.links USING btree (expires_at);
+
 CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id, due_at) WHERE (delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'failed'::text, 'unknown'::text]));
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);
@@ -914,6 +950,9 @@ ALTER TABLE ONLY followup.lead_events
 ALTER TABLE ONLY followup.lead_events
     ADD CONSTRAINT lead_events_lead_id_fkey FOREIGN KEY (lead_id) REFERENCES followup.leads(id);
 
+ALTER TABLE ONLY followup.links
+    ADD CONSTRAINT links_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY followup.lms_assignments
     ADD CONSTRAINT lms_assignments_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
 
@@ -922,6 +961,9 @@ ALTER TABLE ONLY followup.lms_certificates
 
 ALTER TABLE ONLY followup.lms_content
     ADD CONSTRAINT lms_content_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);
+
+ALTER TABLE ONLY followup.lms_learners
+    ADD CONSTRAINT lms_learners_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY followup.lms_opt_outs
     ADD CONSTRAINT lms_opt_outs_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES followup.tenants(id);

@@ -20,6 +20,7 @@ from followup_pipeline.integrations.moodle import (
     MoodleClient,
     MoodleError,
     MoodleTokenError,
+    MoodleUser,
     form_fields,
     quiz_is_complete,
 )
@@ -129,6 +130,92 @@ def test_enrolled_users_sends_the_fixtures_request_and_lists_the_learners(
     everyone = client.enrolled_users(5, roles=None)
     assert [u.id for u in everyone] == [7, 31, 32]
     assert everyone[0].roles == ("editingteacher",)
+
+
+def test_users_send_the_fixtures_request_with_each_ones_language_and_zone(
+    make_client: Callable[[Handler], MoodleClient],
+) -> None:
+    seen: list[httpx.Request] = []
+    client = make_client(answering(answers("core_user_get_users_by_field"), seen))
+    users = client.users([31, 32, 99])
+    assert params(seen[0]) == fixture("core_user_get_users_by_field")["request"]["params"]
+    assert [(u.id, u.lang, u.language, u.timezone, u.zone) for u in users] == [
+        (31, "pt", "pt", "Europe/Lisbon", "Europe/Lisbon"),
+        (32, "en", "en", "99", None),  # 99: the site's time zone, the caller's to fill in
+    ]  # 99 is no user: left out, no error
+    assert (users.invalid, users[0].email) == ([], "ana.souza@student.example.edu")
+
+
+def test_users_ask_100_ids_a_call_and_nothing_for_no_ids(
+    make_client: Callable[[Handler], MoodleClient],
+) -> None:
+    asked: list[list[int]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent = params(request)
+        assert (form(request)["wsfunction"], sent.pop("field")) == (
+            "core_user_get_users_by_field",
+            "id",
+        )
+        ids = [int(sent[f"values[{i}]"]) for i in range(len(sent))]
+        asked.append(ids)
+        return httpx.Response(200, json=[{"id": i, "fullname": f"User {i}"} for i in ids])
+
+    client = make_client(handler)
+    users = client.users(list(range(1, 251)))
+    assert [len(ids) for ids in asked] == [100, 100, 50]
+    assert [u.id for u in users] == list(range(1, 251))
+    assert client.users([]) == []
+    assert len(asked) == 3  # no ids: no call
+    client.users([7, 7, 8])
+    assert asked[-1] == [7, 8]  # each id asked once
+
+
+@pytest.mark.parametrize(
+    ("lang", "language"),
+    [("de", "de"), ("de_du", "de"), ("en_us", "en"), ("EN", "en"), ("", None), (None, None)],
+)
+def test_a_users_language_is_the_primary_one_of_its_language_pack(
+    lang: str | None, language: str | None
+) -> None:
+    assert MoodleUser(id=1, fullname="A", lang=lang).language == language
+
+
+@pytest.mark.parametrize(
+    ("timezone", "zone"),
+    [
+        ("Europe/Berlin", "Europe/Berlin"),
+        ("America/Chicago", "America/Chicago"),
+        ("99", None),  # the site's
+        ("", None),
+        (None, None),
+        ("Mars/Olympus_Mons", None),
+        ("Europe", None),  # a folder of zones, no zone
+        ("../../etc/passwd", None),
+        ("x" * 5000, None),
+    ],
+)
+def test_a_users_zone_is_one_zoneinfo_knows_or_none(timezone: str | None, zone: str | None) -> None:
+    assert MoodleUser(id=1, fullname="A", timezone=timezone).zone == zone
+
+
+def test_a_user_that_breaks_the_schema_is_reported_by_its_field(
+    make_client: Callable[[Handler], MoodleClient],
+) -> None:
+    good = {"id": 31, "fullname": "Ana Souza", "lang": "pt"}
+    broken = [{"id": "thirty-two", "fullname": "Ben"}, {"id": 33}, {"id": 34, "fullname": "C"}]
+    body = [good, *broken[:2], {**broken[2], "timezone": 2}]
+    client = make_client(lambda request: httpx.Response(200, json=body))
+    users = client.users([31, 32, 33, 34])
+    assert [u.id for u in users] == [31]
+    assert [(e.field, e.raw) for e in users.invalid] == [
+        ("id", body[1]),
+        ("fullname", body[2]),
+        ("timezone", body[3]),
+    ]
+    with pytest.raises(SchemaError) as caught:
+        make_client(lambda request: httpx.Response(200, json={"users": []})).users([31])
+    assert caught.value.field == "<answer>"
 
 
 def test_quizzes_send_the_fixtures_request_with_their_deadlines_and_warnings(
@@ -273,6 +360,7 @@ def test_every_error_maps_by_its_errorcode(
         "core_completion_get_activities_completion_status": lambda: client.completion(5, 31),
         "mod_quiz_get_quizzes_by_courses": lambda: client.quizzes([5]),
         "core_message_send_instant_messages": lambda: client.send_message(31, "Hallo", "qr-1"),
+        "core_user_get_users_by_field": lambda: client.users([31]),
     }
     with pytest.raises(MoodleError) as caught:
         calls.get(published["request"]["wsfunction"], client.site_info)()
@@ -536,3 +624,34 @@ def test_the_demo_sites_answer_the_client(
         ]
         assert any(done)
         assert not all(done)
+
+
+def test_the_demo_learners_come_with_their_language_and_zone(
+    sandbox: str, sleeps: list[float], opened: list[MoodleClient]
+) -> None:
+    control(sandbox, "POST", "/reset", {"demo": True})
+    locales: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+    for site, token in (
+        ("academy-berlin", "sandbox-moodle-berlin-token"),
+        ("academy-newyork", "sandbox-moodle-newyork-token"),
+    ):
+        client = MoodleClient(f"{sandbox}/moodle/{site}", token, sleep=sleeps.append)
+        opened.append(client)
+        [course] = {q.course for q in client.quizzes([])}
+        learners = client.enrolled_users(course)
+        users = client.users([u.id for u in learners])
+        assert [u.id for u in users] == [u.id for u in learners]
+        locales[site] = {u.fullname: (u.language, u.zone) for u in users}
+    berlin, new_york = locales["academy-berlin"], locales["academy-newyork"]
+    assert berlin.pop("Jonas Weber") == ("en", None)  # English, the site's time zone (99)
+    assert set(berlin.values()) == {("de", "Europe/Berlin")}  # Mia's de_du too
+    assert len(berlin) >= 4
+    assert new_york.pop("Ethan Williams") == ("en", "America/Chicago")
+    assert set(new_york.values()) == {("en", "America/New_York")}
+    control(sandbox, "PATCH", f"/moodle/{SITE}", {"userdetails": False})
+    client = sandboxed(sandbox, sleeps, opened)
+    [course] = {q.course for q in client.quizzes([])}
+    learners = client.enrolled_users(course)
+    users = client.users([u.id for u in learners])
+    assert [u.id for u in users] == [u.id for u in learners]  # still seen: a course shared
+    assert {(u.lang, u.language, u.timezone, u.zone) for u in users} == {(None, None, None, None)}

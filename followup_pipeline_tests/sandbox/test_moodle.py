@@ -22,6 +22,7 @@ from followup_pipeline.sandbox.moodle import SERVED_FUNCTIONS
 from followup_pipeline.sandbox.moodle_course import COURSE_FUNCTIONS
 from followup_pipeline.sandbox.moodle_demo import SERVED, load_demo
 from followup_pipeline.sandbox.moodle_functions import FUNCTIONS
+from followup_pipeline.sandbox.moodle_users import USER_FUNCTIONS
 from followup_pipeline_tests.sandbox.conftest import Sandbox, SandboxFactory
 
 pytestmark = pytest.mark.anyio
@@ -162,7 +163,8 @@ async def test_the_fixtures_request_gets_an_answer_of_the_fixtures_shape(
 def test_the_double_serves_the_functions_the_fixtures_and_the_client_name() -> None:
     # The course functions' shapes are checked in integrations/test_moodle_course.py.
     assert list(FUNCTIONS) == FUNCTION_FIXTURES
-    assert list(SERVED_FUNCTIONS) == list(SERVED) == FUNCTION_FIXTURES + list(COURSE_FUNCTIONS)
+    served = FUNCTION_FIXTURES + list(COURSE_FUNCTIONS) + list(USER_FUNCTIONS)
+    assert list(SERVED_FUNCTIONS) == list(SERVED) == served
     assert set(CLIENT_FUNCTIONS) == set(SERVED)
 
 
@@ -239,6 +241,12 @@ async def test_json_is_phps_with_escaped_slashes_and_unicode(site: Sandbox) -> N
             {"userid": "31"},
             TOKEN,
         ),
+        (
+            "unsupported_search_field_with_debugging",
+            "core_user_get_users_by_field",
+            {"field": "lang", "values[0]": "de"},
+            TOKEN,
+        ),
     ],
 )
 async def test_errors_are_moodles_own_bodies_with_http_200(
@@ -250,6 +258,72 @@ async def test_errors_are_moodles_own_bodies_with_http_200(
     response = await site.client.post(URL, data=form | params)
     assert response.status_code == 200
     assert response.json() == expected["response"]
+
+
+async def test_users_by_field_answer_the_fixtures_shape_with_language_and_zone(
+    site: Sandbox,
+) -> None:
+    sample = fixture("core_user_get_users_by_field")
+    await seed(site, "/users", {"id": 40, "firstname": "Uwe", "lastname": "Brandt"} | {
+        "email": None, "lang": "de_du", "timezone": "99", "course": 5})  # fmt: skip
+    answer = await call(site, "core_user_get_users_by_field", sample["request"]["params"])
+    conforms(answer, [sample["response"]])
+    assert [(u["id"], u["lang"], u["timezone"]) for u in answer] == [
+        (31, "en", "UTC"),  # the site's, as a user made without them gets them
+        (32, "en", "UTC"),
+    ]  # 99 is no user: left out
+    assert answer[0]["idnumber"] == "S2025-0031"
+    params = {"field": "id", "values[0]": "40", "values[1]": "31", "values[2]": "40"}
+    ana, uwe = await call(site, "core_user_get_users_by_field", params)  # by id, once each
+    shown = {k: uwe.get(k) for k in ("id", "lang", "timezone", "email")}
+    assert shown == {"id": 40, "lang": "de_du", "timezone": "99", "email": None}
+    assert ana["id"] == 31
+    by_email = {"field": "email", "values[0]": "ben.okafor@student.example.edu"}
+    assert [u["id"] for u in await call(site, "core_user_get_users_by_field", by_email)] == [32]
+
+
+async def test_users_by_field_refuse_as_moodle_does(site: Sandbox) -> None:
+    def asked(field: str, *values: str) -> dict[str, str]:
+        return {"field": field} | {f"values[{i}]": v for i, v in enumerate(values)}
+
+    not_a_word = await call(site, "core_user_get_users_by_field", asked("user_id", "31"))
+    assert not_a_word["errorcode"] == "invalidparameter"  # PARAM_ALPHA
+    assert not_a_word["debuginfo"].startswith("field => Invalid parameter value detected")
+    unknown = await call(site, "core_user_get_users_by_field", asked("lang", "de"))
+    assert (unknown["errorcode"], unknown["exception"]) == (
+        "codingerror",
+        "core\\exception\\coding_exception",
+    )
+    for value, cleaned in (("abc", 0), ("31x", 31)):
+        wrong = await call(site, "core_user_get_users_by_field", asked("id", "32", value))
+        assert wrong["errorcode"] == "invalidparameter"
+        assert (
+            wrong["debuginfo"]
+            == f"The field 'id' value is invalid: {value}(cleaned value: {cleaned})"
+        )
+    without = await call(site, "core_user_get_users_by_field", asked("id"))
+    assert without["debuginfo"] == "Missing required key in single structure: values"
+    assert await call(site, "core_user_get_users_by_field", asked("id", "999")) == []
+
+
+async def test_without_userdetails_users_come_without_language_zone_or_strangers(
+    site: Sandbox,
+) -> None:
+    await seed(site, "/users", {"id": 50, "firstname": "Ida", "lastname": "Roth"} | {
+        "email": "ida@example.com", "lang": "de"})  # fmt: skip  # in no course
+    asked = {"field": "id", "values[0]": "3", "values[1]": "31", "values[2]": "50"}
+    seen = await call(site, "core_user_get_users_by_field", asked)
+    assert [(u["id"], u["lang"]) for u in seen] == [(3, "en"), (31, "en"), (50, "de")]
+    await seed(site, "", {"userdetails": False}, 200)
+    token_user, ana = await call(site, "core_user_get_users_by_field", asked)  # not Ida
+    assert (token_user["id"], token_user["lang"]) == (3, "en")  # its own details: all of them
+    assert ana["id"] == 31
+    assert not {"lang", "timezone", "username", "idnumber", "auth"} & set(ana)
+    assert ana["email"] == "ana.souza@student.example.edu"
+    by_username = {"field": "username", "values[0]": "ana.souza"}
+    assert await call(site, "core_user_get_users_by_field", by_username) == []  # not seen
+    flag = await site.client.patch(CONTROL, json={"userdetails": "no"})
+    assert flag.status_code == 400
 
 
 async def test_a_function_taken_out_of_the_service_is_an_access_exception(site: Sandbox) -> None:

@@ -1,7 +1,8 @@
 """How an alert reaches a person: one mail to the operations owner and backup through Graph,
 sent once per ledger key (``engine/mailer.py``); when mail fails, or nobody is set to receive it,
 a task in the operations list in ClickUp (``board.py``), also once per key (``{key}:clickup``).
-Both go out the engine's one way (``engine/effects.py``)."""
+An alert about an academy's items is followed by its owner's own mail (``owner_mail.py``,
+``{key}:owner``). All go out the engine's one way (``engine/effects.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from functools import partial
 from typing import Literal
 
 from followup_pipeline.defs.alerts.board import NEVER_DEAD, AlertNotSent, OpsBoard, clickup_key
+from followup_pipeline.defs.alerts.owner_mail import OwnerMail
 from followup_pipeline.domain.alerts import AlertMail, is_dead_letter_digest, render_alert
 from followup_pipeline.engine.ledger import DryRun
 from followup_pipeline.engine.mailer import LockableDatabase, Mailer, MailError
@@ -52,6 +54,7 @@ class AlertDelivery:
         # A dry run holds alerts too: its mails and tasks are recorded suppressed (dry_run).
         self.mailer = Mailer(run, postgres, outlook, settings, max_attempts=NEVER_DEAD)
         self.ops = OpsBoard(run, postgres, board, settings) if board is not None else None
+        self.owners = OwnerMail(postgres, self.mailer, settings, run.now)
 
     def _ambiguous(self, key: str) -> bool:
         """Whether the mail of ``key`` may have gone (its action says ``unknown``)."""
@@ -90,9 +93,23 @@ class AlertDelivery:
         try:
             if not lock.held:
                 return Delivered(key, "in_flight", f"another run is sending it ({lock.holder})")
-            return self._deliver(key)
+            delivered = self._deliver(key)
+            if delivered.channel in ("mail", "clickup"):
+                self._to_owner(key)
+            return delivered
         finally:
             lock.release()
+
+    def _to_owner(self, key: str) -> None:
+        """An alert about an academy's items: its owner's own mail, in their words."""
+        with self.postgres.connection() as conn:
+            about = store.work_items_of(conn, key)
+        if not about:
+            return
+        try:
+            self.owners.send(key, about)
+        except MailError as error:
+            raise AlertNotSent(f"{key}: the academy owner's mail failed: {error}") from error
 
     def _deliver(self, key: str) -> Delivered:
         mail, ids = self.render(key)

@@ -22,8 +22,8 @@ per tenant and time zone, as durable records that survive a restart.
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta
-from html import escape
 
 import dagster as dg
 
@@ -32,6 +32,8 @@ from followup_pipeline.defs.lms.certify import CHECK_EVERY, certify_tenant
 from followup_pipeline.defs.lms.publish import publish_tenant
 from followup_pipeline.defs.lms.remind import Channel, remind_tenant
 from followup_pipeline.defs.lms.sync import sync_tenant
+from followup_pipeline.domain.academy_mail import Rendered, WeekCounts, render_weekly
+from followup_pipeline.domain.academy_words import language_of
 from followup_pipeline.engine.mailer import Mailer
 from followup_pipeline.engine.runs import (
     SINGLETON_TAG,
@@ -49,7 +51,7 @@ from followup_pipeline.integrations.resources import (
 )
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import lms
+from followup_pipeline.store import links, lms
 
 #: A hung run is failed after this many seconds (run monitoring, dagster.yaml).
 MAX_RUNTIME_S = 14 * 60
@@ -126,6 +128,10 @@ def remind_learners(
     run = RunScope(clock.now(), context.run_id, context.log)
     with postgres.connection() as conn:
         tenants = [t for t in lms.tenants(conn) if t.mode != "off"]
+        # A learner's click the ingress stored but did not apply (it died, the database went
+        # away): applied now, before any reminder is re-checked.
+        clicks = [links.use(conn, link, at=run.now, event_id=event)
+                  for event, link in links.pending(conn)]  # fmt: skip
 
     def remind(tenant: lms.Tenant) -> Counter[str]:
         site = moodle.site(tenant.moodle_url, tenant.token_ref)
@@ -146,6 +152,7 @@ def remind_learners(
 
     counts, tally = each_tenant(context, tenants, remind, late)
     counts["tenants"] = len(tenants)
+    counts["link_clicks_applied"] = len(clicks)
     return tenants_output(context, counts, len(tally.problems), tally.degraded())
 
 
@@ -230,27 +237,13 @@ def lms_reminders() -> None:
     reconcile_certificates()
 
 
-def weekly_text(row: lms.TenantStatus, week: str) -> tuple[str, str]:
-    """The subject and HTML of a tenant's weekly mail to the academy's owner."""
-    subject = f"Learning reminders, week {week}: {row.sent} sent, {row.overdue} overdue"
-    lines = [
-        ("Overdue (due, not settled)", row.overdue),
-        ("Delivery failures (refused or unclear)", row.failures),
-        ("Suppressed duplicates (overtaken by a later reminder)", row.superseded),
-        ("Opted out", row.opted_out),
-        ("Completed before the reminder", row.completed),
-        ("Expired unsent (due more than 7 days ago)", row.expired),
-        ("Sent", row.sent),
-        ("Confirmed (read back)", row.confirmed),
-        ("Planned", row.planned),
-        ("Waiting for you in the catch-up queue (followup lms queue)", row.queued),
-    ]
-    cells = "".join(f"<tr><td>{escape(name)}</td><td>{value}</td></tr>" for name, value in lines)
-    html = (
-        f"<p>{escape(row.tenant_id)} ({escape(row.mode)}, {escape(row.time_zone)}), "
-        f"week {escape(week)}:</p><table>{cells}</table>"
-    )
-    return subject, html
+def weekly_mail(row: lms.TenantStatus, tenant: lms.Tenant, week: str) -> Rendered:
+    """A tenant's weekly mail to the academy's owner, in its language (``academy_weekly``)."""
+    counts = WeekCounts(**{f.name: getattr(row, f.name) for f in fields(WeekCounts)})
+    return render_weekly(
+        academy=tenant.name, language=language_of(tenant.language), zone=tenant.time_zone,
+        week=week, dry=tenant.mode == "dry", counts=counts,
+    )  # fmt: skip
 
 
 @dg.op
@@ -276,10 +269,11 @@ def mail_academy_owners(
         if not to or tenant.mode == "off":
             counts["no_owner" if not to else "off"] += 1
             continue
-        subject, html = weekly_text(row, week)
+        mail = weekly_mail(row, tenant, week)
         result = mailer.send_once(
-            key=f"lms:weekly:{tenant.id}:{week}", kind="report", to=to, subject=subject, html=html
-        )
+            key=f"lms:weekly:{tenant.id}:{week}", kind="report", to=to, subject=mail.subject,
+            html=mail.html, text=mail.text,
+        )  # fmt: skip
         counts[result.outcome] += 1
     return outcome_output(context, "ok", dict(counts))
 

@@ -4,7 +4,7 @@ completion and sends or reads back a message (Moodle's, or a mail from the tenan
 certificates read course completions and issue and read back credentials; publishing shows a
 course module and reads it back."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Protocol
 
@@ -22,6 +22,23 @@ class Learner(Protocol):
 
     @property
     def email(self) -> str | None: ...
+
+
+class Profile(Protocol):
+    """A user's profile as Moodle gives it: language and time zone (None: not shown)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def language(self) -> str | None:
+        """The primary language (``de_du``: ``de``), None: not given."""
+        ...
+
+    @property
+    def zone(self) -> str | None:
+        """The IANA zone, None: not given, or the site's (``99``)."""
+        ...
 
 
 class QuizInfo(Protocol):
@@ -71,6 +88,10 @@ class LmsSite(Protocol):
         """The courses' quizzes."""
         ...
 
+    def users(self, ids: Sequence[int]) -> Sequence[Profile]:
+        """The users' profiles (language and zone, when the token may see them)."""
+        ...
+
     def quiz_completed(
         self, course_id: int, user_id: int, coursemodule: int, quiz_id: int | None = None
     ) -> bool:
@@ -97,14 +118,23 @@ class Receipt(Protocol):
 class Mailbox(Protocol):
     """A tenant's mailbox (Graph), as reminders by e-mail use it."""
 
-    def send_mail(
-        self, *, to: list[str], subject: str, html: str, key: str | None = None
+    def send_mime(
+        self,
+        *,
+        to: list[str],
+        subject: str,
+        html: str,
+        text: str,
+        key: str,
+        headers: Mapping[str, str] | None = None,
     ) -> Receipt:
-        """One HTML message; ``key`` travels on it, so that ``find_sent`` finds it."""
+        """One message in MIME (a text and an HTML part), with ``headers`` of any name and
+        ``key`` in a header, so that ``find_sent`` finds it."""
         ...
 
-    def find_sent(self, key: str) -> str | None:
-        """The id of the sent message that carries ``key``, None when there is none."""
+    def find_sent(self, key: str, *, properties: Sequence[str] = ...) -> str | None:
+        """The id of the sent message that carries ``key`` (looked for in each of
+        ``properties`` in turn), None when there is none."""
         ...
 
 

@@ -21,6 +21,7 @@ from followup_pipeline.defs.lms.catch_up import CatchUp
 from followup_pipeline.defs.lms.outbound import FOUND, confirm, tenant_mode
 from followup_pipeline.defs.lms.ports import LmsSite, Mailbox
 from followup_pipeline.defs.lms.reminder_delivery import (
+    Letters,
     MailReminder,
     MoodleReminder,
     ReminderBook,
@@ -34,8 +35,10 @@ from followup_pipeline.engine.ledger import ActionLedger
 from followup_pipeline.engine.mailer import LockableDatabase
 from followup_pipeline.engine.scope import RunScope
 from followup_pipeline.integrations.errors import IntegrationError
+from followup_pipeline.machine import links_url
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms
+from followup_pipeline.store.links import link_keys
 from followup_pipeline.store.lms import DueRow, Tenant
 from followup_pipeline.store.run_lock import RunLock
 
@@ -68,6 +71,7 @@ class TenantReminders:
         self.outbound = Outbound(self.ledger)
         self.book = ReminderBook(db, run.now, self.counts)
         self.queue = CatchUp(db, tenant, settings, run.now)
+        self.letters = Letters(db, tenant, link_keys(settings), links_url(settings), run.now)
         self.settings = settings
         #: Reminders this run sent (``lms_sends_per_run`` caps them).
         self.sent = 0
@@ -137,10 +141,9 @@ class TenantReminders:
 
     def sender(self, row: DueRow) -> ReminderSender:
         """The reminder's vendor part, by the tenant's channel."""
-        zone = self.tenant.time_zone
         if self.tenant.channel == "moodle":
-            return MoodleReminder(row, zone, self.book, self.channel.site)
-        return MailReminder(row, zone, self.book, self.channel.mailbox)
+            return MoodleReminder(row, self.letters, self.book, self.channel.site)
+        return MailReminder(row, self.letters, self.book, self.channel.mailbox)
 
     def one(self, row: DueRow, *, overtaken: bool) -> None:
         """Settle what an earlier send left, then re-check, then send or suppress."""

@@ -1,12 +1,18 @@
 """How a reminder reaches a learner: the vendor part of its send (a ``Sender`` of
 ``engine/effects.py``, which owns the rest) and its mirror on the reminder's record.
 
-- ``MailReminder``: an e-mail from the tenant's mailbox through Graph, the key on the message (an
-  extended property): looked up, and read back, in the mailbox (Sent Items, the Outbox).
-- ``MoodleReminder``: Moodle's own message, the key's ``marker`` in its text and as its
-  ``clientmsgid``: Moodle has no idempotency of its own, so the key is looked up, and read back,
-  among the learner's newest messages. A refusal (``msgid`` -1: blocked, messaging off) fails
-  the attempt; an answer that breaks its schema may have been a send (``unknown``).
+What the learner reads comes from templates in their language and zone (``Letters``,
+``domain/academy_mail.py``), with the quiz's link and their own signed opt-out link; nothing
+internal is shown to them.
+
+- ``MailReminder``: an e-mail from the tenant's mailbox through Graph's MIME ``sendMail``, with a
+  one-click opt-out (``List-Unsubscribe``, RFC 8058) and the key in an ``X-Followup-Key`` header:
+  looked up, and read back, in the mailbox (Sent Items, the Outbox) by that header's property.
+- ``MoodleReminder``: Moodle's own message, its key's ``marker`` as its ``clientmsgid``; Moodle
+  has no idempotency of its own and does not give a ``clientmsgid`` back, so the message is
+  looked up, and read back, among the learner's newest by its opt-out link's id (in its text).
+  A refusal (``msgid`` -1: blocked, messaging off) fails the attempt; an answer that breaks its
+  schema may have been a send (``unknown``).
 
 A learner without an address (by e-mail) fails the attempt without a request, so that it ends a
 dead letter after its attempts, parked with the owner, rather than retried for ever.
@@ -19,51 +25,80 @@ its queue item closed); ``confirmed``; ``failed`` or ``unknown``; ``suppressed``
 import hashlib
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from html import escape
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import psycopg
 
 from followup_pipeline.defs.lms.outbound import FOUND, failure
 from followup_pipeline.defs.lms.ports import LmsSite, Mailbox
+from followup_pipeline.domain import links as signed
+from followup_pipeline.domain.academy_mail import (
+    LearnerReminder,
+    render_moodle_message,
+    render_reminder,
+)
+from followup_pipeline.domain.academy_words import language_of, zone_of
 from followup_pipeline.engine.effects import ActionSpec, Sent
 from followup_pipeline.engine.late import settle_parked
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.integrations.errors import PermanentError, SchemaError, TransientError
-from followup_pipeline.store import lms
-from followup_pipeline.store.lms import DueRow
+from followup_pipeline.integrations.outlook import HEADER_KEY_PROPERTY, KEY_PROPERTY
+from followup_pipeline.store import links, lms
+from followup_pipeline.store.lms import DueRow, Tenant
 
-#: What each reminder says first.
-OPENING = {
-    "before_due": "is due in two days",
-    "due_day": "is due today",
-    "overdue": "was due and is still open",
-}
 #: Why a reminder by e-mail cannot be sent to a learner.
 NO_ADDRESS = "the learner has no e-mail address in Moodle"
+#: Where a reminder's key is looked for in the mailbox: the header a MIME send carries it in,
+#: then the property a send before the MIME form carried it in.
+KEY_PROPERTIES = (HEADER_KEY_PROPERTY, KEY_PROPERTY)
 
 
 def marker(key: str) -> str:
-    """A short mark of ``key`` carried in a Moodle message (and as its ``clientmsgid``)."""
+    """A short mark of ``key``: a Moodle message's ``clientmsgid`` (and, before the reminders'
+    templates, its text's last line)."""
     return "fu-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def message_text(row: DueRow, zone: str) -> tuple[str, str]:
-    """The reminder's subject and text."""
-    due = ""
-    if row.quiz_due_at is not None:
-        due = f" (due {row.quiz_due_at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M %Z})"
-    subject = f"Reminder: {row.quiz_name} {OPENING.get(row.action_type, 'is open')}"
-    who = row.learner_name or "there"
-    text = (
-        f"Hello {who},\n\nthe quiz {row.quiz_name}{due} {OPENING.get(row.action_type, '')}. "
-        "Please complete it in the academy.\n\nref " + marker(row.idempotency_key)
-    )
-    return subject, text
+def quiz_url(moodle_url: str, coursemodule: int) -> str:
+    """The quiz's page in the academy's Moodle."""
+    return f"{moodle_url.rstrip('/')}/mod/quiz/view.php?id={coursemodule}"
+
+
+@dataclass(frozen=True)
+class Letters:
+    """How one tenant's reminders read: in the learner's language and zone (else the
+    tenant's), with the quiz's link and the learner's own signed opt-out link."""
+
+    db: Database
+    tenant: Tenant
+    keys: Sequence[signed.LinkKey]
+    links_url: str
+    now: datetime
+
+    def opt_out_id(self, row: DueRow) -> str:
+        """The id of the reminder's opt-out link (in its text: how Moodle's copy is found)."""
+        return signed.link_id("opt_out", row.idempotency_key)
+
+    def compose(self, row: DueRow) -> LearnerReminder:
+        """The reminder as its learner reads it; its opt-out link made (once)."""
+        id_ = self.opt_out_id(row)
+        with self.db.connection() as conn, conn.transaction():
+            links.issue(conn, id_, "opt_out", row.tenant_id, at=self.now, learner_id=row.learner_id)
+        token = signed.sign(self.keys, "opt_out", id_)
+        return LearnerReminder(
+            academy=self.tenant.name,
+            language=language_of(row.learner_lang, self.tenant.language),
+            zone=zone_of(row.learner_zone, self.tenant.time_zone),
+            learner=row.learner_name,
+            quiz=row.quiz_name,
+            quiz_url=quiz_url(self.tenant.moodle_url, row.coursemodule),
+            due_at=row.quiz_due_at,
+            action_type=row.action_type,
+            opt_out_url=signed.url(self.links_url, "opt_out", token),
+        )
 
 
 @dataclass(frozen=True)
@@ -104,9 +139,9 @@ class ReminderSender(ABC):
     #: How a look-up's find after a lost answer is recorded (the engine's ``confirmed``).
     found_note = FOUND
 
-    def __init__(self, row: DueRow, zone: str, book: ReminderBook) -> None:
+    def __init__(self, row: DueRow, letters: Letters, book: ReminderBook) -> None:
         self.row = row
-        self.zone = zone
+        self.letters = letters
         self.book = book
 
     @abstractmethod
@@ -138,40 +173,57 @@ class ReminderSender(ABC):
 class MailReminder(ReminderSender):
     """A reminder by e-mail from the tenant's mailbox (None: the tenant has none)."""
 
-    def __init__(self, row: DueRow, zone: str, book: ReminderBook, mailbox: Mailbox | None) -> None:
-        super().__init__(row, zone, book)
+    def __init__(
+        self, row: DueRow, letters: Letters, book: ReminderBook, mailbox: Mailbox | None
+    ) -> None:
+        super().__init__(row, letters, book)
         self.mailbox = mailbox
 
     def look_up(self, spec: ActionSpec) -> str | None:
-        return self.mailbox.find_sent(spec.key) if self.mailbox is not None else None
+        if self.mailbox is None:
+            return None
+        return self.mailbox.find_sent(spec.key, properties=KEY_PROPERTIES)
 
     def perform(self, spec: ActionSpec, touch: Callable[[], None]) -> str | None:
-        """Send the mail; Graph's request id."""
+        """Send the mail (Graph's MIME form: its one-click opt-out in ``List-Unsubscribe``,
+        RFC 8058, and the key in ``X-Followup-Key``); Graph's request id."""
         address = self.row.learner_email
         if self.mailbox is None or not address:
             raise PermanentError(NO_ADDRESS, vendor="graph")
-        subject, text = message_text(self.row, self.zone)
-        html = "".join(f"<p>{escape(part, quote=False)}</p>" for part in text.split("\n\n"))
+        reminder = self.letters.compose(self.row)
+        mail = render_reminder(reminder)
+        headers = {
+            "List-Unsubscribe": f"<{reminder.opt_out_url}>",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+        }
         self.book.mark(self.row, "attempted")
         touch()
-        receipt = self.mailbox.send_mail(to=[address], subject=subject, html=html, key=spec.key)
+        receipt = self.mailbox.send_mime(
+            to=[address], subject=mail.subject, html=mail.html, text=mail.text, key=spec.key,
+            headers=headers,
+        )  # fmt: skip
         return receipt.request_id
 
 
 class MoodleReminder(ReminderSender):
     """A reminder as Moodle's own message to the learner."""
 
-    def __init__(self, row: DueRow, zone: str, book: ReminderBook, site: LmsSite) -> None:
-        super().__init__(row, zone, book)
+    def __init__(self, row: DueRow, letters: Letters, book: ReminderBook, site: LmsSite) -> None:
+        super().__init__(row, letters, book)
         self.site = site
 
     def look_up(self, spec: ActionSpec) -> str | None:
-        found = self.site.find_message(self.row.learner_id, marker(spec.key))
+        """The message whose text holds the reminder's opt-out link (or, sent before the
+        templates, its ``ref`` marker)."""
+        learner = self.row.learner_id
+        found = self.site.find_message(learner, self.letters.opt_out_id(self.row))
+        if found is None:
+            found = self.site.find_message(learner, marker(spec.key))
         return str(found.id) if found is not None else None
 
     def perform(self, spec: ActionSpec, touch: Callable[[], None]) -> str | None:
-        """Send the message; Moodle's id of it."""
-        _, text = message_text(self.row, self.zone)
+        """Send the message (its short form); Moodle's id of it."""
+        text = render_moodle_message(self.letters.compose(self.row))
         self.book.mark(self.row, "attempted")
         touch()
         try:

@@ -14,8 +14,10 @@ from followup_pipeline.defs.lms.ports import LmsSite
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.reminders import ReminderPlan, plan_reminders, reminder_key
 from followup_pipeline.engine.scope import Database
-from followup_pipeline.store import lms
+from followup_pipeline.integrations.errors import PermanentError
+from followup_pipeline.store import lms, lms_learners
 from followup_pipeline.store.lms import Tenant
+from followup_pipeline.store.lms_learners import LearnerDetails
 
 #: How far back a reminder is still worth sending: one due longer ago (a machine down for more
 #: than a week, a course added with a quiz long closed) is not sent (``expired``).
@@ -46,6 +48,16 @@ def tenant_plan(tenant: Tenant) -> ReminderPlan:
     )
 
 
+def _learner_details(site: LmsSite, ids: set[int]) -> list[LearnerDetails]:
+    """The learners' language and zone from their Moodle profiles; none when Moodle will not
+    say (the function not in the service, or no right to see them): the academy's apply."""
+    try:
+        profiles = site.users(sorted(ids))
+    except PermanentError:
+        return []
+    return [LearnerDetails(p.id, p.language, p.zone) for p in profiles]
+
+
 def sync_tenant(
     db: Database, tenant: Tenant, site: LmsSite, *, now: datetime, completions: bool
 ) -> Synced:
@@ -54,8 +66,10 @@ def sync_tenant(
     calendar, plan = tenant_calendar(tenant), tenant_plan(tenant)
     quizzes = [q for q in site.quizzes(tenant.course_ids) if q.timeclose is not None]
     assignments = planned = superseded = completed = 0
+    seen: set[int] = set()
     for course_id in tenant.course_ids:
         learners = site.enrolled_users(course_id)
+        seen.update(learner.id for learner in learners)
         for quiz in (q for q in quizzes if q.course == course_id):
             for learner in learners:
                 done = completions and site.quiz_completed(
@@ -119,6 +133,10 @@ def sync_tenant(
                             for r, key in zip(reminders, keys, strict=True)
                         ],
                     )
+    if completions:  # once a day: each learner's language and zone, as their profile says
+        details = _learner_details(site, seen)
+        with db.connection() as conn, conn.transaction():
+            lms_learners.save(conn, tenant.id, details, now)
     with db.connection() as conn, conn.transaction():
         # Whatever this sync did not see (a learner gone, a quiz deleted or undated) is retired.
         superseded += lms.retire_unassigned(conn, tenant.id, now)

@@ -7,11 +7,11 @@ SELECT * FROM tenants ORDER BY id;
 INSERT INTO tenants (id, name, moodle_url, token_ref, time_zone, holiday_country,
                      holiday_subdivision, channel, sender, course_ids, before_days,
                      after_business_days, remind_at, hours_start, hours_end, mode, owner, backup,
-                     credential_token_ref, credential_groups)
+                     credential_token_ref, credential_groups, language)
 VALUES (%(id)s, %(name)s, %(moodle_url)s, %(token_ref)s, %(time_zone)s, %(holiday_country)s,
         %(holiday_subdivision)s, %(channel)s, %(sender)s, %(course_ids)s, %(before_days)s,
         %(after_business_days)s, %(remind_at)s, %(hours_start)s, %(hours_end)s, %(mode)s,
-        %(owner)s, %(backup)s, %(credential_token_ref)s, %(credential_groups)s)
+        %(owner)s, %(backup)s, %(credential_token_ref)s, %(credential_groups)s, %(language)s)
 ON CONFLICT (id) DO UPDATE
 SET name = EXCLUDED.name, moodle_url = EXCLUDED.moodle_url, token_ref = EXCLUDED.token_ref,
     time_zone = EXCLUDED.time_zone, holiday_country = EXCLUDED.holiday_country,
@@ -21,7 +21,7 @@ SET name = EXCLUDED.name, moodle_url = EXCLUDED.moodle_url, token_ref = EXCLUDED
     remind_at = EXCLUDED.remind_at, hours_start = EXCLUDED.hours_start,
     hours_end = EXCLUDED.hours_end, mode = EXCLUDED.mode, owner = EXCLUDED.owner,
     backup = EXCLUDED.backup, credential_token_ref = EXCLUDED.credential_token_ref,
-    credential_groups = EXCLUDED.credential_groups;
+    credential_groups = EXCLUDED.credential_groups, language = EXCLUDED.language;
 
 -- name: lms_tenant_synced
 UPDATE tenants SET synced_at = %(at)s WHERE id = %(id)s;
@@ -103,10 +103,12 @@ RETURNING r.id;
 -- those accepted lately but not read back yet (asked again).
 SELECT r.id, r.tenant_id, r.learner_id, r.assignment_id, r.action_type, r.due_at, r.time_zone,
        r.local_day, r.idempotency_key, r.delivery_outcome, a.course_id, a.coursemodule,
-       a.learner_name, a.learner_email, a.quiz_name, a.due_at AS quiz_due_at, a.completed_at
+       a.learner_name, a.learner_email, a.quiz_name, a.due_at AS quiz_due_at, a.completed_at,
+       l.lang AS learner_lang, l.time_zone AS learner_zone
 FROM lms_reminders r
 JOIN lms_assignments a ON (a.tenant_id, a.learner_id, a.quiz_id)
                         = (r.tenant_id, r.learner_id, r.assignment_id)
+LEFT JOIN lms_learners l ON (l.tenant_id, l.learner_id) = (r.tenant_id, r.learner_id)
 WHERE r.tenant_id = %(tenant_id)s AND r.due_at <= %(now)s
   AND (r.delivery_outcome IN ('planned', 'attempted', 'failed', 'unknown')
        OR (r.delivery_outcome = 'accepted' AND r.settled_at >= %(confirm_since)s))
@@ -181,3 +183,21 @@ UPDATE lms_reminders
 SET delivery_outcome = 'suppressed', reason = 'decided', settled_at = %(at)s
 WHERE idempotency_key = %(key)s AND delivery_outcome IN ('planned', 'failed', 'unknown')
 RETURNING id;
+
+-- name: lms_learner_save
+-- A learner's language and zone as their Moodle profile gives them (the daily whole sync).
+INSERT INTO lms_learners (tenant_id, learner_id, lang, time_zone, seen_at)
+VALUES (%(tenant_id)s, %(learner_id)s, %(lang)s, %(time_zone)s, %(at)s)
+ON CONFLICT (tenant_id, learner_id) DO UPDATE
+SET lang = EXCLUDED.lang, time_zone = EXCLUDED.time_zone, seen_at = EXCLUDED.seen_at
+WHERE (lms_learners.lang, lms_learners.time_zone)
+      IS DISTINCT FROM (EXCLUDED.lang, EXCLUDED.time_zone);
+
+-- name: lms_reminder_of_key
+-- A reminder by its key, with whom and what it is for (an owner's mail names them).
+SELECT r.idempotency_key AS key, r.learner_id, r.action_type, r.due_at, a.learner_name,
+       a.quiz_name
+FROM lms_reminders r
+LEFT JOIN lms_assignments a ON (a.tenant_id, a.learner_id, a.quiz_id)
+                             = (r.tenant_id, r.learner_id, r.assignment_id)
+WHERE r.idempotency_key = %(key)s;

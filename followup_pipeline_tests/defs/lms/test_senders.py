@@ -20,17 +20,20 @@ from followup_pipeline.defs.lms.credential_export import (
 )
 from followup_pipeline.defs.lms.module_publication import ContentBook, ModulePublication
 from followup_pipeline.defs.lms.reminder_delivery import (
+    Letters,
     MailReminder,
     MoodleReminder,
     ReminderBook,
     marker,
 )
+from followup_pipeline.domain.links import LinkKey
 from followup_pipeline.engine.effects import ActionSpec, Kind
 from followup_pipeline.integrations.accredible import AccredibleClient
 from followup_pipeline.integrations.errors import PermanentError, TransientError
 from followup_pipeline.integrations.moodle import MoodleClient
 from followup_pipeline.integrations.outlook import OutlookClient
 from followup_pipeline.resources import PostgresResource
+from followup_pipeline.store import lms
 from followup_pipeline.store.lms import DueRow, Tenant
 from followup_pipeline.store.lms_certificates import CertificateRow
 from followup_pipeline.store.lms_content import ContentRow
@@ -39,6 +42,7 @@ from .lms_world import BERLIN, SANDBOX, TOKENS, control, seed_site, utc
 
 NOW = utc(2026, 3, 9, 8, 5)
 ZONE = "Europe/Berlin"
+KEYS = [LinkKey("test", b"k" * 32)]
 #: What the sandbox holds, by kind: where it is listed, and under which name.
 LISTS = {
     "messages": (f"/moodle/{BERLIN}/messages", "messages"),
@@ -50,8 +54,22 @@ LISTS = {
 @pytest.fixture(scope="module")
 def records(database_factory: Callable[..., str], template_name: str) -> PostgresResource:
     """One database for the module: a sender's record of its attempt (of a row that is not
-    there: nothing changes) is all it writes before its request."""
-    return PostgresResource(url=database_factory(template_name))
+    there: nothing changes) and its reminder's opt-out link are all it writes before its
+    request; the academy is there for the link."""
+    resource = PostgresResource(url=database_factory(template_name))
+    with resource.connection() as conn, conn.transaction():
+        lms.save_tenant(conn, _tenant("http://moodle.test"))
+    return resource
+
+
+def _tenant(base: str) -> Tenant:
+    return Tenant(id=BERLIN, name="Akademie Berlin", moodle_url=f"{base}/moodle/{BERLIN}",
+                  token_ref="ACADEMY_BERLIN", time_zone=ZONE, language="de",
+                  sender="followup@example.com")  # fmt: skip
+
+
+def _letters(records: PostgresResource, base: str) -> Letters:
+    return Letters(records, _tenant(base), KEYS, "http://links.test", NOW)
 
 
 @pytest.fixture
@@ -103,21 +121,31 @@ def test_reminder_by_moodle_message_is_looked_up_by_its_marker_and_read_back(
     seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=1)
     row = _reminder(seeded, None)
     book = ReminderBook(records, NOW, Counter())
-    sender, spec = MoodleReminder(row, ZONE, book, site), _spec(row.idempotency_key, "reminder")
+    sender, spec = (
+        MoodleReminder(row, _letters(records, sandbox), book, site),
+        _spec(row.idempotency_key, "reminder"),
+    )
     assert sender.look_up(spec) is None
     log: list[str] = []
     ref = sender.perform(spec, _touch(log, sandbox, "messages"))
     assert log == ["touch: 0 messages"]
     [sent] = _held(sandbox, "messages")
-    assert marker(row.idempotency_key) in sent["fullmessage"]
-    assert "Ada <Lovelace>" in sent["fullmessage"]  # plain text, as written
+    # Nothing internal in what the learner reads: the key's marker goes as its clientmsgid,
+    # and the message is found by its opt-out link (the learner's own, in German).
+    assert marker(row.idempotency_key) not in sent["fullmessage"]
+    assert sent["clientmsgid"] == marker(row.idempotency_key)
+    assert "„Safety & quiz“ ist am Mittwoch, 11. März fällig" in sent["fullmessage"]
+    assert f"/mod/quiz/view.php?id={row.coursemodule}" in sent["fullmessage"]
+    assert "http://links.test/links/opt-out/" in sent["fullmessage"]
     assert (sender.look_up(spec), sender.read_back(spec, ref)) == (ref, True)
     assert book.counts == Counter({"reminders_attempted": 1})
     # A learner who takes messages from contacts only: Moodle refuses (msgid -1), no doubt.
     closed = {"firstname": "C", "lastname": "L", "course": seeded["course"],
               "email": "c@example.com", "messaging": "onlycontacts"}  # fmt: skip
     [user] = control(sandbox, "POST", f"/moodle/{BERLIN}/users", [closed])["users"]
-    refused = MoodleReminder(_reminder(seeded, None, user["id"]), ZONE, book, site)
+    refused = MoodleReminder(
+        _reminder(seeded, None, user["id"]), _letters(records, sandbox), book, site
+    )
     with pytest.raises(PermanentError, match="refused"):
         refused.perform(_spec(refused.row.idempotency_key, "reminder"), lambda: None)
 
@@ -132,7 +160,10 @@ def test_reminder_by_mail_carries_its_key_to_the_mailbox_and_is_found_there(
     )  # fmt: skip
     book = ReminderBook(records, NOW, Counter())
     row = _reminder(seeded, "ada@example.com")
-    sender, spec = MailReminder(row, ZONE, book, mailbox), _spec(row.idempotency_key, "reminder")
+    sender, spec = (
+        MailReminder(row, _letters(records, sandbox), book, mailbox),
+        _spec(row.idempotency_key, "reminder"),
+    )
     with closing(mailbox):
         assert sender.look_up(spec) is None
         log: list[str] = []
@@ -140,11 +171,17 @@ def test_reminder_by_mail_carries_its_key_to_the_mailbox_and_is_found_there(
         assert log == ["touch: 0 mails"]
         [mail] = [m["message"] for m in _held(sandbox, "mails")]
         assert mail["toRecipients"][0]["emailAddress"]["address"] == "ada@example.com"
-        assert "<p>Hello Ada &lt;Lovelace&gt;,</p>" in mail["body"]["content"]
+        assert "<p>Hallo Ada &lt;Lovelace&gt;,</p>" in mail["body"]["content"]
+        assert "Hallo Ada <Lovelace>," in mail["textBody"]  # plain text, as written
+        headers = {h["name"]: h["value"] for h in mail["internetMessageHeaders"]}
+        assert headers["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+        assert headers["List-Unsubscribe"].startswith("<http://links.test/links/opt-out/")
+        assert headers["X-Followup-Key"] == row.idempotency_key  # in a header, never the text
+        assert row.idempotency_key not in mail["textBody"] + mail["body"]["content"]
         assert sender.look_up(spec) is not None
         assert sender.read_back(spec, None) is True
         # No address: the attempt fails before its touch, and nothing is sent.
-        nowhere = MailReminder(_reminder(seeded, None), ZONE, book, mailbox)
+        nowhere = MailReminder(_reminder(seeded, None), _letters(records, sandbox), book, mailbox)
         with pytest.raises(PermanentError, match="no e-mail address"):
             nowhere.perform(spec, _touch(log, sandbox, "mails"))
         assert (len(_held(sandbox, "mails")), log) == (1, ["touch: 0 mails"])
@@ -210,7 +247,8 @@ def test_a_create_whose_answer_breaks_its_schema_may_have_been_made(
 ) -> None:
     moodle = MoodleClient("http://moodle.test", "t", transport=_answering([{"msgid": "x"}]))
     row = _reminder({"users": [31], "quiz": 5, "course": 7}, None)
-    message = MoodleReminder(row, ZONE, ReminderBook(records, NOW, Counter()), moodle)
+    letters = _letters(records, "http://moodle.test")
+    message = MoodleReminder(row, letters, ReminderBook(records, NOW, Counter()), moodle)
     platform = AccredibleClient("http://accredible.test", "k", transport=_answering({"id": 1}))
     export = CredentialExport(
         _certificate("a@b.c"), platform, CertificateBook(records, NOW, Counter())
