@@ -96,7 +96,9 @@ def company_lookup(settings: Settings) -> Check:
 
 def links(settings: Settings, tenants: list[Tenant], *, mode: str) -> Check:
     """The signed links of the mails: which keys sign them, and where they lead. With real
-    vendors and a live academy, a link to this machine's loopback reaches no learner: FAIL."""
+    vendors and a live academy, a link to this machine's loopback reaches no learner, and one
+    over plain HTTP is no one-click opt-out (RFC 8058): FAIL; keys from a file of this machine's
+    own: a WARN, since other machines serving the links need the same."""
     try:
         keys = link_keys(settings)
     except (OSError, ValueError) as error:
@@ -113,5 +115,12 @@ def links(settings: Settings, tenants: list[Tenant], *, mode: str) -> Check:
             "set FOLLOWUP_LINKS_URL to the ingress's public address",
         )
     if mode == "real" and live and not base.startswith("https://"):
-        return warn("links", f"{detail}: not HTTPS")
+        # RFC 8058: a one-click unsubscribe is an HTTPS URI; mail clients offer no other.
+        return fail("links", f"{detail}: not HTTPS (FOLLOWUP_LINKS_URL)")
+    if mode == "real" and live and settings.link_keys is None:
+        return warn(
+            "links",
+            f"{detail}: every process that makes or serves links must share that folder "
+            "(containers and pods do not: set FOLLOWUP_LINK_KEYS)",
+        )
     return ok("links", detail)

@@ -7,15 +7,10 @@ templates ``templates/academy_*.j2`` (HTML autoescaped)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from followup_pipeline.domain.academy_words import (
-    WORDS,
-    Language,
-    day_text,
-    moment_text,
-)
+from followup_pipeline.domain.academy_words import WORDS, Language, day_text, moment_text
 from followup_pipeline.domain.reports import environment
 
 #: The longest Moodle message Moodle's instant messages take (bytes).
@@ -58,7 +53,7 @@ def _reminder_words(reminder: LearnerReminder) -> dict[str, str]:
     # Without a due date there is no day to name: the reminder says the quiz is open.
     subject_kind = kind if reminder.due_at is not None or kind != "before_due" else "overdue"
     return {
-        "subject": w[f"subject_{subject_kind}"].format(**values),
+        "subject": " ".join(w[f"subject_{subject_kind}"].format(**values).split()),
         "hello": w["hello"].format(name=reminder.learner) if reminder.learner else w["hello_anon"],
         "lead": lead.format(**values),
         "miss": w["miss_overdue"] if kind == "overdue" else w["miss_open"],
@@ -90,8 +85,10 @@ def render_moodle_message(reminder: LearnerReminder) -> str:
         opt_out_url=reminder.opt_out_url,
     )
     text = f"{words['subject']}\n\n{body}\n\n{reminder.academy}"
-    while len(text.encode()) > MOODLE_MAX_BYTES:  # a quiz name of thousands of characters
-        text = text[: len(text) - 64]
+    if len(text.encode()) > MOODLE_MAX_BYTES and len(reminder.quiz) > 80:
+        # A quiz name of thousands of characters is cut, never the links or the academy.
+        shorter = replace(reminder, quiz=reminder.quiz[:77] + "…")
+        return render_moodle_message(shorter)
     return text
 
 
@@ -103,6 +100,8 @@ class OwnerLine:
     since: datetime
     approve_url: str | None = None
     acknowledge_url: str | None = None
+    #: What it is, in a few words (the mail's subject names the first).
+    label: str = ""
 
 
 def why_text(language: Language, kind: str, **values: str) -> str:
@@ -126,8 +125,9 @@ def render_owner(
     """The academy owner's mail of what waits for them (times in the academy's zone)."""
     w = WORDS[language]
     n = len(lines)
+    what = (lines[0].label if lines else "") or w["why_label_other"]
     chosen = w["owner_subject_1"] if n == 1 else w["owner_subject_n"]
-    subject = chosen.format(academy=academy, n=n)
+    subject = " ".join(chosen.format(academy=academy, what=what, more=n - 1).split())
     when = {id(line): moment_text(line.since, zone, language) for line in lines}
     context = {
         "w": w,
@@ -166,7 +166,14 @@ class WeekCounts:
 
 
 def render_weekly(
-    *, academy: str, language: Language, zone: str, week: str, dry: bool, counts: WeekCounts
+    *,
+    academy: str,
+    language: Language,
+    zone: str,
+    week: str,
+    dry: bool,
+    counts: WeekCounts,
+    until: datetime,
 ) -> Rendered:
     """The academy's week of reminders, for its owner."""
     w = WORDS[language]
@@ -179,7 +186,7 @@ def render_weekly(
         "title": w["weekly_title"].format(**values),
         "rows": rows,
         "dry": w["weekly_mode_dry"] if dry else "",
-        "zone": w["weekly_zone"].format(zone=zone),
+        "zone": w["weekly_zone"].format(until=moment_text(until, zone, language)),
     }
     templates = environment()
     html = templates.get_template("academy_weekly.html.j2").render(**context)

@@ -27,7 +27,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "miss_open": "Danach schließt der Test; wer ihn verpasst, kann ihn nicht mehr ablegen "
         "und muss sich an die Kursleitung wenden.",
         "miss_overdue": "Der Test ist geschlossen. Wenn Sie ihn noch ablegen müssen, wenden Sie "
-        "sich bitte an die Kursleitung; antworten Sie dazu einfach auf diese Nachricht.",
+        "sich bitte an die Kursleitung.",
         "closing": "Viele Grüße\n{academy}",
         "why": "Sie erhalten diese Erinnerung, weil Sie in einem Kurs von {academy} "
         "eingeschrieben sind.",
@@ -35,8 +35,12 @@ WORDS: dict[Language, dict[str, str]] = {
         "moodle_short": "{lead} {miss} Zum Test: {quiz_url} — Keine Erinnerungen mehr: "
         "{opt_out_url}",
         # an academy owner's mail
-        "owner_subject_1": "{academy}: eine Sache wartet auf Sie",
-        "owner_subject_n": "{academy}: {n} Sachen warten auf Sie",
+        "owner_subject_1": "{academy}: {what}",
+        "owner_subject_n": "{academy}: {what} (und {more} weitere)",
+        "why_label_publication": "„{title}“ wartet auf Ihre Freigabe",
+        "why_label_reminder": "eine Erinnerung an {learner} ging nicht hinaus",
+        "why_label_certificate": "ein Zertifikat für {learner} fehlt",
+        "why_label_other": "etwas wartet auf Sie",
         "owner_hello": "Guten Tag,",
         "owner_lead": "bei den Lernerinnerungen von {academy} wartet etwas auf Sie:",
         "owner_approve": "Freigeben",
@@ -45,7 +49,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "owner_ask_anon": "Fragen dazu beantwortet das Betriebsteam.",
         "owner_when": "Wartet seit {when}.",
         "owner_link_note": "Die Schaltflächen fragen vor jeder Änderung noch einmal nach. "
-        "Sie gelten bis {until} und einmal.",
+        "Jede gilt einmal, bis {until}.",
         "owner_footer": "Diese Nachricht geht an die Verantwortlichen von {academy}.",
         "why_reminder": "Eine Erinnerung an {learner} zu „{quiz}“ konnte nicht zugestellt werden.",
         "why_certificate": "Ein Zertifikat für {learner} konnte nicht ausgestellt werden.",
@@ -69,7 +73,8 @@ WORDS: dict[Language, dict[str, str]] = {
         "weekly_planned": "Geplant",
         "weekly_queued": "Warten auf Sie",
         "weekly_mode_dry": "Probebetrieb: nichts wurde wirklich versandt.",
-        "weekly_zone": "Zeiten in {zone}.",
+        "weekly_zone": "Gezählt über die 7 Tage bis {until}; überfällig und geplant: wie es "
+        "jetzt steht.",
         # a link's page
         "page_opt_out_ask": "Keine Erinnerungen von {academy} mehr erhalten?",
         "page_opt_out_button": "Ja, abbestellen",
@@ -85,6 +90,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "page_expired": "Dieser Link ist abgelaufen.",
         "page_superseded": "Es gibt inzwischen eine neuere Version; dieser Link gilt nicht mehr.",
         "page_unknown": "Dieser Link ist ungültig.",
+        "page_too_large": "Diese Anfrage ist zu groß.",
         "page_busy": "Das hat gerade nicht geklappt. Bitte versuchen Sie es in einer Minute "
         "noch einmal.",
     },
@@ -102,14 +108,18 @@ WORDS: dict[Language, dict[str, str]] = {
         "miss_open": "The quiz closes then; if you miss it, you can no longer take it and "
         "need to ask your course's teacher.",
         "miss_overdue": "The quiz has closed. If you still need to take it, please ask your "
-        "course's teacher: just reply to this message.",
+        "course's teacher.",
         "closing": "Best regards,\n{academy}",
         "why": "You receive this reminder because you are enrolled in a course of {academy}.",
         "opt_out": "Stop these reminders",
         "moodle_short": "{lead} {miss} Open the quiz: {quiz_url} — Stop these reminders: "
         "{opt_out_url}",
-        "owner_subject_1": "{academy}: one thing waits for you",
-        "owner_subject_n": "{academy}: {n} things wait for you",
+        "owner_subject_1": "{academy}: {what}",
+        "owner_subject_n": "{academy}: {what} (and {more} more)",
+        "why_label_publication": "“{title}” waits for your approval",
+        "why_label_reminder": "a reminder to {learner} did not go out",
+        "why_label_certificate": "a certificate for {learner} is missing",
+        "why_label_other": "something waits for you",
         "owner_hello": "Hello,",
         "owner_lead": "the learning reminders of {academy} have something waiting for you:",
         "owner_approve": "Approve",
@@ -141,7 +151,8 @@ WORDS: dict[Language, dict[str, str]] = {
         "weekly_planned": "Planned",
         "weekly_queued": "Waiting for you",
         "weekly_mode_dry": "Trial mode: nothing was really sent.",
-        "weekly_zone": "Times in {zone}.",
+        "weekly_zone": "Counted over the 7 days up to {until}; overdue and planned: as they "
+        "stand now.",
         "page_opt_out_ask": "Stop receiving reminders from {academy}?",
         "page_opt_out_button": "Yes, stop them",
         "page_opt_out_done": "Done: you will receive no more reminders from {academy}.",
@@ -156,6 +167,7 @@ WORDS: dict[Language, dict[str, str]] = {
         "page_expired": "This link has expired.",
         "page_superseded": "There is a newer version now; this link no longer applies.",
         "page_unknown": "This link is not valid.",
+        "page_too_large": "This request is too large.",
         "page_busy": "That did not work just now. Please try again in a minute.",
     },
 }

@@ -3,9 +3,9 @@ something to do — a learner's one-click opt-out, an academy owner's approval o
 or acknowledgement of an item. Pure code.
 
 A link is a row (``store/links.py``) bound to what it may do: its purpose, its tenant, and the
-learner, the content and version, or the item. Its token, in the URL, is ``KID.ID.MAC``: the
-signing key's name, the row's id (a hash of what it is for: nothing personal, the same for the
-same action, so a resent mail carries the same link) and an HMAC-SHA256 over the purpose, the key
+learner, the content and version, or the item; one per action, so a resent mail carries the same
+link. Its token, in the URL, is ``KID.ID.MAC``: the signing key's name, the row's id (random:
+nothing of what it is for can be read back from it) and an HMAC-SHA256 over the purpose, the key
 name and the id. A token whose MAC does not verify under any key named in the settings (forged,
 altered, or signed by a retired key) is refused before anything is read; the expiry and the
 single use are the row's. Keys rotate: the first signs, every key named verifies.
@@ -17,6 +17,7 @@ import base64
 import hashlib
 import hmac
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -73,10 +74,15 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
 
 
-def link_id(purpose: Purpose, subject: str) -> str:
-    """The id of the link for ``purpose`` on ``subject`` (an action's key, a content version's,
-    an item's): the same for the same action, and not to be read back to it."""
-    return _b64(hashlib.sha256(f"followup-link|{purpose}|{subject}".encode()).digest())[:_ID_CHARS]
+def new_link_id() -> str:
+    """A new link's id: random, so it says nothing of whom or what it is for."""
+    return _b64(secrets.token_bytes(16))[:_ID_CHARS]
+
+
+def key_name(secret: str) -> str:
+    """The name of a key made by the machine itself: a fingerprint of its secret, so two
+    different keys never share a name."""
+    return "k" + hashlib.sha256(secret.encode()).hexdigest()[:12]
 
 
 def _mac(key: LinkKey, purpose: Purpose, kid: str, id_: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
+from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -70,8 +71,10 @@ class _Group:
     overdue: list[StepLine] = field(default_factory=list)
 
 
+@cache
 def environment() -> jinja2.Environment:
-    """The templates: ``*.html.j2`` autoescaped, ``*.txt.j2`` plain text (no markup to escape)."""
+    """The templates: ``*.html.j2`` autoescaped, ``*.txt.j2`` plain text (no markup to escape);
+    made once, each template compiled once."""
     return jinja2.Environment(
         loader=jinja2.PackageLoader("followup_pipeline.domain", "templates"),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default=False),

@@ -3,13 +3,13 @@
 It holds no business logic. The signed links of the mails are served beside the webhooks, stored
 the same way before they are applied (``links.py``).
 
-Sources: EspoCRM (``/webhooks/espocrm``), and under
-``/webhooks/{source}`` those of ``FOLLOWUP_STANDARD_WEBHOOKS`` (Standard Webhooks) and of
-``FOLLOWUP_STRIPE_WEBHOOKS`` (signed as Stripe signs). Answers: 200 stored (or a counted
-duplicate); 400 signed but unparseable (kept as a dead letter); 401 bad or missing signature,
-stale timestamp, unknown webhook or source (nothing stored); 413 body over the limit; 503 when
-the database cannot store it (EspoCRM retries 503, not 502/504). Every answer but 200 carries
-``{"error", "detail"}``.
+Sources: EspoCRM (``/webhooks/espocrm``), and under ``/webhooks/{source}`` those of
+``FOLLOWUP_STANDARD_WEBHOOKS`` (Standard Webhooks) and of ``FOLLOWUP_STRIPE_WEBHOOKS`` (signed as
+Stripe signs). Answers to a webhook: 200 stored (or a counted duplicate); 400 signed but
+unparseable (kept as a dead letter); 401 bad or missing signature, stale timestamp, unknown
+webhook or source (nothing stored); 413 body over the limit; 503 when the database cannot store
+it (EspoCRM retries 503, not 502/504). Every answer to a webhook but 200 carries ``{"error",
+"detail"}``.
 """
 
 import asyncio

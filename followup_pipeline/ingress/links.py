@@ -7,15 +7,22 @@ RFC 8058 one-click ``List-Unsubscribe=One-Click``) is verified, stored as an eve
 entry in one transaction (``store/links.py``). A click whose apply did not end stays stored and
 is applied by the next learning run.
 
-Answers: 200 done (an opt-out clicked again: done already); 403 a token no key of ours signed
-(forged, altered, or its key retired: nothing stored); 404 no such link; 409 a single-use link
-used before, or a version superseded; 410 expired; 503 when the database cannot store it.
+Nothing is stored for a link that cannot be used (unknown, expired, spent); an approval or an
+acknowledgement takes the page's button (``confirm=1``), never a bare POST. The same click again
+within the dedup window is a duplicate, applied once.
+
+Answers (HTML pages, in the reader's language): 200 done (an opt-out clicked again: done
+already); 400 an approval posted without the button (the page asks); 403 a token no key of ours
+signed (forged, altered, or its key retired: nothing stored); 404 no such link; 409 a single-use
+link used before, or a version superseded; 410 expired; 413 a body over 2 KiB; 503 when the
+database cannot store or apply it, or the keys cannot be read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -27,11 +34,11 @@ from starlette.responses import HTMLResponse, Response
 
 from followup_pipeline.domain import links as signed
 from followup_pipeline.domain.academy_mail import render_link_page
-from followup_pipeline.domain.academy_words import WORDS, language_of
+from followup_pipeline.domain.academy_words import WORDS, Language, language_of
 from followup_pipeline.ingress.metrics import Metrics
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events, links
-from followup_pipeline.store.db import StoreError, connect, typed_row
+from followup_pipeline.store.db import SCHEMA, StoreError, connect, typed_row
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -48,9 +55,8 @@ STATUS: dict[links.Outcome, int] = {
 }
 
 
-def _page(language: str, message: str, status: int) -> HTMLResponse:
-    lang = language_of(language)
-    return HTMLResponse(render_link_page(language=lang, message=message), status)
+def _page(language: Language, message: str, status: int) -> HTMLResponse:
+    return HTMLResponse(render_link_page(language=language, message=message), status)
 
 
 class LinkPages:
@@ -64,17 +70,25 @@ class LinkPages:
         now: Callable[[], float],
         metrics: Metrics,
     ) -> None:
-        self.keys = links.link_keys(settings)
+        self.settings = settings
         self.database_url = database_url
         self.pool = pool
         self.now = now
         self.metrics = metrics
+        self._keys: list[signed.LinkKey] | None = None
+
+    def keys(self) -> list[signed.LinkKey]:
+        """The keys, read at the first link (a key trouble answers the links 503, never stops
+        the webhooks)."""
+        if self._keys is None:
+            self._keys = links.link_keys(self.settings)
+        return self._keys
 
     def _verified(self, request: Request) -> tuple[signed.Purpose, str] | None:
         purpose = signed.purpose_of(request.path_params["purpose"])
         if purpose is None:
             return None
-        id_ = signed.verify(self.keys, purpose, request.path_params["token"])
+        id_ = signed.verify(self.keys(), purpose, request.path_params["token"])
         return None if id_ is None else (purpose, id_)
 
     async def _find(self, id_: str) -> links.Link | None:
@@ -86,42 +100,64 @@ class LinkPages:
             found: links.Link | None = await cursor.fetchone()
             return found
 
-    def _words(self, link: links.Link) -> tuple[str, dict[str, str]]:
+    def _words(self, link: links.Link) -> tuple[Language, dict[str, str]]:
         language = language_of(link.learner_lang, link.language)
         return language, WORDS[language]
 
-    async def show(self, request: Request) -> Response:
-        """``GET``: what the link would do, and a button that posts; nothing changes."""
-        verified = self._verified(request)
-        if verified is None:
-            self.metrics.count_rejected("bad_link")
-            return _page("en", WORDS["en"]["page_unknown"], 403)
-        purpose, id_ = verified
-        try:
-            link = await self._find(id_)
-        except (psycopg.Error, PoolTimeout, StoreError):
-            return _page("en", WORDS["en"]["page_busy"], 503)
+    def _refusal(self, purpose: signed.Purpose, link: links.Link | None) -> Response | None:
+        """Why the link cannot be used now (a page and its status), or None: it can."""
         if link is None:
             return _page("en", WORDS["en"]["page_unknown"], 404)
         language, w = self._words(link)
-        now = datetime.fromtimestamp(self.now(), UTC)
-        if now >= link.expires_at:
+        if datetime.fromtimestamp(self.now(), UTC) >= link.expires_at:
             return _page(language, w["page_expired"], 410)
         if signed.SINGLE_USE[purpose] and link.uses > 0:
             return _page(language, w["page_already"], 409)
+        return None
+
+    def _ask(self, request: Request, purpose: signed.Purpose, link: links.Link) -> str:
+        language, w = self._words(link)
         values = {"academy": link.tenant_name, "title": link.title or "", "version": link.version}
-        ask = w[f"page_{purpose}_ask"].format(**values)
-        page = render_link_page(
-            language=language_of(language),
+        return render_link_page(
+            language=language,
             message="",
-            ask=ask,
+            ask=w[f"page_{purpose}_ask"].format(**values),
             button=w[f"page_{purpose}_button"],
             action=request.url.path,
         )
-        return HTMLResponse(page)
+
+    async def show(self, request: Request) -> Response:
+        """``GET``: what the link would do, and a button that posts; nothing changes."""
+        started = time.perf_counter()
+        try:
+            verified = self._verified(request)
+            if verified is None:
+                self.metrics.count_rejected("bad_link")
+                return _page("en", WORDS["en"]["page_unknown"], 403)
+            purpose, id_ = verified
+            link = await self._find(id_)
+            refused = self._refusal(purpose, link)
+            if refused is not None or link is None:
+                return refused or _page("en", WORDS["en"]["page_unknown"], 404)
+            return HTMLResponse(self._ask(request, purpose, link))
+        except (psycopg.Error, PoolTimeout, StoreError, OSError, ValueError) as error:
+            log.warning("a link page could not be shown: %s", type(error).__name__)
+            return _page("en", WORDS["en"]["page_busy"], 503)
+        finally:
+            self.metrics.observe(time.perf_counter() - started)
 
     async def click(self, request: Request) -> Response:
-        """``POST``: verified, stored and committed, then applied."""
+        """``POST``: verified, checked, stored and committed, then applied."""
+        started = time.perf_counter()
+        try:
+            return await self._click(request)
+        except (psycopg.Error, PoolTimeout, StoreError, OSError, ValueError) as error:
+            log.warning("a link could not be applied: %s", type(error).__name__)
+            return _page("en", WORDS["en"]["page_busy"], 503)
+        finally:
+            self.metrics.observe(time.perf_counter() - started)
+
+    async def _click(self, request: Request) -> Response:
         verified = self._verified(request)
         if verified is None:
             self.metrics.count_rejected("bad_link")
@@ -131,32 +167,47 @@ class LinkPages:
         async for chunk in request.stream():
             form += chunk
             if len(form) > MAX_FORM:
-                return _page("en", WORDS["en"]["page_unknown"], 413)
+                self.metrics.count_rejected("too_large")
+                return _page("en", WORDS["en"]["page_too_large"], 413)
+        # Nothing is stored for a link that cannot be used: no flood of refusals (counted, in
+        # /metrics, by their status).
+        link = await self._find(id_)
+        refused = self._refusal(purpose, link)
+        if refused is not None or link is None:
+            self.metrics.count_rejected(f"link_{refused.status_code if refused else 404}")
+            return refused or _page("en", WORDS["en"]["page_unknown"], 404)
+        if purpose != "opt_out" and b"confirm=1" not in form:
+            # An approval or an acknowledgement is the page's button, never a bare POST.
+            return HTMLResponse(self._ask(request, purpose, link), 400)
         params = events.delivery_params(
             source=links.SOURCE,
             event_type=purpose,
-            body=links.click_body(id_, purpose, form),
+            body=links.click_body(id_, purpose),
             headers={k: request.headers[k] for k in ("content-type",) if k in request.headers},
             received_at=datetime.fromtimestamp(self.now(), UTC),
         )
-        try:
-            async with (
-                self.pool.connection() as conn,
-                conn.cursor(row_factory=typed_row(events.Stored)) as cursor,
-            ):
-                await cursor.execute(query("events_store"), params)
-                stored: events.Stored | None = await cursor.fetchone()
-            assert stored is not None  # the function answers one row, always
-            used = await asyncio.to_thread(self._use, id_, stored.event_id)
-        except (psycopg.Error, PoolTimeout, StoreError) as error:
-            log.warning("a %s link could not be applied: %s", purpose, type(error).__name__)
-            return _page("en", WORDS["en"]["page_busy"], 503)
-        self.metrics.count_received(links.SOURCE)
+        async with (
+            self.pool.connection() as conn,
+            conn.cursor(row_factory=typed_row(events.Stored)) as cursor,
+        ):
+            await cursor.execute(query("events_store"), params)
+            stored: events.Stored | None = await cursor.fetchone()
+        assert stored is not None  # the function answers one row, always
+        if stored.duplicate:
+            self.metrics.count_duplicate(links.SOURCE)
+        else:
+            self.metrics.count_received(links.SOURCE)
+        if stored.duplicate and stored.status == "done":
+            # The same click again within the hour: applied before, nothing to do twice.
+            return self._answer(purpose, links.Used("already", link))
+        used = await asyncio.to_thread(self._use, id_, stored.event_id)
         return self._answer(purpose, used)
 
     def _use(self, id_: str, event_id: int) -> links.Used:
         at = datetime.fromtimestamp(self.now(), UTC)
-        with connect(self.database_url, autocommit=True) as conn:
+        # The ingress's own limits: a click waits on no lock for long.
+        options = f"-c search_path={SCHEMA},public -c lock_timeout=2s -c statement_timeout=5s"
+        with connect(self.database_url, autocommit=True, options=options) as conn:
             return links.use(conn, id_, at=at, event_id=event_id)
 
     def _answer(self, purpose: signed.Purpose, used: links.Used) -> Response:

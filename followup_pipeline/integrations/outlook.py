@@ -225,7 +225,7 @@ class OutlookClient:
         just before that request (the caller's in-flight window starts there). ``From`` is left
         to Graph, which sets the mailbox's own address.
         """
-        mime = EmailMessage()
+        mime = EmailMessage(policy=_MIME_POLICY)
         mime["To"] = ", ".join(to)
         mime["Subject"] = subject
         mime.set_content(text)

@@ -23,7 +23,7 @@ from psycopg.rows import dict_row
 
 from followup_pipeline.integrations.clickup import KEY_TAG_PREFIX, key_tag
 from followup_pipeline.integrations.espocrm import api_root, auth_headers
-from followup_pipeline.integrations.outlook import KEY_PROPERTY
+from followup_pipeline.integrations.outlook import HEADER_KEY_PROPERTY, KEY_PROPERTY
 from followup_pipeline.settings import Settings
 
 #: The sandbox's control API: ``control("GET", "/outbox")`` is the JSON of ``/_sandbox/outbox``.
@@ -200,7 +200,9 @@ def _task(raw: Mapping[str, Any], key_field_id: str | None) -> Task:
 def _mail(raw: Mapping[str, Any]) -> Mail:
     message = raw.get("message") or {}
     properties = message.get("singleValueExtendedProperties") or []
-    keys = [p.get("value") for p in properties if p.get("id") == KEY_PROPERTY]
+    # The key as a property (JSON sendMail, drafts) or as its X-Followup-Key header (MIME).
+    ids = {KEY_PROPERTY.lower(), HEADER_KEY_PROPERTY.lower()}
+    keys = [p.get("value") for p in properties if str(p.get("id", "")).lower() in ids]
     recipients = message.get("toRecipients") or []
     addresses = (str(r.get("emailAddress", {}).get("address", "")) for r in recipients)
     return Mail(

@@ -10,12 +10,20 @@ import json
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
 
-from followup_pipeline.domain.links import SINGLE_USE, TTL, LinkKey, Purpose, parse_keys
+from followup_pipeline.domain.links import (
+    SINGLE_USE,
+    TTL,
+    LinkKey,
+    Purpose,
+    key_name,
+    new_link_id,
+    parse_keys,
+)
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit, events, lms, lms_content
 from followup_pipeline.store import work as work_store
@@ -38,11 +46,14 @@ def link_keys(settings: Settings) -> list[LinkKey]:
     path = settings.home / LINK_KEY_FILE
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        line = f"k{datetime.now(UTC):%Y%m%d}:{secrets.token_urlsafe(48)}\n"
+        secret = secrets.token_urlsafe(48)
+        line = f"{key_name(secret)}:{secret}\n"
         draft = path.with_name(f".{LINK_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(line)
+            out.flush()
+            os.fsync(out.fileno())
         try:
             os.link(draft, path)  # whole or not at all; the first process's key wins
         except FileExistsError:
@@ -61,6 +72,7 @@ class Link:
 
     id: str
     purpose: str
+    subject: str
     tenant_id: str
     learner_id: int | None
     content_id: str | None
@@ -86,10 +98,18 @@ class Used:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Issued:
+    """A link as a mail carries it: its id and until when it works."""
+
+    id: str
+    expires_at: datetime
+
+
 def issue(
     conn: psycopg.Connection[Any],
-    id_: str,
     purpose: Purpose,
+    subject: str,
     tenant_id: str,
     *,
     at: datetime,
@@ -97,11 +117,13 @@ def issue(
     content_id: str | None = None,
     version: int | None = None,
     work_item_id: int | None = None,
-) -> None:
-    """Make the link ``id_`` (once: made again, it keeps its first expiry)."""
+) -> Issued:
+    """The link for ``purpose`` on ``subject`` (an action's key), made once; one not used yet
+    works for its whole time from ``at``."""
     params = {
-        "id": id_,
+        "id": new_link_id(),
         "purpose": purpose,
+        "subject": subject,
         "tenant_id": tenant_id,
         "learner_id": learner_id,
         "content_id": content_id,
@@ -110,7 +132,16 @@ def issue(
         "expires_at": at + TTL[purpose],
         "at": at,
     }
-    conn.execute(query("links_issue"), params)
+    issued = fetch_one(conn, Issued, query("links_issue"), params)
+    assert issued is not None  # an upsert answers its row
+    return issued
+
+
+def id_of(conn: psycopg.Connection[Any], purpose: Purpose, subject: str) -> str | None:
+    """The id of the link made for ``purpose`` on ``subject``, if one was."""
+    row = conn.execute(query("links_of_subject"), {"purpose": purpose, "subject": subject})
+    found = row.fetchone()
+    return None if found is None else str(found["id"])
 
 
 def find(conn: psycopg.Connection[Any], id_: str) -> Link | None:
@@ -118,11 +149,10 @@ def find(conn: psycopg.Connection[Any], id_: str) -> Link | None:
     return fetch_one(conn, Link, query("links_find"), {"id": id_})
 
 
-def click_body(id_: str, purpose: Purpose, form: bytes) -> bytes:
-    """What a click's event keeps: the link's id, its purpose and the form as posted (RFC 8058's
-    ``List-Unsubscribe=One-Click``), nothing personal."""
-    record = {"link": id_, "purpose": purpose, "form": form.decode("utf-8", "replace")[:200]}
-    return json.dumps(record, sort_keys=True).encode()
+def click_body(id_: str, purpose: Purpose) -> bytes:
+    """What a click's event keeps: the link's id and its purpose, nothing personal and nothing
+    the sender chose (the same click twice is one event: the body's dedup)."""
+    return json.dumps({"link": id_, "purpose": purpose}, sort_keys=True).encode()
 
 
 def use(conn: psycopg.Connection[Any], id_: str, *, at: datetime, event_id: int | None) -> Used:
@@ -212,17 +242,37 @@ def _acknowledge(conn: psycopg.Connection[Any], link: Link, at: datetime) -> Use
     return Used("done", link)
 
 
-def pending(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
-    """The stored clicks not applied yet: (event id, link id); a body that is not a click's is
-    left out (``use`` of an unknown link marks it done)."""
-    found = []
-    for row in conn.execute(query("links_pending")).fetchall():
+@dataclass(frozen=True)
+class Pending:
+    """What applying the stored clicks did: applied, and failed (each error named)."""
+
+    applied: int
+    errors: list[str]
+
+
+def apply_pending(conn: psycopg.Connection[Any], *, older_than: datetime) -> Pending:
+    """Apply each click stored before ``older_than`` and not applied (its apply died with the
+    ingress, or the database went away), each in its own transaction, judged at the moment it
+    was clicked; one the ingress is applying now is left to it."""
+    rows = conn.execute(query("links_pending"), {"older_than": older_than}).fetchall()
+    applied, errors = 0, []
+    for row in rows:
         try:
             record = json.loads(bytes(row["body"]))
-            found.append((int(row["id"]), str(record["link"])))
+            id_ = str(record["link"])
         except (ValueError, KeyError, TypeError):
-            found.append((int(row["id"]), ""))
-    return found
+            id_ = ""  # not a click's body: ``use`` of no link marks it done
+        try:
+            with conn.transaction():
+                taken = conn.execute(query("links_event_take"), {"id": row["id"]}).fetchone()
+                if taken is None:
+                    continue
+                use(conn, id_, at=row["received_at"], event_id=int(row["id"]))
+        except psycopg.Error as error:
+            errors.append(f"event:{row['id']}: {type(error).__name__}: {error}")
+            continue
+        applied += 1
+    return Pending(applied, errors)
 
 
 def opt_in(conn: psycopg.Connection[Any], tenant_id: str, learner_id: int) -> list[str]:

@@ -371,6 +371,7 @@ ALTER TABLE followup.leads ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 CREATE TABLE followup.links (
     id text NOT NULL,
     purpose text NOT NULL,
+    subject text NOT NULL,
     tenant_id text NOT NULL,
     learner_id bigint,
     content_id text,
@@ -902,6 +903,8 @@ CREATE INDEX lead_classifications_lead ON followup.lead_classifications USING bt
 CREATE INDEX lead_events_lead ON followup.lead_events USING btree (lead_id);
 
 CREATE INDEX links_expires ON followup.links USING btree (expires_at);
+
+CREATE UNIQUE INDEX links_subject ON followup.links USING btree (purpose, subject);
 
 CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id, due_at) WHERE (delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'failed'::text, 'unknown'::text]));
 

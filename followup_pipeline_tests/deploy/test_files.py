@@ -121,7 +121,10 @@ def test_units_take_secrets_as_files_and_restart() -> None:
     secret_names = {*SECRET_VARIABLES.values(), "FOLLOWUP_DATABASE_URL", "FOLLOWUP_DAGSTER_PG_URL",
                     "FOLLOWUP_ESPOCRM_WEBHOOKS", "FOLLOWUP_STANDARD_WEBHOOKS",
                     "FOLLOWUP_STRIPE_WEBHOOKS"}  # fmt: skip
-    vendors = set(SECRET_VARIABLES.values()) - {"FOLLOWUP_DATABASE_URL", "FOLLOWUP_DAGSTER_PG_URL"}
+    # The link keys are no vendor's: the ingress verifies what the runs sign.
+    vendors = set(SECRET_VARIABLES.values()) - {
+        "FOLLOWUP_DATABASE_URL", "FOLLOWUP_DAGSTER_PG_URL", "FOLLOWUP_LINK_KEYS"
+    }  # fmt: skip
     for path in UNITS:
         service = _unit(path)["Service"]
         text = path.read_text(encoding="utf-8")
@@ -160,21 +163,25 @@ def _code(config: str) -> str:
     return "\n".join(line.split("#", 1)[0] for line in config.splitlines())
 
 
-def test_the_edge_serves_only_webhooks_over_tls_and_the_ui_behind_a_password() -> None:
+def test_the_edge_serves_only_webhooks_and_links_over_tls_and_the_ui_behind_a_password() -> None:
     webhooks, ui = _server_blocks(_code(NGINX))
     assert re.findall(r"listen\s+([^;]+);", webhooks) == ["443 ssl"]
     assert re.findall(r"listen\s+([^;]+);", ui) == ["8443 ssl"]
     locations = re.findall(r"location\s+([^{]+)\{([^}]*)\}", webhooks)
     proxied = [where.strip() for where, body in locations if "proxy_pass" in body]
     assert proxied
-    assert all(where.lstrip("=~ ^").startswith("/webhooks/") for where in proxied)
+    assert all(where.lstrip("=~ ^").startswith(("/webhooks/", "/links/")) for where in proxied)
+    # The links of mails: no retried POST on a second replica, no token in the access log.
+    [links] = [body for where, body in locations if "/links/" in where]
+    assert "non_idempotent" not in links
+    assert "access_log off" in links
     (rest,) = [body for where, body in locations if where.strip() == "/"]
     assert "return 404" in rest
     assert "auth_basic_user_file" in ui
     assert "auth_basic_user_file" not in webhooks
     # Every source has its own rate.
     assert set(re.findall(r"limit_req zone=(\w+)", webhooks)) == {
-        "espocrm", "site_form", "payment", "other_source"
+        "espocrm", "site_form", "payment", "other_source", "links"
     }  # fmt: skip
 
 

@@ -6,7 +6,7 @@ An alert about an academy's items is followed by its owner's own mail (``owner_m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
@@ -34,6 +34,8 @@ class Delivered:
     key: str
     channel: Channel
     reason: str = ""
+    #: Why the academy owner's own mail that goes with it failed ("": it went, or none is due).
+    owner_failed: str = ""
 
 
 class AlertDelivery:
@@ -95,21 +97,27 @@ class AlertDelivery:
                 return Delivered(key, "in_flight", f"another run is sending it ({lock.holder})")
             delivered = self._deliver(key)
             if delivered.channel in ("mail", "clickup"):
-                self._to_owner(key)
+                failed = self._to_owner(key)
+                if failed:
+                    return replace(delivered, owner_failed=failed)
             return delivered
         finally:
             lock.release()
 
-    def _to_owner(self, key: str) -> None:
-        """An alert about an academy's items: its owner's own mail, in their words."""
+    def _to_owner(self, key: str) -> str:
+        """An alert about an academy's items: its owner's own mail, in their words; why it
+        failed ("": it went, or none is due). The operations list has the alert either way, and
+        the run that sees the failure ends partial, which alerts in turn."""
         with self.postgres.connection() as conn:
             about = store.work_items_of(conn, key)
         if not about:
-            return
+            return ""
         try:
             self.owners.send(key, about)
         except MailError as error:
-            raise AlertNotSent(f"{key}: the academy owner's mail failed: {error}") from error
+            self.log.warning("%s: the academy owner's mail failed: %s", key, error)
+            return str(error)
+        return ""
 
     def _deliver(self, key: str) -> Delivered:
         mail, ids = self.render(key)

@@ -72,13 +72,14 @@ class OwnerMail:
         keys = links.link_keys(self.settings)
         base = links_url(self.settings)
         lines = []
+        until: list[datetime] = []
         with conn.transaction():
             for item in items:
-                lines.append(self._line(conn, tenant, item, language, keys, base))
+                lines.append(self._line(conn, tenant, item, language, keys, base, until))
         ops = self.settings.ops_owner
         return render_owner(
             academy=tenant.name, language=language, zone=tenant.time_zone, lines=lines, ops=ops,
-            links_until=self.now + signed.TTL["approve"],
+            links_until=min(until) if until else None,
         )  # fmt: skip
 
     def _line(
@@ -89,15 +90,17 @@ class OwnerMail:
         language: Language,
         keys: list[signed.LinkKey],
         base: str,
+        until: list[datetime],
     ) -> OwnerLine:
         def link(purpose: signed.Purpose, subject: str, **bound: Any) -> str:
-            id_ = signed.link_id(purpose, subject)
-            links.issue(conn, id_, purpose, tenant.id, at=self.now, **bound)
-            return signed.url(base, purpose, signed.sign(keys, purpose, id_))
+            issued = links.issue(conn, purpose, subject, tenant.id, at=self.now, **bound)
+            until.append(issued.expires_at)
+            return signed.url(base, purpose, signed.sign(keys, purpose, issued.id))
 
         key = item.action_key or ""
         approve = None
         why = why_text(language, "other", what=item.what)
+        label = why_text(language, "label_other")
         if item.kind == "publication":
             found = [r for r in lms_content.rows(conn, tenant.id) if r.idempotency_key == key]
             if found:
@@ -106,6 +109,7 @@ class OwnerMail:
                 values = {"title": row.title, "version": str(row.version), "when": when}
                 waits = row.current and row.approved_at is None and row.state == "waiting"
                 why = why_text(language, "publication" if waits else "publication_late", **values)
+                label = why_text(language, "label_publication", title=row.title)
                 if waits:
                     approve = link("approve", key, content_id=row.content_id, version=row.version)
         elif item.kind == "reminder":
@@ -113,13 +117,15 @@ class OwnerMail:
             if reminder is not None:
                 who = reminder.learner_name or f"#{reminder.learner_id}"
                 why = why_text(language, "reminder", learner=who, quiz=reminder.quiz_name or "")
+                label = why_text(language, "label_reminder", learner=who)
         elif item.kind == "certificate":
             rows = [r for r in certs.rows(conn, tenant.id) if r.idempotency_key == key]
             if rows:
                 who = rows[0].learner_name or f"#{rows[0].learner_id}"
                 why = why_text(language, "certificate", learner=who)
+                label = why_text(language, "label_certificate", learner=who)
         acknowledge = None
         if item.state == "open":
             subject = f"work:{item.id}:{item.failures}"
             acknowledge = link("acknowledge", subject, work_item_id=item.id)
-        return OwnerLine(why, item.opened_at, approve, acknowledge)
+        return OwnerLine(why, item.opened_at, approve, acknowledge, label)

@@ -50,6 +50,7 @@ def send_alerts(
         "in_flight": sum(d.channel == "in_flight" for d in done),
         "suppressed_dry_run": sum(d.channel == "suppressed" for d in done),
         "items_closed": sum(d.channel == "items_closed" for d in done),
+        "owner_mail_failed": sum(bool(d.owner_failed) for d in done),
         "not_sent": len(failed),
     }
     if failed:
@@ -57,7 +58,7 @@ def send_alerts(
             description="; ".join(failed),
             metadata={key: dg.MetadataValue.int(int(v)) for key, v in counts.items()},
         )
-    if counts["clickup"] or counts["in_flight"]:
+    if counts["clickup"] or counts["in_flight"] or counts["owner_mail_failed"]:
         return outcome_output(context, "partial", counts)
     return outcome_output(context, "ok", counts)
 

@@ -59,6 +59,8 @@ MAX_RUNTIME_S = 14 * 60
 WEEKLY_MAX_RUNTIME_S = 30 * 60
 #: How often a tenant's completions are all read again (a send re-checks its own anyway).
 WHOLE_SYNC_EVERY = timedelta(hours=24)
+#: How long the ingress has to apply a click it stored before a run applies it instead.
+CLICK_SETTLES = timedelta(seconds=30)
 #: What makes a tenant unreachable for one run (its Moodle, its key, its calendar's country):
 #: counted and left for the next run, the other tenants go on.
 TENANT_ERRORS = (IntegrationError, KeyError, NotImplementedError)
@@ -130,8 +132,9 @@ def remind_learners(
         tenants = [t for t in lms.tenants(conn) if t.mode != "off"]
         # A learner's click the ingress stored but did not apply (it died, the database went
         # away): applied now, before any reminder is re-checked.
-        clicks = [links.use(conn, link, at=run.now, event_id=event)
-                  for event, link in links.pending(conn)]  # fmt: skip
+        clicks = links.apply_pending(conn, older_than=run.now - CLICK_SETTLES)
+    for error in clicks.errors:
+        context.log.warning("a stored click could not be applied: %s", error)
 
     def remind(tenant: lms.Tenant) -> Counter[str]:
         site = moodle.site(tenant.moodle_url, tenant.token_ref)
@@ -152,7 +155,8 @@ def remind_learners(
 
     counts, tally = each_tenant(context, tenants, remind, late)
     counts["tenants"] = len(tenants)
-    counts["link_clicks_applied"] = len(clicks)
+    counts["link_clicks_applied"] = clicks.applied
+    counts["link_clicks_failed"] = len(clicks.errors)
     return tenants_output(context, counts, len(tally.problems), tally.degraded())
 
 
@@ -237,12 +241,12 @@ def lms_reminders() -> None:
     reconcile_certificates()
 
 
-def weekly_mail(row: lms.TenantStatus, tenant: lms.Tenant, week: str) -> Rendered:
+def weekly_mail(row: lms.TenantStatus, tenant: lms.Tenant, week: str, until: datetime) -> Rendered:
     """A tenant's weekly mail to the academy's owner, in its language (``academy_weekly``)."""
     counts = WeekCounts(**{f.name: getattr(row, f.name) for f in fields(WeekCounts)})
     return render_weekly(
         academy=tenant.name, language=language_of(tenant.language), zone=tenant.time_zone,
-        week=week, dry=tenant.mode == "dry", counts=counts,
+        week=week, dry=tenant.mode == "dry", counts=counts, until=until,
     )  # fmt: skip
 
 
@@ -269,7 +273,7 @@ def mail_academy_owners(
         if not to or tenant.mode == "off":
             counts["no_owner" if not to else "off"] += 1
             continue
-        mail = weekly_mail(row, tenant, week)
+        mail = weekly_mail(row, tenant, week, run.now)
         result = mailer.send_once(
             key=f"lms:weekly:{tenant.id}:{week}", kind="report", to=to, subject=mail.subject,
             html=mail.html, text=mail.text,

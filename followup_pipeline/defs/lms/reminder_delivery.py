@@ -78,16 +78,18 @@ class Letters:
     links_url: str
     now: datetime
 
-    def opt_out_id(self, row: DueRow) -> str:
-        """The id of the reminder's opt-out link (in its text: how Moodle's copy is found)."""
-        return signed.link_id("opt_out", row.idempotency_key)
+    def opt_out_id(self, row: DueRow) -> str | None:
+        """The id of the reminder's opt-out link, if one was made (it is in the text: how
+        Moodle's copy is found)."""
+        with self.db.connection() as conn:
+            return links.id_of(conn, "opt_out", row.idempotency_key)
 
     def compose(self, row: DueRow) -> LearnerReminder:
         """The reminder as its learner reads it; its opt-out link made (once)."""
-        id_ = self.opt_out_id(row)
         with self.db.connection() as conn, conn.transaction():
-            links.issue(conn, id_, "opt_out", row.tenant_id, at=self.now, learner_id=row.learner_id)
-        token = signed.sign(self.keys, "opt_out", id_)
+            issued = links.issue(conn, "opt_out", row.idempotency_key, row.tenant_id,
+                                 at=self.now, learner_id=row.learner_id)  # fmt: skip
+        token = signed.sign(self.keys, "opt_out", issued.id)
         return LearnerReminder(
             academy=self.tenant.name,
             language=language_of(row.learner_lang, self.tenant.language),
@@ -198,10 +200,13 @@ class MailReminder(ReminderSender):
         }
         self.book.mark(self.row, "attempted")
         touch()
-        receipt = self.mailbox.send_mime(
-            to=[address], subject=mail.subject, html=mail.html, text=mail.text, key=spec.key,
-            headers=headers,
-        )  # fmt: skip
+        try:
+            receipt = self.mailbox.send_mime(
+                to=[address], subject=mail.subject, html=mail.html, text=mail.text,
+                key=spec.key, headers=headers,
+            )  # fmt: skip
+        except ValueError as error:  # refused before any request: a message never to be made
+            raise PermanentError(f"the message cannot be made: {error}", vendor="graph") from None
         return receipt.request_id
 
 
@@ -216,7 +221,8 @@ class MoodleReminder(ReminderSender):
         """The message whose text holds the reminder's opt-out link (or, sent before the
         templates, its ``ref`` marker)."""
         learner = self.row.learner_id
-        found = self.site.find_message(learner, self.letters.opt_out_id(self.row))
+        link = self.letters.opt_out_id(self.row)
+        found = self.site.find_message(learner, link) if link is not None else None
         if found is None:
             found = self.site.find_message(learner, marker(spec.key))
         return str(found.id) if found is not None else None

@@ -14,7 +14,7 @@ from followup_pipeline.defs.lms.ports import LmsSite
 from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.reminders import ReminderPlan, plan_reminders, reminder_key
 from followup_pipeline.engine.scope import Database
-from followup_pipeline.integrations.errors import PermanentError
+from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.store import lms, lms_learners
 from followup_pipeline.store.lms import Tenant
 from followup_pipeline.store.lms_learners import LearnerDetails
@@ -53,7 +53,7 @@ def _learner_details(site: LmsSite, ids: set[int]) -> list[LearnerDetails]:
     say (the function not in the service, or no right to see them): the academy's apply."""
     try:
         profiles = site.users(sorted(ids))
-    except PermanentError:
+    except IntegrationError:  # optional: tomorrow's sync asks again
         return []
     return [LearnerDetails(p.id, p.language, p.zone) for p in profiles]
 

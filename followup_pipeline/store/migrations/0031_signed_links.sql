@@ -1,10 +1,12 @@
--- Signed links a person clicks in a mail (engine/links.py): a learner's one-click opt-out, an
+-- Signed links a person clicks in a mail (domain/links.py): a learner's one-click opt-out, an
 -- academy owner's approval of a content version or acknowledgement of an item. A link is a row
--- bound to what it may do; its token (in the URL) carries only the row's random-looking id and a
--- MAC, never personal data. A single-use link is spent by its first use.
+-- bound to what it may do, made once per action (`subject`: the action's key); its token (in the
+-- URL) carries only the row's random id and a MAC, never personal data. A single-use link is
+-- spent by its first use.
 CREATE TABLE links (
     id text PRIMARY KEY CHECK (id ~ '^[A-Za-z0-9_-]{16,64}$'),
     purpose text NOT NULL CHECK (purpose IN ('opt_out', 'approve', 'acknowledge')),
+    subject text NOT NULL,
     tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     learner_id bigint,
     content_id text,
@@ -20,6 +22,7 @@ CREATE TABLE links (
         OR (purpose = 'acknowledge' AND work_item_id IS NOT NULL)
     )
 );
+CREATE UNIQUE INDEX links_subject ON links (purpose, subject);
 CREATE INDEX links_expires ON links (expires_at);
 
 -- The academy's language (what its learners and owner read by default) and each learner's own

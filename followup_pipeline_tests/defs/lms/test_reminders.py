@@ -291,8 +291,11 @@ def test_lms_the_academys_owner_gets_the_week_once(
     assert len(weekly) == 1
     to = [r["emailAddress"]["address"] for r in weekly[0]["toRecipients"]]
     assert to == ["owner@example.com", "backup@example.com"]
-    assert weekly[0]["subject"].startswith("Learning reminders, week 2026-W12: 2 sent")
-    assert "<tr><td>Confirmed (read back)</td><td>2</td></tr>" in weekly[0]["body"]["content"]
+    assert weekly[0]["subject"].startswith(
+        f"Learning reminders of {BERLIN}, week 2026-W12: 2 sent"
+    )  # in the academy's language (English by default), from its template
+    assert "Delivery confirmed: 2" in weekly[0]["textBody"]
+    assert "followup lms" not in weekly[0]["textBody"]  # no command for an academy's owner
 
 
 def test_lms_a_send_that_failed_is_checked_again_before_the_retry(
