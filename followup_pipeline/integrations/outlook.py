@@ -55,6 +55,9 @@ _KEY_TEXT = re.compile(r"[!-~]{1,900}")
 #: and turns a long unbroken ASCII value (a ``List-Unsubscribe`` URL, the key) into RFC 2047
 #: encoded-words, which a List-Unsubscribe reader and the key lookup would not take as sent.
 _MIME_POLICY = email.policy.SMTP.clone(max_line_length=998)
+#: A draft's MIME (``send_multipart``): no folding below the line limit either (a long subject
+#: stays one header line), its text as written (LF line ends, as its readers compare it).
+_DRAFT_POLICY = email.policy.default.clone(max_line_length=998)
 
 
 def graph_scope(graph_url: str) -> str:
@@ -225,7 +228,7 @@ class OutlookClient:
         just before that request (the caller's in-flight window starts there). ``From`` is left
         to Graph, which sets the mailbox's own address.
         """
-        mime = EmailMessage(policy=_MIME_POLICY)
+        mime = EmailMessage(policy=_DRAFT_POLICY)
         mime["To"] = ", ".join(to)
         mime["Subject"] = subject
         mime.set_content(text)
