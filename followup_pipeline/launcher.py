@@ -22,18 +22,21 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO
 
 import httpx
 
-from followup_pipeline.clock import build_clock
 from followup_pipeline.console import FinishedRuns, say
-from followup_pipeline.defs.report.window import current_window
 from followup_pipeline.demo_tenants import seed_demo_tenants
 from followup_pipeline.domain.localtime import for_people
 from followup_pipeline.engine.work import after_migrate
+from followup_pipeline.first_runs import (
+    launch_first_enrich,
+    launch_first_evaluate,
+    launch_first_morning_list,
+    note_first_day,
+)
 from followup_pipeline.machine import (
-    LOCATION,
     install_dagster_home,
     machine_environment,
     read_env_file,
@@ -57,77 +60,6 @@ LEFTOVER_TIMEOUT_S = 10
 SUPERSEDED_DEV = "ignore:Function `dev_command` is superseded:FutureWarning"
 #: How often the console asks the UI for finished runs.
 RUN_POLL_S = 3.0
-
-LAUNCH_RUN = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
-    ... on InvalidSubsetError { message }
-    ... on PipelineNotFoundError { message }
-    ... on UnauthorizedError { message }
-  }
-}
-"""
-#: The tag of the run ``followup dev`` starts itself.
-TRIGGER_TAG = "followup/trigger"
-#: Dagster's tag of a run's partition (what the UI's launchpad sets).
-PARTITION_TAG = "dagster/partition"
-
-
-def launch_run(ui: str, job: str, tags: dict[str, str], **options: Any) -> dict[str, Any] | str:
-    """Queue one run of ``job`` through the UI's GraphQL: the ``launchRun`` answer of a queued
-    run, or why it could not be queued. ``options`` go to ``httpx.post`` (a UI behind a proxy:
-    ``auth``, ``verify``)."""
-    params = {
-        "selector": {
-            "repositoryLocationName": LOCATION,
-            "repositoryName": "__repository__",
-            "jobName": job,
-        },
-        "runConfigData": {},
-        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
-    }
-    try:
-        answer = httpx.post(
-            f"{ui}/graphql",
-            json={"query": LAUNCH_RUN, "variables": {"params": params}},
-            timeout=30,
-            **options,
-        ).json()
-        result = answer["data"]["launchRun"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
-        return str(error)
-    if not isinstance(result, dict):
-        return str(answer)
-    if result.get("__typename") != "LaunchRunSuccess":
-        return str(result.get("message") or result.get("errors") or result.get("__typename"))
-    return result
-
-
-def launch_first_evaluate(ui: str) -> tuple[str, str | None]:
-    """Queue one ``evaluate`` (no partition: the clock decides) through the UI's GraphQL, so a
-    new machine reconciles the CRM at once instead of at the next business hour. A line that
-    says what happened, and the run's id if it was queued."""
-    result = launch_run(ui, "evaluate", {TRIGGER_TAG: "startup"})
-    if isinstance(result, str):
-        return f"the first evaluate could not be queued ({result}); it runs at the next hour", None
-    run_id = str(result["run"]["runId"])
-    return f"queued the first evaluate: {ui}/runs/{run_id}", run_id
-
-
-def launch_first_morning_list(ui: str, settings: Settings) -> str:
-    """Queue the morning list of the current window (today, or on a weekend the Friday before;
-    ``defs/report/window.py``) once the first evaluate ended (its tasks are in), so the demo's
-    outbox holds one on any day and at any hour. Once per window, as every send: a second start
-    the same day sends nothing. A line that says what happened."""
-    window = current_window("morning", build_clock(settings.now).now(), settings.timezone)
-    result = launch_run(ui, "morning_report", {TRIGGER_TAG: "startup", PARTITION_TAG: window})
-    if isinstance(result, str):
-        return f"the morning list of {window} could not be queued ({result})"
-    return f"queued the morning list of {window}: {ui}/runs/{result['run']['runId']}"
 
 
 def _bin(name: str) -> str:
@@ -199,8 +131,10 @@ class Launcher:
         self.env = dict(os.environ)
         self.logs = settings.home / "logs"
         self._files: list[IO[bytes]] = []
-        #: The first evaluate's run id until it ends: then the demo's morning list is queued.
+        #: The first evaluate's run id until it ends: then the first summaries are queued, and
+        #: once they end (their run id, ``first_enrich``) the demo's morning list.
         self.first_evaluate: str | None = None
+        self.first_enrich: str | None = None
 
     def say(self, message: str) -> None:
         """A console line, stamped in the team's zone."""
@@ -239,6 +173,7 @@ class Launcher:
         self.env = machine_environment(self.settings, self.env, secrets=False)
         url = self.env["FOLLOWUP_DATABASE_URL"]
         applied = migrate(url)
+        note_first_day(self.settings)
         offsets = prepare_cadence(url, self.settings)
         after_migrate(url, self.settings, [m.version for m in applied])
         self.say(
@@ -338,8 +273,15 @@ class Launcher:
                 for line in runs.new():
                     self.say(line)
                 if self.first_evaluate is not None and self.first_evaluate in runs.seen:
-                    # The first evaluate ended (its tasks are in): now the morning list.
+                    # The first evaluate ended (its tasks are in): now the summaries.
                     self.first_evaluate = None
+                    line, self.first_enrich = launch_first_enrich(self.ui)
+                    self.say(line)
+                    if self.first_enrich is None:
+                        self.say(launch_first_morning_list(self.ui, self.settings))
+                if self.first_enrich is not None and self.first_enrich in runs.seen:
+                    # The summaries are in: the first morning list shows them.
+                    self.first_enrich = None
                     self.say(launch_first_morning_list(self.ui, self.settings))
                 time.sleep(RUN_POLL_S)
 

@@ -31,6 +31,10 @@ def split_list(value: Any) -> Any:
 ADDRESS = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+")
 
 
+#: Where a machine notes the day it first started (``partitions_start_on``).
+FIRST_DAY_FILE = "first-day"
+
+
 class CoreSettings(BaseSettings):
     """Where the machine keeps its data, its calendar and cadence, and the deals it follows."""
 
@@ -79,6 +83,9 @@ class CoreSettings(BaseSettings):
     salesperson_addresses: Annotated[dict[str, str], NoDecode] = {}
     #: The language of the reports.
     report_language: Literal["de", "en"] = "de"
+    #: A salesperson's own morning list in their own language: JSON map CRM user id → ``de`` or
+    #: ``en`` (one not named reads the team's, ``report_language``).
+    salesperson_languages: Annotated[dict[str, Literal["de", "en"]], NoDecode] = {}
     #: When the morning list goes out (local time, business days).
     morning_report_at: time = time(7, 30)
     #: When the Friday overview goes out (local time); its week ends then.
@@ -90,7 +97,9 @@ class CoreSettings(BaseSettings):
     def _lists(cls, value: Any) -> Any:
         return split_list(value)
 
-    @field_validator("salesperson_addresses", "stage_cadences", mode="before")
+    @field_validator(
+        "salesperson_addresses", "stage_cadences", "salesperson_languages", mode="before"
+    )
     @classmethod
     def _address_map(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -190,9 +199,15 @@ class CoreSettings(BaseSettings):
         return self
 
     def partitions_start_on(self, today: date | None = None) -> date:
-        """The first day of the partitions: the setting, else the previous month's first day."""
+        """The first day of the partitions: the setting, else the machine's first day (noted
+        in ``FOLLOWUP_HOME/first-day`` by its first start: no "missing" hours from before it
+        existed), else the previous month's first day."""
         if self.partitions_start is not None:
             return self.partitions_start
+        try:
+            return date.fromisoformat((self.home / FIRST_DAY_FILE).read_text("utf-8").strip())
+        except (OSError, ValueError):
+            pass
         day = today or datetime.now(zoneinfo.ZoneInfo(self.timezone)).date()
         previous = day.replace(day=1) - timedelta(days=1)
         return previous.replace(day=1)

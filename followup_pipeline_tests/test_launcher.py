@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from followup_pipeline import launcher
+from followup_pipeline import first_runs, launcher
 from followup_pipeline.machine import vendor_mode
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.settings import ConfigError, load_settings
@@ -62,9 +62,9 @@ def test_the_demo_queues_the_morning_list_of_the_current_window(
         sent.append({"url": url, **json})
         return Answer()
 
-    monkeypatch.setattr(launcher.httpx, "post", post)
+    monkeypatch.setattr(first_runs.httpx, "post", post)
     saturday = load_settings(now="2026-03-07T09:00:00+01:00", timezone="Europe/Berlin")
-    line = launcher.launch_first_morning_list("http://ui", saturday)
+    line = first_runs.launch_first_morning_list("http://ui", saturday)
     assert line == "queued the morning list of 2026-03-06: http://ui/runs/r1"
     [request] = sent
     assert request["url"] == "http://ui/graphql"
@@ -76,8 +76,8 @@ def test_the_demo_queues_the_morning_list_of_the_current_window(
     def refused(url: str, json: dict[str, Any], timeout: float) -> Answer:
         raise httpx.ConnectError("refused")
 
-    monkeypatch.setattr(launcher.httpx, "post", refused)
-    assert launcher.launch_first_morning_list("http://ui", saturday) == (
+    monkeypatch.setattr(first_runs.httpx, "post", refused)
+    assert first_runs.launch_first_morning_list("http://ui", saturday) == (
         "the morning list of 2026-03-06 could not be queued (refused)"
     )
 

@@ -67,6 +67,7 @@ CLEAN_WEEK = replace(
     open_by_stage=[
         replace(s, stage=s.stage.replace("<b>", "").replace("</b>", "")) for s in WEEK.open_by_stage
     ],
+    deals=replace(WEEK.deals, lost=[replace(d, deal_name="Hansa Kälte") for d in WEEK.deals.lost]),
 )
 MAILS: dict[str, Any] = {
     "mail-morning-team-de": render_morning(CLEAN_MORNING, "de"),

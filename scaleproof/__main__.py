@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from followup_pipeline.launcher import launch_run  # as `make run` queues its first runs
+from followup_pipeline.first_runs import launch_run  # as `make run` queues its first runs
 from followup_pipeline.store.db import connect
 from scaleproof import checks, report
 from scaleproof.hosts import HOSTS, network

@@ -1,8 +1,13 @@
-"""``followup alerts list [--all]``: recent alerts, what was held back, and how each went."""
+"""``followup alerts list [--all]``: recent alerts, what was held back, and how each went.
+
+Under each row, the first line of its message, wrapped at word boundaries to ``WIDTH``
+characters in at most ``MESSAGE_LINES`` lines (what is left out ends in an ellipsis, after a whole
+word)."""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -12,6 +17,28 @@ from followup_pipeline.store.db import connect, resolve_database_url
 
 #: What ``list`` shows without ``--all``: the rows recorded in the last days.
 RECENT_DAYS = 7
+#: The width ``list`` wraps a row's message to, at word boundaries.
+WIDTH = 100
+#: How many lines of a row's message ``list`` shows at most.
+MESSAGE_LINES = 3
+#: The indent of a row's message.
+INDENT = " " * 7
+
+
+def wrapped(text: str, lines: int = MESSAGE_LINES) -> list[str]:
+    """``text`` indented, in lines of at most ``WIDTH`` characters broken between words (a word
+    longer than a line keeps a line of its own, whole); at most ``lines`` of them, the last
+    ending in an ellipsis when text is left out. No text, no line."""
+    return textwrap.wrap(
+        text,
+        width=WIDTH,
+        initial_indent=INDENT,
+        subsequent_indent=INDENT,
+        break_long_words=False,
+        break_on_hyphens=False,
+        max_lines=lines,
+        placeholder=" …",
+    )
 
 
 def channel(row: Listed) -> str:
@@ -47,14 +74,15 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         rows = listed(conn, days=None if args.all else RECENT_DAYS)
     for row in rows:
         held = f", counts {row.held} held back" if row.held else ""
-        first_line = row.message.splitlines()[0][:160] if row.message else ""
+        first_line = row.message.splitlines()[0] if row.message else ""
         print(
             f"{row.id:>5}  {row.occurred_at.astimezone(zone):%Y-%m-%d %H:%M %Z}  "
             f"{row.kind:<14}  {row.subject}: {channel(row)}{held}"
         )
-        print(f"       {first_line}")
+        for line in wrapped(first_line):
+            print(line)
         if row.action_key:
-            print(f"       key {row.action_key}")
+            print(f"{INDENT}key {row.action_key}")
     alerts = len({row.action_key for row in rows if row.action_key})
     scope = "in all" if args.all else f"recorded in the last {RECENT_DAYS} days (all: --all)"
     print(f"{len(rows)} row(s) in {alerts} alert(s) {scope}")

@@ -1,5 +1,9 @@
 """``followup leads list [--limit N]``: the leads the intake has taken in, one per person, with
-how many source events brought each and from where.
+how many source events brought each and from where, the intent and priority of the newest
+classified one (what the CRM's Lead shows), and the CRM Lead's id.
+
+``followup leads show ID``: one lead, its source events (oldest first) and each one's
+classification.
 
 ``followup leads compare --since DATE``: per lead, what the pipeline wrote to the CRM or, in
 shadow mode, would have written, beside what the CRM's Lead holds now (read by e-mail address):
@@ -19,6 +23,7 @@ from zoneinfo import ZoneInfo
 from followup_pipeline.commands import lead_switch
 from followup_pipeline.domain.crm_lead import differences
 from followup_pipeline.domain.localtime import for_people
+from followup_pipeline.domain.text import clean_text, cut_at_word
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.espocrm_leads import EspoLeadWriter
 from followup_pipeline.machine import with_sandbox
@@ -26,10 +31,13 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store import audit, lead_mode
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.lead_crm import CrmWrite, crm_writes_since
-from followup_pipeline.store.leads import list_leads
+from followup_pipeline.store.lead_enrichment import StoredClassification, classifications_of
+from followup_pipeline.store.leads import LeadEvent, lead_detail, lead_events_of, list_leads
 
 #: CRM writes read at most by one comparison (newest first).
 COMPARE_LIMIT = 5000
+#: How much of an event's message ``show`` prints (cut at a word).
+MESSAGE_LIMIT = 300
 #: What each outcome of a CRM write means in the comparison.
 DONE = {
     "accepted": "written",
@@ -44,14 +52,89 @@ DONE = {
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         rows = list_leads(conn, limit=args.limit)
-    print(f"{'id':>6}  {'e-mail':<32} {'events':>6}  {'sources':<28} {'last seen':<21} name")
+    print(
+        f"{'id':>6}  {'e-mail':<32} {'events':>6}  {'sources':<29} {'intent':<11} {'prio':>4}  "
+        f"{'CRM id':<18} {'last seen':<21} name"
+    )
     for row in rows:
         who = " — ".join(part for part in (row.name, row.company) if part) or "—"
+        priority = "—" if row.priority is None else str(row.priority)
         print(
-            f"{row.id:>6}  {row.email:<32} {row.events:>6}  {row.sources:<28} "
+            f"{row.id:>6}  {row.email:<32} {row.events:>6}  {row.sources:<29} "
+            f"{row.intent or '—':<11} {priority:>4}  {row.crm_lead_id or '—':<18} "
             f"{for_people(row.last_seen_at, settings.timezone):<21} {who}"
         )
     print(f"{len(rows)} lead(s)")
+    return 0
+
+
+def _when(value: datetime | None, settings: Settings) -> str:
+    return "—" if value is None else for_people(value, settings.timezone)
+
+
+def _event_lines(event: LeadEvent, settings: Settings) -> list[str]:
+    """An event in a line, and its message under it."""
+    facts = [f"event {event.event_id}", event.source, event.kind]
+    if event.amount is not None:
+        minor = " (minor units)" if event.amount_unit == "minor" else ""
+        facts.append(f"amount {event.amount} {event.currency or ''}".rstrip() + minor)
+    if event.page:
+        facts.append(f"page {event.page}")
+    if event.crm_lead_id:
+        facts.append(f"CRM Lead {event.crm_lead_id}")
+    lines = [f"  {_when(event.received_at, settings)}  " + ", ".join(facts)]
+    if event.message:  # one line, without control characters
+        message = " ".join(clean_text(event.message).split())
+        lines.append(f"      message: {cut_at_word(message, MESSAGE_LIMIT)}")
+    return lines
+
+
+def _classification_lines(c: StoredClassification, settings: Settings) -> list[str]:
+    by = "review" if c.source == "review" else f"model {c.model}"
+    changed = ", the model's own answer differed" if c.model_differed else ""
+    return [
+        f"      classified: priority {c.priority}, intent {c.intent}, segment {c.segment}, "
+        f"language {c.language} (by {by}{changed}, {_when(c.created_at, settings)})",
+        f"      summary: {c.summary}",
+        *(f"      - {reason}" for reason in c.reasons),
+    ]
+
+
+def _show_lead(args: argparse.Namespace, settings: Settings) -> int:
+    with connect(resolve_database_url(settings), autocommit=True) as conn:
+        lead = lead_detail(conn, args.lead_id)
+        if lead is None:
+            print(f"followup: no lead {args.lead_id} (`followup leads list`)")
+            return 1
+        events = lead_events_of(conn, lead.id)
+        classified = classifications_of(conn, lead.id)
+    consent = {True: "yes", False: "no", None: "—"}[lead.consent]
+    if lead.consent_at is not None:
+        consent += f" (as of {_when(lead.consent_at, settings)})"
+    written = f" (written {_when(lead.crm_written_at, settings)})" if lead.crm_written_at else ""
+    for label, value in (
+        ("lead", f"{lead.id}: {lead.email}"),
+        ("name", lead.name or "—"),
+        ("company", lead.company or "—"),
+        ("domain", lead.company_domain or "—"),
+        ("phone", lead.phone or "—"),
+        ("consent", consent),
+        ("first seen", f"{_when(lead.first_seen_at, settings)} by {lead.first_source}"),
+        ("last seen", _when(lead.last_seen_at, settings)),
+        ("CRM Lead", (lead.crm_lead_id or "none yet") + written),
+    ):
+        print(f"{label:>12}: {value}")
+    by_event: dict[int, list[StoredClassification]] = {}
+    for c in classified:
+        by_event.setdefault(c.event_id, []).append(c)
+    print(f"{len(events)} event(s), oldest first:")
+    for event in events:
+        print("\n".join(_event_lines(event, settings)))
+        found = by_event.get(event.event_id, [])
+        for c in found:
+            print("\n".join(_classification_lines(c, settings)))
+        if not found:
+            print("      not classified")
     return 0
 
 
@@ -139,14 +222,20 @@ def _positive(text: str) -> int:
 
 
 def register(commands: Any) -> None:
-    """Add ``leads list``, ``leads compare`` and the mode's commands (``lead_switch.py``)."""
+    """Add ``leads list``, ``leads show``, ``leads compare`` and the mode's commands
+    (``lead_switch.py``)."""
     leads = commands.add_parser("leads", help="the leads taken in (one per person)")
     sub = leads.add_subparsers(dest="leads_command", required=True)
-    listing = sub.add_parser("list", help="the leads, newest first, with their source events")
+    listing = sub.add_parser(
+        "list", help="the leads, newest first, with their events, intent, priority and CRM id"
+    )
     listing.add_argument(
         "--limit", type=_positive, default=200, help="at most this many (default 200)"
     )
     listing.set_defaults(handler=_list)
+    show = sub.add_parser("show", help="one lead with its events and their classifications")
+    show.add_argument("lead_id", type=int, metavar="ID", help="the lead's number (leads list)")
+    show.set_defaults(handler=_show_lead)
     compare = sub.add_parser(
         "compare",
         help="what the pipeline wrote or would write (shadow) beside the CRM's Lead now",

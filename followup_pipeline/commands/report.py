@@ -4,7 +4,9 @@ report from the machine's data without sending it (and without recording anythin
 ``followup report send morning|weekly [--date D] [--force]``: send a report's window from a
 shell, as its job does (in this process, on the machine's Dagster instance): the current window
 by default, the window ``D`` falls in with ``--date``. Once per window, through the ledger key
-``report:{kind}:{window}``: a second send sends nothing unless ``--force``.
+``report:{kind}:{window}``: a second send sends nothing unless ``--force``. It prints one line,
+what was sent (or why nothing was): Dagster's own log of the run is kept to its errors
+(``QUIET_LOGS``), and stays in the run's history in the UI.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from followup_pipeline.machine import NoInstance, open_instance, with_sandbox
 from followup_pipeline.settings import Settings, secret_environment
 from followup_pipeline.store.db import connect, resolve_database_url
 
+#: ``report send``'s run logs only errors to the terminal (Dagster's console logger says every
+#: step at DEBUG otherwise); the command prints the outcome itself.
+QUIET_LOGS: dict[str, Any] = {"console": {"config": {"log_level": "ERROR"}}}
+
 
 def _preview(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: the report module loads Dagster, which the other commands do not need.
-    from followup_pipeline.defs.report.gather import last_evaluate_ok, morning_data, weekly_data
+    from followup_pipeline.defs.report.gather import crm_reading, morning_data, weekly_data
 
     now = build_clock(settings.now).now()
     today = local_date(now, settings.timezone)
@@ -41,15 +47,17 @@ def _preview(args: argparse.Namespace, settings: Settings) -> int:
             instance = None
         with connect(url, autocommit=True) as conn:
             if args.kind == "morning":
-                data = morning_data(
-                    conn, settings, day, now, last_evaluate_ok(instance), preview=True
-                )
+                data = morning_data(conn, settings, day, now, crm_reading(instance), preview=True)
                 if args.person is not None:  # a salesperson's own list, as they would get it
                     names = {s.owner_id: s.owner for s in data.steps if s.owner_id}
                     data = personal(data, args.person, names.get(args.person) or "")
                 rendered = render_morning(data, language)
             else:
-                friday = day - timedelta(days=(day.weekday() - 4) % 7)  # the last Friday
+                # The week in progress (its Friday ahead) on a weekday; the week just ended on a
+                # weekend.
+                friday = day + timedelta(days=4 - day.weekday())
+                if day.weekday() > 4:
+                    friday -= timedelta(days=7)
                 rendered = render_weekly(
                     weekly_data(conn, settings, friday, now, instance, preview=True), language
                 )
@@ -78,11 +86,12 @@ def _send(args: argparse.Namespace, settings: Settings) -> int:
         "morning": ("morning_report", "send_morning_list"),
         "weekly": ("weekly_report", "send_weekly_overview"),
     }[args.kind]
+    note = ""  # said after the outcome, on its line
     with contextlib.ExitStack() as stack:
         try:
             instance = stack.enter_context(open_instance(settings))
         except NoInstance as error:
-            print(f"(the run is not recorded in Dagster: {error})")
+            note = f" (the run is not recorded in Dagster: {error})"
             instance = stack.enter_context(dg.DagsterInstance.ephemeral())
         stack.enter_context(
             in_environment({**secret_environment(settings), "FOLLOWUP_DATABASE_URL": url})
@@ -94,31 +103,40 @@ def _send(args: argparse.Namespace, settings: Settings) -> int:
                 .execute_in_process(
                     instance=instance,
                     partition_key=window,
-                    run_config={"ops": {op: {"config": {"force": args.force}}}},
+                    run_config={
+                        "ops": {op: {"config": {"force": args.force}}},
+                        "loggers": QUIET_LOGS,
+                    },
                     tags={"followup/trigger": "report send"},
                     raise_on_error=False,
                 )
             )
         except dg.DagsterError as error:  # e.g. a window Dagster does not have yet
-            print(f"{job} {window}: not sent: {error}")
+            print(f"{job} {window}: not sent: {' '.join(str(error).split())}{note}")
             return 1
+    status, said = _outcome(result, op)
+    print(f"{job} {window}: {said}{note}")
+    return status
+
+
+def _outcome(result: Any, op: str) -> tuple[int, str]:
+    """The exit status of a report run and what it did, in words (one line)."""
     if not result.success:
         failure = next((e for e in result.all_events if e.is_failure), None)
         why = failure.message if failure is not None else "the run failed"
-        print(f"{job} {window}: failed (run {result.run_id}): {why}")
-        return 1
+        error = failure.step_failure_data.error if failure and failure.is_step_failure else None
+        if error is not None:  # the exception, not only "step … failed"
+            why = f"{why} {error.message}"  # e.g. "ValueError: …"
+        return 1, f"failed (run {result.run_id}): {' '.join(why.split())}"
     counts = result.output_for_node(op)
     outcomes = [o for o in ("sent", "already_sent", "suppressed") if o in counts]
     if not outcomes and "skipped_nothing_due" in counts:
-        print(f"{job} {window}: not sent: nothing is due or overdue (recorded as nothing_due)")
-        return 0
+        return 0, "not sent: nothing is due or overdue (recorded as nothing_due)"
     if not outcomes:  # skipped: nobody to send it to
-        print(f"{job} {window}: skipped: {counts.get('reason', counts)}")
-        return 1
+        return 1, f"skipped: {counts.get('reason', counts)}"
     said = ", ".join(f"{counts[o]} {o}" for o in outcomes)
     hint = " (again with --force)" if outcomes == ["already_sent"] else ""
-    print(f"{job} {window}: {said} as {counts['key']}{hint}")
-    return 0
+    return 0, f"{said} as {counts['key']}{hint}"
 
 
 def register(commands: Any) -> None:

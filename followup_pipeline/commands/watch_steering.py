@@ -10,19 +10,23 @@ audit.
   in that stage (like ``exhausted``).
 - ``pause TARGET [--until DAY]`` and ``resume TARGET``: TARGET is a deal's id (its open watch)
   or a watch's number; a pause with ``--until`` ends by itself on that day (the first evaluate
-  run of the day resumes it).
+  run of the day resumes it). A resume plans the open steps again from today and prints each
+  one's new due date (and the old one, where it moved).
+
+``find_watch`` is how every ``watches`` command that names one watch reads its argument.
 """
 
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
 
 from followup_pipeline.clock import build_clock
 from followup_pipeline.commands.calendar import day_of
+from followup_pipeline.domain.cadence import PlannedStep
 from followup_pipeline.domain.registration import Registration
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm import EspoCrmClient
@@ -34,6 +38,7 @@ from followup_pipeline.store import audit
 from followup_pipeline.store.cadences import UnknownCadence, cadences, load_plan, load_plans
 from followup_pipeline.store.db import connect, resolve_database_url
 from followup_pipeline.store.holidays import load_calendar
+from followup_pipeline.store.steps import steps_of
 from followup_pipeline.store.watch_control import (
     WatchControlError,
     pause_watch,
@@ -149,18 +154,39 @@ def _unwatch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _target(conn: psycopg.Connection[Any], text: str) -> Watch | None:
-    """The open watch of a deal's id, else the watch of that number."""
+def find_watch(conn: psycopg.Connection[Any], text: str, *, closed: bool = False) -> Watch | None:
+    """The watch an operator names: the open watch of the deal whose CRM id is ``text`` (with
+    ``closed``, else its latest watch), else the watch numbered ``text``. A deal's id wins over
+    a watch's number (a CRM id may be all digits)."""
     watch = open_watch_of(conn, text)
+    if watch is None and closed:
+        watch = latest_watch_of(conn, text)
     if watch is None and text.isdigit():
         watch = watch_by_id(conn, int(text))
     return watch
 
 
+def _was(step: PlannedStep, before: dict[int, date]) -> str:
+    """`` (was D)`` when the step was due on another day ``D`` before (else nothing)."""
+    old = before.get(step.step_no)
+    return f" (was {old})" if old is not None and old != step.due_on else ""
+
+
+def _resumed(watch_id: int, planned: list[PlannedStep], before: dict[int, date]) -> list[str]:
+    """What a resume did, for people: each open step's new due date, and the old one when it
+    moved."""
+    if not planned:
+        return [f"watch {watch_id} resumed: no step left"]
+    lines = [f"watch {watch_id} resumed; its open steps are due:"]
+    for step in planned:
+        lines.append(f"  step {step.step_no}: {step.due_on}{_was(step, before) or ' (unchanged)'}")
+    return lines
+
+
 def _control(args: argparse.Namespace, settings: Settings) -> int:
     now: datetime = build_clock(settings.now).now()
     with connect(resolve_database_url(settings), autocommit=True) as conn, conn.transaction():
-        watch = _target(conn, args.target)
+        watch = find_watch(conn, args.target)
         if watch is None:
             print(f"followup: no open watch of deal {args.target}, and no watch {args.target}")
             return 1
@@ -169,12 +195,18 @@ def _control(args: argparse.Namespace, settings: Settings) -> int:
                 pause_watch(conn, watch_id=watch.id, now=now, until=args.until)
                 ends = f" until {args.until}" if args.until else " until resumed"
                 detail = f"watch {watch.id} paused{ends}"
+                said = [detail]
             else:
                 calendar = load_calendar(
                     conn, settings.holiday_country, settings.holiday_subdivision
                 )
+                watch_by_id(conn, watch.id, lock=True)  # the dates read are the ones replanned
+                before = {s.step_no: s.due_on for s in steps_of(conn, watch.id)}
                 planned = resume_watch(conn, watch_id=watch.id, now=now, calendar=calendar)
-                dates = ", ".join(f"step {p.step_no} on {p.due_on}" for p in planned)
+                said = _resumed(watch.id, planned, before)
+                dates = ", ".join(
+                    f"step {p.step_no} on {p.due_on}{_was(p, before)}" for p in planned
+                )
                 detail = f"watch {watch.id} resumed: {dates or 'no step left'}"
         except WatchControlError as error:
             print(f"followup: {error}")
@@ -187,7 +219,7 @@ def _control(args: argparse.Namespace, settings: Settings) -> int:
             detail=detail,
             reason=args.reason,
         )
-    print(detail)
+    print("\n".join(said))
     return 0
 
 

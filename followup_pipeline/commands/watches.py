@@ -1,5 +1,9 @@
-"""``followup watches list | show ID | explain DEAL_ID``; ``watch``, ``unwatch``, ``pause`` and
-``resume`` are ``watch_steering.py``'s."""
+"""``followup watches list | show DEAL_ID|ID | explain DEAL_ID``; ``watch``, ``unwatch``,
+``pause`` and ``resume`` are ``watch_steering.py``'s.
+
+``list`` sorts the watches by their next due date (none last), then by the deal's name, and
+names each one's owner; ``show`` takes a deal's id (its open watch, else its latest) or a watch's
+number, as ``pause`` and ``resume`` do."""
 
 from __future__ import annotations
 
@@ -8,10 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from followup_pipeline.clock import build_clock
-from followup_pipeline.commands.watch_steering import crm_deal, register_steering
+from followup_pipeline.commands.watch_steering import crm_deal, find_watch, register_steering
 from followup_pipeline.domain.calendar import BusinessCalendar, next_business_hour
 from followup_pipeline.domain.explain import CrmAnswer, explain
 from followup_pipeline.domain.localtime import for_people, local_date
+from followup_pipeline.domain.text import cut_at_word
 from followup_pipeline.integrations.errors import IntegrationError, NotFoundError
 from followup_pipeline.integrations.espocrm_webhooks import DEAL_ID
 from followup_pipeline.machine import with_sandbox
@@ -22,19 +27,26 @@ from followup_pipeline.store.enrichments import latest_summary
 from followup_pipeline.store.holidays import load_calendar
 from followup_pipeline.store.ledger import actions_of_watch
 from followup_pipeline.store.steps import steps_of
-from followup_pipeline.store.watches import latest_watch_of, list_watches, watch_by_id
+from followup_pipeline.store.watches import latest_watch_of, list_watches
+
+#: The width of the owner's column in ``watches list`` (a longer name is cut at a word).
+OWNER_WIDTH = 20
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     with connect(resolve_database_url(settings), autocommit=True) as conn:
         rows = list_watches(conn, include_closed=args.all)
-    print(f"{'id':>6}  {'deal':<18} {'stage':<12} {'state':<14} {'next due':<10}  name")
+    print(
+        f"{'id':>6}  {'deal':<18} {'stage':<12} {'state':<14} {'next due':<10}  "
+        f"{'owner':<{OWNER_WIDTH}}  name"
+    )
     for row in rows:
         state = row.closed_reason or ("paused" if row.paused_at else "open")
         due = str(row.next_due_on or "—")
+        owner = cut_at_word(row.assigned_user_name or "—", OWNER_WIDTH)
         print(
             f"{row.id:>6}  {row.subject_id:<18} {row.stage:<12} {state:<14} "
-            f"{due:<10}  {row.subject_name}"
+            f"{due:<10}  {owner:<{OWNER_WIDTH}}  {row.subject_name}"
         )
     print(f"{len(rows)} watch(es)")
     return 0
@@ -42,12 +54,12 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
     with connect(resolve_database_url(settings), autocommit=True) as conn:
-        watch = watch_by_id(conn, args.watch_id)
+        watch = find_watch(conn, args.target, closed=True)
         if watch is None:
-            print(f"no watch {args.watch_id}")
+            print(f"followup: no watch of deal {args.target}, and no watch {args.target}")
             return 1
-        steps = steps_of(conn, args.watch_id)
-        actions = actions_of_watch(conn, args.watch_id)
+        steps = steps_of(conn, watch.id)
+        actions = actions_of_watch(conn, watch.id)
         summary = latest_summary(conn, watch.subject_id)
     for key in (
         "id",
@@ -153,11 +165,15 @@ def register(commands: Any) -> None:
         "watches", help="list, show, explain, watch, unwatch, pause and resume watches"
     )
     sub = watches.add_subparsers(dest="watches_command", required=True)
-    listing = sub.add_parser("list", help="open watches (all with --all)")
+    listing = sub.add_parser(
+        "list", help="open watches (all with --all), the soonest due first, with their owner"
+    )
     listing.add_argument("--all", action="store_true", help="include closed watches")
     listing.set_defaults(handler=_list)
     show = sub.add_parser("show", help="one watch with its steps and ledger")
-    show.add_argument("watch_id", type=int)
+    show.add_argument(
+        "target", help="a deal's id (its open watch, else its latest) or a watch's number"
+    )
     show.set_defaults(handler=_show)
     register_steering(sub)
     why = sub.add_parser("explain", help="why a deal has or has no task today")

@@ -151,12 +151,16 @@ def _headline(
     if fired_today:
         step = fired_today[-1]
         return f"task {step.task_ref} — step {step.step_no} fired today."
-    if watch.last_error:
-        return f"no task yet — waiting on a CRM error: {watch.last_error}"
+    # A CRM error holds back a due step only: a step not due yet says when it is due.
     open_steps = [s for s in steps if s.fired_at is None and s.skipped_at is None]
     due = [s for s in open_steps if s.due_on <= today]
     if due:
         step = due[-1]
+        if watch.last_error:
+            return (
+                f"no task yet — step {step.step_no} is due, waiting on a CRM error: "
+                f"{watch.last_error}"
+            )
         action = actions.get(step.step_no)
         if action is not None and action.outcome in ("failed", "unknown"):
             return (
@@ -164,10 +168,15 @@ def _headline(
                 f"{action.outcome}: {action.last_error}. The next evaluate run retries."
             )
         return f"no task yet — step {step.step_no} is due; the next evaluate run fires it."
+    error = watch.last_error
+    crm = f" (meanwhile the CRM's last answer was an error: {error})" if error else ""
     if open_steps:
         step = open_steps[0]
-        return f"no task today — step {step.step_no} is not due until {step.due_on}."
-    return "no task today — every step is done; the watch closes as exhausted when it goes quiet."
+        return f"no task today — step {step.step_no} is not due until {step.due_on}{crm}."
+    return (
+        "no task today — every step is done; the watch closes as exhausted when it goes "
+        f"quiet{crm}."
+    )
 
 
 def _step_line(step: Step, actions: Mapping[int, Action], today: date, zone: str) -> str:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
 
+from followup_pipeline.domain.report_deals import WeekDeals
+
 
 @dataclass(frozen=True)
 class StepLine:
@@ -68,11 +70,22 @@ class ClosedLine:
 @dataclass(frozen=True)
 class Health:
     """The machine's health, for the team's list: cases waiting for the operations team, the
-    last successful check against the CRM, the oldest message waiting at the intake."""
+    last run that read the CRM in full, the oldest message waiting at the intake, and since when
+    the CRM is unreachable (None: the latest run read it)."""
 
     dead_letters: int
     last_evaluate_ok: datetime | None
     oldest_pending_s: float | None
+    crm_unreachable_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CrmReading:
+    """What ``evaluate``'s runs say of the CRM: when the last one that read it in full ended,
+    and since when it is unreachable (None: the latest read it)."""
+
+    last_full: datetime | None
+    unreachable_since: datetime | None
 
 
 @dataclass(frozen=True)
@@ -272,6 +285,8 @@ class WeeklyData:
     preview: bool = False
     #: The lead intake's section (``lead_section``); None: none.
     leads: LeadWeek | None = None
+    #: The week's deals by name (won, lost, entered, left; value per salesperson; the quietest).
+    deals: WeekDeals = field(default_factory=WeekDeals)
 
 
 @dataclass(frozen=True)

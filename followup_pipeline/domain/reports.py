@@ -19,6 +19,7 @@ import jinja2
 
 from followup_pipeline.domain.report_data import (
     ClosedLine,
+    CrmReading,
     Health,
     LeadCount,
     LeadWeek,
@@ -33,12 +34,14 @@ from followup_pipeline.domain.report_data import (
     lead_section,
     personal,
 )
+from followup_pipeline.domain.report_deals import QuietDeal
 from followup_pipeline.domain.report_words import DATE_FORMAT, WEEKDAYS, WORDS, Language
 from followup_pipeline.domain.tasks import CONTACT_WORDS, RECORDED_KINDS, ago_text, day_text
 from followup_pipeline.domain.text import clean_text
 
 __all__ = [
     "ClosedLine",
+    "CrmReading",
     "Health",
     "Language",
     "LeadCount",
@@ -179,7 +182,19 @@ def render_morning(data: MorningData, language: Language) -> Rendered:
         return text
 
     health = data.health
-    if health.dead_letters:
+    if health.crm_unreachable_since is not None:
+        # The latest runs could not read the CRM: said first, with what waits for it.
+        waiting = sum(1 for s in data.steps if s.reason in ("crm_error", "waiting"))
+        health_line = words["health_crm_down"].format(
+            since=when(health.crm_unreachable_since), last=when(health.last_evaluate_ok)
+        )
+        if waiting:
+            health_line += " " + counted(words, "health_crm_waiting", waiting).format(n=waiting)
+        if health.dead_letters:
+            health_line += " " + counted(words, "health_cases_only", health.dead_letters).format(
+                n=health.dead_letters
+            )
+    elif health.dead_letters:
         health_line = counted(words, "health_cases", health.dead_letters).format(
             n=health.dead_letters, last=when(health.last_evaluate_ok)
         )
@@ -275,6 +290,44 @@ def lead_rows(leads: LeadWeek, language: Language) -> list[tuple[str, int]]:
     return rows
 
 
+def _deal_sections(data: WeeklyData, language: Language) -> list[tuple[str, list[str]]]:
+    """The week's deals by name, one line each: won and lost with their amounts, those that
+    entered and left follow-up (why)."""
+    words = WORDS[language]
+    zone = ZoneInfo(data.time_zone)
+    sections = []
+    deals = data.deals
+    kinds = (("deals_won", deals.won), ("deals_lost", deals.lost),
+             ("deals_entered", deals.entered), ("deals_left", deals.left))  # fmt: skip
+    for key, lines in kinds:
+        shown = []
+        for line in lines:
+            day = line.at.astimezone(zone).date()
+            text = f"{line.deal_name} ({line.owner or words['owner_unknown']})"
+            if line.amount is not None:
+                text += f", {amount_of(line.amount, line.currency, language)}"
+            if key == "deals_left":
+                text += f", {words.get(line.what, line.what)}"
+            text += ", " + words["on_day"].format(day=day_text(day, language, data.end))
+            shown.append(text)
+        sections.append((words[key], shown))
+    return sections
+
+
+def _quiet_since(deal: QuietDeal, data: WeeklyData, language: Language) -> str:
+    """``E-Mail am 27. Februar (vor 3 Tagen)``, or since when there was none."""
+    words = WORDS[language]
+    if deal.contact_at is None:
+        day = deal.started_on
+        return words["no_contact"].format(
+            day=day_text(day, language, data.end), ago=ago_text(day, language, data.end)
+        )
+    day = deal.contact_at.astimezone(ZoneInfo(data.time_zone)).date()
+    return words["quiet_since"].format(day=day_text(day, language, data.end)) + (
+        f" ({ago_text(day, language, data.end)})"
+    )
+
+
 def render_weekly(data: WeeklyData, language: Language) -> Rendered:
     """The Friday overview in ``language``: counts, deals followed up by stage, the lead intake
     (when there is one), and a bar chart of the tasks per business day drawn with table cells."""
@@ -294,6 +347,15 @@ def render_weekly(data: WeeklyData, language: Language) -> Rendered:
         "end": end,
         "data": data,
         "bars": bars,
+        "deal_sections": _deal_sections(data, language),
+        "owner_values": [
+            (v.owner or words["owner_unknown"], v.deals, amount_of(v.amount, v.currency, language))
+            for v in data.deals.value_by_owner
+        ],
+        "quiet": [
+            (q.deal_name, q.owner or words["owner_unknown"], _quiet_since(q, data, language))
+            for q in data.deals.quiet
+        ],
         "leads": data.leads,
         "lead_rows": lead_rows(data.leads, language) if data.leads else [],
         "word": lambda key: words.get(key, key),

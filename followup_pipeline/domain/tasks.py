@@ -293,6 +293,16 @@ def _why_now(facts: TaskFacts, language: Language) -> str:
     return f"{step}, {when}. {last}"
 
 
+def task_name(deal_name: str, account_name: str | None) -> str:
+    """The deal's name in one plain line, with its account's in parentheses unless the deal's
+    name holds it already (``Crescent Analytics – Support``, not ``… (Crescent Analytics)``;
+    compared without regard to case)."""
+    deal, account = plain_line(deal_name), plain_line(account_name or "")
+    if not account or account.casefold() in deal.casefold():
+        return deal
+    return f"{deal} ({account})"
+
+
 def render_task(facts: TaskFacts, language: Language) -> TaskContent:
     """The task of step ``facts.step_no`` of a deal, in ``language``.
 
@@ -300,8 +310,7 @@ def render_task(facts: TaskFacts, language: Language) -> TaskContent:
     escapes them, and the only link is the CRM's own http(s) URL.
     """
     words = WORDS[language]
-    account = f" ({plain_line(facts.account_name)})" if facts.account_name else ""
-    name = plain_line(facts.deal_name) + account
+    name = task_name(facts.deal_name, facts.account_name)
     if len(name) > TITLE_LIMIT:
         name = name[: TITLE_LIMIT - 1] + "…"
     title = words["title"].format(deal=name, step=facts.step_no, count=facts.step_count)

@@ -31,6 +31,9 @@ COUNTS_TAG_MAX = 200
 #: What a ``partial`` run skipped, by vendor, with the first error (``Tally.degraded``).
 DEGRADED_TAG = "followup/degraded"
 DEGRADED_TAG_MAX = 500
+#: The machine's clock when the run read its world (ISO 8601): what people read of it (a
+#: simulated clock's, not Dagster's wall clock).
+AT_TAG = "followup/at"
 SINGLETON_TAG = "followup/singleton"
 #: Run monitoring (dagster.yaml) fails a run that outlives this tag's seconds: every job has one,
 #: so no hung run holds its queue or its lock for good.
@@ -55,11 +58,15 @@ def outcome_output(
     counts: RunCounts,
     *,
     degraded: str | None = None,
+    at: datetime | None = None,
 ) -> dg.Output[RunCounts]:
-    """Tag the run with its outcome (and, when ``partial``, with what it skipped and why) and
-    return the counts as the op's output, with metadata."""
+    """Tag the run with its outcome (and, when ``partial``, with what it skipped and why; with
+    ``at``, the machine's clock of its reading) and return the counts as the op's output, with
+    metadata."""
     line = counts_line(counts)
     tags = {OUTCOME_TAG: outcome, **({COUNTS_TAG: line} if line else {})}
+    if at is not None:
+        tags[AT_TAG] = at.isoformat()
     if outcome == "partial" and degraded:
         tags[DEGRADED_TAG] = cut(degraded, DEGRADED_TAG_MAX)
     context.instance.add_run_tags(context.run_id, tags)
@@ -103,18 +110,26 @@ class Ended:
     degraded: str | None
     started: datetime
     ended: datetime
+    #: The machine's clock of its reading (``AT_TAG``; else its start).
+    at: datetime | None = None
 
 
 def _ended(record: dg.RunRecord) -> Ended:
     run = record.dagster_run
     start = record.start_time or record.create_timestamp.timestamp()
     end = record.end_time or record.update_timestamp.timestamp()
+    started = datetime.fromtimestamp(start, tz=UTC)
+    try:
+        at = datetime.fromisoformat(run.tags[AT_TAG])
+    except (KeyError, ValueError):
+        at = started
     return Ended(
         run_id=run.run_id,
         outcome=run.tags.get(OUTCOME_TAG, "ok"),
         degraded=run.tags.get(DEGRADED_TAG),
-        started=datetime.fromtimestamp(start, tz=UTC),
+        started=started,
         ended=datetime.fromtimestamp(end, tz=UTC),
+        at=at,
     )
 
 

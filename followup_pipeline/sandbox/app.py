@@ -1,4 +1,5 @@
-"""The sandbox's ASGI app: the vendors under their own prefixes, plus ``/_sandbox``."""
+"""The sandbox's ASGI app: the vendors under their own prefixes, their pages for people, plus
+``/_sandbox``."""
 
 import asyncio
 import contextlib
@@ -23,6 +24,7 @@ from followup_pipeline.sandbox.gate import VendorGate
 from followup_pipeline.sandbox.graph import graph_app, login_app
 from followup_pipeline.sandbox.mistral import mistral_app
 from followup_pipeline.sandbox.moodle import moodle_gate
+from followup_pipeline.sandbox.pages import page_routes
 from followup_pipeline.sandbox.state import SandboxState
 
 #: How often a changed world is written to the state file.
@@ -71,6 +73,7 @@ def create_app(
     webhook_transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
     """Build the sandbox app; ``webhook_transport`` (tests) replaces the network for webhooks.
+    Besides the vendors' APIs it serves read-only pages of a deal and a task (``pages.py``).
     With ``config.state_file``, the world kept there is loaded (``app.state.kept`` says whether
     there was one) and saved while the app runs.
 
@@ -122,6 +125,8 @@ def create_app(
 
     app = Starlette(
         routes=[
+            # Pages for people (a deal, a task) at the links of the mails, outside the gates.
+            *page_routes(state),
             Mount("/espocrm", app=VendorGate(espocrm_app(state), "espocrm", state)),
             Mount(
                 "/clickup/api",

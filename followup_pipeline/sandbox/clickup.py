@@ -89,7 +89,9 @@ def clickup_app(state: SandboxState) -> Starlette:
 
     async def create(request: Request) -> Response:
         known_list(request.path_params["list_id"])
-        task = new_task(state, request.path_params["list_id"], await _json(request))
+        body = await _json(request)
+        # Its url is the sandbox's own page of it (the whole app's address, not the mount's).
+        task = new_task(state, request.path_params["list_id"], body, str(request.base_url))
         state.tasks[task["id"]] = task
         return JSONResponse(task)
 

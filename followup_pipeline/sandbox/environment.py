@@ -77,6 +77,11 @@ def env_lines(config: SandboxConfig, base_url: str) -> list[str]:
         "FOLLOWUP_SALESPERSON_ADDRESSES": json.dumps(
             {user: address for user, _, _, address in SALESPEOPLE}, separators=(",", ":")
         ),
+        # Grace Lee reads English in a German team: her own list comes in English.
+        "FOLLOWUP_SALESPERSON_LANGUAGES": json.dumps(
+            {user: "en" for user, name, _, _ in SALESPEOPLE if name == "Grace Lee"},
+            separators=(",", ":"),
+        ),
     }
     # Shell-quoted, so that `source FILE` and `.env` readers both get the exact value.
     return [f"{name}={shlex.quote(value)}" for name, value in values.items()]

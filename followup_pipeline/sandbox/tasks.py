@@ -21,6 +21,14 @@ PRIORITIES = {
 }
 SANDBOX_USER_ID = 81940001
 SANDBOX_USER = {"id": SANDBOX_USER_ID, "username": "Sandbox Bot", "email": "bot@example.com"}
+#: Where the sandbox shows a task to people (``pages.py``), below its own address: the task's
+#: ``url`` (ClickUp's is ``https://app.clickup.com/t/{id}``).
+TASK_PAGE = "/clickup/t/{task_id}"
+
+
+def task_url(base_url: str, task_id: str) -> str:
+    """The address of a task's page on the sandbox at ``base_url``."""
+    return base_url.rstrip("/") + TASK_PAGE.format(task_id=task_id)
 
 
 class TaskError(ValueError):
@@ -74,8 +82,9 @@ def _custom_fields(state: SandboxState, given: Any, current: list[Task]) -> list
     return fields
 
 
-def new_task(state: SandboxState, list_id: str, body: Any) -> Task:
-    """The task a valid create body makes (not yet stored); TaskError if ClickUp would refuse."""
+def new_task(state: SandboxState, list_id: str, body: Any, base_url: str) -> Task:
+    """The task a valid create body makes (not yet stored), its ``url`` its page on the sandbox
+    at ``base_url``; TaskError if ClickUp would refuse."""
     if not isinstance(body, dict):
         raise TaskError(400, "Body must be a JSON object", "INPUT_001")
     name = body.get("name")
@@ -138,7 +147,7 @@ def new_task(state: SandboxState, list_id: str, body: Any) -> Task:
         "dependencies": [],
         "linked_tasks": [],
         "team_id": "9012000001",
-        "url": f"https://app.clickup.com/t/{task_id}",
+        "url": task_url(base_url, task_id),
         "permission_level": "create",
         "list": {"id": list_id, "name": "Follow-ups", "access": True},
         "folder": {"id": "90120000002", "name": "hidden", "hidden": True, "access": True},

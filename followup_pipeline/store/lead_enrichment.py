@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 
 from followup_pipeline.domain.classification import LeadClassification
 from followup_pipeline.domain.companies import CompanyFacts
-from followup_pipeline.store.db import fetch_one
+from followup_pipeline.store.db import fetch_all, fetch_one
 from followup_pipeline.store.queries import query
 
 
@@ -155,6 +155,31 @@ def store_classification(
         "created_at": now,
     }
     return conn.execute(query("classification_insert"), params).fetchone() is not None
+
+
+@dataclass(frozen=True)
+class StoredClassification:
+    """A lead event's classification as ``followup leads show`` shows it."""
+
+    event_id: int
+    segment: str
+    intent: str
+    priority: int
+    summary: str
+    language: str
+    reasons: list[str]
+    model: str
+    source: str
+    created_at: datetime
+    #: Whether the model's own answer was another (the person's earlier standing was kept).
+    model_differed: bool
+
+
+def classifications_of(conn: psycopg.Connection[Any], lead_id: int) -> list[StoredClassification]:
+    """A lead's classifications, by when their events came (oldest first)."""
+    return fetch_all(
+        conn, StoredClassification, query("lead_classifications_of"), {"lead_id": lead_id}
+    )
 
 
 @dataclass(frozen=True)

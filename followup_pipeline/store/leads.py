@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from followup_pipeline.store.db import fetch_all, require_transaction
+from followup_pipeline.store.db import fetch_all, fetch_one, require_transaction
 from followup_pipeline.store.queries import query
 
 
@@ -94,11 +94,61 @@ class LeadListing:
     crm_lead_id: str | None
     events: int
     sources: str
+    #: The intent and priority of the newest classified event (what the CRM's Lead shows);
+    #: None: no event classified.
+    intent: str | None
+    priority: int | None
 
 
 def list_leads(conn: psycopg.Connection[Any], *, limit: int = 200) -> list[LeadListing]:
-    """The leads, newest first, with their events' count and sources."""
+    """The leads, newest first, with their events' count and sources, and the intent and
+    priority the CRM's Lead shows."""
     return fetch_all(conn, LeadListing, query("leads_list"), {"limit": limit})
+
+
+@dataclass(frozen=True)
+class LeadDetail:
+    """A lead as ``followup leads show`` shows it."""
+
+    id: int
+    email: str
+    name: str | None
+    company: str | None
+    phone: str | None
+    consent: bool | None
+    consent_at: datetime | None
+    first_source: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+    crm_lead_id: str | None
+    crm_written_at: datetime | None
+    company_domain: str | None
+
+
+def lead_detail(conn: psycopg.Connection[Any], lead_id: int) -> LeadDetail | None:
+    """One lead (None: there is no lead ``lead_id``)."""
+    return fetch_one(conn, LeadDetail, query("lead_detail"), {"lead_id": lead_id})
+
+
+@dataclass(frozen=True)
+class LeadEvent:
+    """A source event of a lead, as it was linked."""
+
+    event_id: int
+    source: str
+    kind: str
+    received_at: datetime
+    amount: Decimal | None
+    currency: str | None
+    amount_unit: str | None
+    page: str | None
+    message: str | None
+    crm_lead_id: str | None
+
+
+def lead_events_of(conn: psycopg.Connection[Any], lead_id: int) -> list[LeadEvent]:
+    """A lead's source events, oldest first."""
+    return fetch_all(conn, LeadEvent, query("lead_events_of"), {"lead_id": lead_id})
 
 
 def written_by_us(conn: psycopg.Connection[Any], crm_lead_id: str, modified_at: datetime) -> bool:

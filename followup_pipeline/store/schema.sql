@@ -628,6 +628,7 @@ CREATE TABLE followup.watch_steps (
     task_summary text,
     overtaken_at timestamp with time zone,
     overtaken_by text,
+    task_url text,
     CONSTRAINT watch_steps_fired_has_task CHECK (((fired_at IS NULL) = (task_ref IS NULL))),
     CONSTRAINT watch_steps_fired_or_skipped CHECK (((fired_at IS NULL) OR (skipped_at IS NULL))),
     CONSTRAINT watch_steps_offset_days_check CHECK ((offset_days >= 1)),
@@ -635,7 +636,8 @@ CREATE TABLE followup.watch_steps (
     CONSTRAINT watch_steps_overtaken_has_kind CHECK (((overtaken_at IS NULL) = (overtaken_by IS NULL))),
     CONSTRAINT watch_steps_skip_reason_valid CHECK ((skip_reason = ANY (ARRAY['deal_closed'::text, 'superseded'::text, 'paused'::text, 'decided'::text]))),
     CONSTRAINT watch_steps_skipped_has_reason CHECK (((skipped_at IS NULL) = (skip_reason IS NULL))),
-    CONSTRAINT watch_steps_step_no_check CHECK ((step_no >= 1))
+    CONSTRAINT watch_steps_step_no_check CHECK ((step_no >= 1)),
+    CONSTRAINT watch_steps_task_url_has_task CHECK (((task_url IS NULL) OR ((task_ref IS NOT NULL) AND (task_ref <> 'dry-run'::text))))
 );
 
 ALTER TABLE followup.watch_steps ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (

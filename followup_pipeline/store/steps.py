@@ -37,6 +37,8 @@ class Step:
     task_ref: str | None
     skipped_at: datetime | None
     skip_reason: str | None
+    #: The task's own address, as ClickUp gave it (None: not known, or no task).
+    task_url: str | None = None
 
     @property
     def open(self) -> bool:
@@ -154,13 +156,16 @@ def fire_step(
     task_ref: str,
     at: datetime,
     task_summary: str | None = None,
+    task_url: str | None = None,
 ) -> bool:
-    """Mark a step fired with its task and the summary (input hash) the task was written with;
-    False if it was not open."""
+    """Mark a step fired with its task, the task's own address (``task_url``, as ClickUp gave
+    it; None: not known) and the summary (input hash) the task was written with; False if it was
+    not open."""
     params = {
         "watch_id": watch_id,
         "step_no": step_no,
         "task_ref": task_ref,
+        "task_url": task_url,
         "fired_at": at,
         "task_summary": task_summary,
     }

@@ -385,6 +385,7 @@ def refresh_subject(
 def list_watches(
     conn: psycopg.Connection[Any], *, include_closed: bool = False, limit: int = 200
 ) -> list[WatchListing]:
-    """Watches for the operator, newest first, with their next due date."""
+    """Watches for the operator with their next due date: the open first, each the soonest due
+    first (none last), then by the deal's name."""
     params = {"all": include_closed, "limit": limit}
     return fetch_all(conn, WatchListing, query("list_watches"), params)

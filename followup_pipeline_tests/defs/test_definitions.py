@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.defs import build_definitions
 from followup_pipeline.engine.runs import MAX_RUNTIME_TAG, OUTCOME_TAG, SINGLETON_TAG
+from followup_pipeline.first_runs import note_first_day
 from followup_pipeline.integrations.resources import EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource
 from followup_pipeline.settings import ConfigError, load_settings
@@ -133,6 +134,22 @@ def test_definitions_partitions_start_by_default_on_the_previous_months_first_da
     assert load_settings().partitions_start_on(today) == expected
     assert load_settings(partitions_start="2026-06-15").partitions_start_on(today) == date(
         2026, 6, 15
+    )
+
+
+def test_definitions_partitions_start_on_the_machines_first_day_once_noted(
+    tmp_path: Path,
+) -> None:
+    """A machine that noted its first start begins its partitions there: no "missing" hours
+    from before it existed; the setting still wins."""
+    settings = load_settings(home=tmp_path)
+    note_first_day(settings)
+    noted = date.fromisoformat((tmp_path / "first-day").read_text("utf-8").strip())
+    assert settings.partitions_start_on(date(2026, 1, 15)) == noted
+    note_first_day(load_settings(home=tmp_path, timezone="Pacific/Kiritimati"))  # kept as noted
+    assert settings.partitions_start_on() == noted
+    assert load_settings(home=tmp_path, partitions_start="2026-06-15").partitions_start_on() == (
+        date(2026, 6, 15)
     )
 
 

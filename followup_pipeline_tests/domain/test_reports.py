@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import pytest
 
+from followup_pipeline.domain.report_deals import DealLine, OwnerValue, QuietDeal, WeekDeals
 from followup_pipeline.domain.report_words import WORDS
 from followup_pipeline.domain.reports import (
     ClosedLine,
@@ -84,9 +85,9 @@ MORNING = MorningData(
               amount=Decimal("2400.50"), contact=datetime(2026, 2, 26, 15, 0, tzinfo=UTC)),
         _step("d5", "Krüger & Söhne – Rollout", "Krüger & Söhne KG", (None, None), step=1,
               due=MONDAY, stage="Negotiation"),
-        # Created today, due on Friday: the machine caught up this morning.
+        # Created today, due on Friday: the machine caught up this morning; overdue all the same.
         _step("d6", "Nordwind Logistik", "Seehafen Speditions AG", GRACE, step=1,
-              due=date(2026, 2, 27), amount=Decimal("48000")),
+              due=date(2026, 2, 27), amount=Decimal("48000"), section="overdue"),
         _step("d3", "Schulz AG", "Schulz AG", GRACE, step=2, due=date(2026, 2, 26),
               section="overdue", reason="paused", task=False, stage="Negotiation"),
         _step("d4", "Weber & Co", None, GRACE, step=1, due=date(2026, 2, 27), section="overdue",
@@ -154,15 +155,15 @@ def test_reports_morning_list_reads_as_a_list_not_as_debug_output() -> None:
         html, text = rendered.html, rendered.text
         words = WORDS[language]
         # "Due today:" is a heading, said once per salesperson, not on every line.
-        # (three salespeople with steps due today: Ada, Grace, and the unassigned)
-        assert text.count(words["due_today"]) == 3
-        assert html.count(words["due_today"]) == 3
+        # (two with steps due today: Ada and the unassigned; Grace's are all overdue)
+        assert text.count(words["due_today"]) == 2
+        assert html.count(words["due_today"]) == 2
         # The account is named once: not when the deal's name says it already.
         # (its summary shows under its step, not again among the news)
         assert text.count("Bäckerei Hoffmann") == 1
         assert "Bäckerei Hoffmann GmbH" not in text
         # Real table headers, no bordered grid.
-        assert html.count("<th align") == 6 * 4
+        assert html.count("<th align") == 6 * 3
         assert 'border="1"' not in html
         # The text part has no URL inside a sentence: links are numbered and listed at the end.
         body, _, links = text.partition(f"\n{words['links']}\n")
@@ -185,13 +186,18 @@ def test_reports_morning_list_reads_as_a_list_not_as_debug_output() -> None:
             assert jargon not in rendered.html + rendered.text, (language, jargon)
 
 
-def test_reports_a_catch_up_task_created_today_is_todays_work() -> None:
+def test_reports_a_catch_up_task_created_today_is_overdue_in_the_header_and_its_row() -> None:
+    """Overdue means due before the day, wherever its task was made: the header counts the
+    catch-up task overdue, its row says since when, and it keeps its task's link."""
     text = render_morning(MORNING, "en").text
-    today, _, overdue = text.partition("Overdue (2)")
-    assert "Nordwind Logistik" in today
-    assert "Nordwind Logistik" not in overdue
+    assert "3 due today, 3 overdue." in text
+    today, _, overdue = text.partition("Overdue (3)")
+    assert "Nordwind Logistik" not in today
+    assert "Nordwind Logistik" in overdue
+    assert "due since 27 February" in overdue
     assert "Schulz AG" in overdue
     assert "due since 26 February: paused" in overdue
+    assert f"{TASK}td6" in text
 
 
 def test_reports_subject_says_late_or_preview_and_dates_are_local() -> None:
@@ -234,6 +240,24 @@ WEEK = WeeklyData(
         date(2026, 3, 2): 4, date(2026, 3, 3): 2, date(2026, 3, 4): 0,
         date(2026, 3, 5): 1, date(2026, 3, 6): 2,
     },
+    deals=WeekDeals(
+        won=[DealLine("d8", "Meyer GmbH – Wartung", "Grace Lee", Decimal("12000"), "EUR", "won",
+                      datetime(2026, 3, 3, 14, 0, tzinfo=UTC), CRM + "d8"),
+             DealLine("d9", "Nordwind Logistik", "Ada Lovelace", Decimal("48000"), "EUR", "won",
+                      datetime(2026, 3, 5, 9, 30, tzinfo=UTC), CRM + "d9")],
+        lost=[DealLine("d10", "<i>Hansa</i> Kälte", None, None, None, "lost",
+                       datetime(2026, 3, 4, 16, 0, tzinfo=UTC))],
+        entered=[DealLine("d11", "Schulz AG – Rollout", "Ada Lovelace", Decimal("2400.50"), "EUR",
+                          "entered", datetime(2026, 3, 2, 8, 0, tzinfo=UTC))],
+        left=[DealLine("d12", "Weber & Co", "Grace Lee", Decimal("900"), "EUR", "exhausted",
+                       datetime(2026, 3, 6, 6, 0, tzinfo=UTC))],
+        value_by_owner=[OwnerValue("Ada Lovelace", "EUR", 4, Decimal("63400")),
+                        OwnerValue("Grace Lee", "EUR", 3, Decimal("18000.5")),
+                        OwnerValue(None, None, 1, Decimal("0"))],
+        quiet=[QuietDeal("Krüger & Söhne – Rollout", None, None, date(2026, 2, 2)),
+               QuietDeal("Bäckerei Hoffmann – Pilot", "Ada Lovelace",
+                         datetime(2026, 2, 20, 10, 0, tzinfo=UTC), date(2026, 2, 10))],
+    ),
 )  # fmt: skip
 
 
@@ -313,3 +337,32 @@ def test_reports_lead_section_in_german_shown_only_once_leads_came() -> None:
     assert quiet is not None
     text = render_weekly(replace(WEEK, leads=quiet), "de").text
     assert "Leads\nKeine Leads in dieser Woche, und keiner wartet auf das Betriebsteam.\n" in text
+
+
+def test_reports_the_operations_line_says_since_when_the_crm_is_unreachable() -> None:
+    down = replace(
+        MORNING,
+        health=replace(
+            MORNING.health, crm_unreachable_since=datetime(2026, 3, 2, 6, 0, tzinfo=UTC)
+        ),
+    )
+    text = render_morning(down, "de").text
+    assert (
+        "Das CRM ist seit 02.03.2026 07:00 CET nicht erreichbar; letzter vollständiger Abgleich: "
+        "02.03.2026 06:00 CET. Ein fälliger Schritt wartet darauf." in text
+    )
+    assert "Alles läuft" not in text
+    assert "Ein Vorgang wartet auf das Betriebsteam." in text  # the dead letter, still said
+
+
+def test_reports_weekly_overview_names_the_weeks_deals_and_their_amounts() -> None:
+    text = render_weekly(WEEK, "en").text
+    assert "Won (2)\n* Meyer GmbH – Wartung (Grace Lee), 12,000 EUR, on 3 March" in text
+    assert "* Nordwind Logistik (Ada Lovelace), 48,000 EUR, on 5 March" in text
+    assert "Lost (1)\n* <i>Hansa</i> Kälte (Unassigned), on 4 March" in text
+    assert "Left follow-up (1)\n* Weber & Co (Grace Lee), 900 EUR, every step done" in text
+    assert "* Ada Lovelace: 4 deals, 63,400 EUR" in text
+    assert "Longest without contact\n* Krüger & Söhne – Rollout (Unassigned): none since" in text
+    html = render_weekly(WEEK, "de").html
+    assert "&lt;i&gt;Hansa&lt;/i&gt; Kälte" in html
+    assert "12.000 EUR" in html

@@ -52,7 +52,7 @@ async def test_clickup_create_answers_200_with_the_task(sandbox: Sandbox) -> Non
     assert task["assignees"][0]["id"] == 42
     assert task["priority"]["priority"] == "high"
     assert task["list"]["id"] == "sandbox-list"
-    assert task["url"] == f"https://app.clickup.com/t/{task['id']}"
+    assert task["url"] == f"http://sandbox/clickup/t/{task['id']}"  # its page on the sandbox
     fetched = await sandbox.client.get(f"/clickup/api/v2/task/{task['id']}", headers=CLICKUP)
     assert fetched.json() == task
 

@@ -122,6 +122,21 @@ def test_schema_refuses_duplicate_step_of_a_watch(db: psycopg.Connection[Any]) -
         db.execute(insert, (watch, date(2026, 3, 9)))
 
 
+@pytest.mark.parametrize("task_ref", [None, "dry-run"])
+def test_schema_keeps_a_task_url_only_with_a_real_task(
+    db: psycopg.Connection[Any], task_ref: str | None
+) -> None:
+    watch = _open_watch(db)
+    insert = (
+        "INSERT INTO watch_steps (watch_id, step_no, offset_days, due_on, fired_at, task_ref,"
+        " task_url) VALUES (%s, %s, 5, %s, %s, %s, %s)"
+    )
+    fired = None if task_ref is None else NOW
+    with pytest.raises(errors.CheckViolation, match="watch_steps_task_url_has_task"):
+        db.execute(insert, (watch, 1, date(2026, 3, 9), fired, task_ref, "https://x.test/t/1"))
+    db.execute(insert, (watch, 2, date(2026, 3, 9), NOW, "86abc", "https://x.test/t/86abc"))
+
+
 def test_schema_seeds_the_default_cadence(db: psycopg.Connection[Any]) -> None:
     row = db.execute("SELECT offsets FROM cadences WHERE name = 'default'").fetchone()
     assert row == {"offsets": [5, 12, 21]}

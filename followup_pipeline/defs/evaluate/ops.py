@@ -191,4 +191,5 @@ def evaluate_due(
         "partial" if tally.problems else "ok",
         tally.metadata(),
         degraded=tally.degraded(),
+        at=run.now,
     )

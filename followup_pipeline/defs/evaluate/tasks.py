@@ -22,11 +22,12 @@ from followup_pipeline.domain.decisions import CloseReason
 from followup_pipeline.domain.localtime import local_to_utc
 from followup_pipeline.domain.registration import Observation, decide_one, stage_policy
 from followup_pipeline.domain.steps import DRY_RUN_REF, task_key
-from followup_pipeline.domain.tasks import TaskContent
+from followup_pipeline.domain.tasks import TaskContent, safe_link
 from followup_pipeline.engine import late
 from followup_pipeline.engine.effects import ActionSpec, Mode, Outbound, Sent, SuppressReason
 from followup_pipeline.engine.ledger import ActionLedger
 from followup_pipeline.engine.scope import Database, RunScope, Tally
+from followup_pipeline.integrations.clickup import Task
 from followup_pipeline.integrations.errors import TransientError
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import steps, watches
@@ -47,7 +48,8 @@ class StepSettled(Exception):
 @dataclass
 class StepTask:
     """ClickUp's part of a step's task (a ``Sender``): found by its key, created with
-    ``content`` (only a create needs it), read back, and mirrored onto the step at ``at``."""
+    ``content`` (only a create needs it), read back, and mirrored onto the step at ``at``, with
+    the task's own address as ClickUp's answers gave it (``urls``; the mirror asks nothing)."""
 
     searchable = True
     searches_first = True  # ClickUp's create has no idempotency: search before every create
@@ -59,36 +61,48 @@ class StepTask:
     #: The input hash of the summary ``content`` was written with (None: without one).
     summary: str | None = None
     assignees: list[int] = field(default_factory=list)
+    #: Each task's own address by its id, as this sender's answers from ClickUp gave it (only a
+    #: plain http(s) one: no link is better than a foreign one).
+    urls: dict[str, str] = field(default_factory=dict)
+
+    def _seen(self, task: Task) -> str:
+        """Keep the address of a task ClickUp answered with; its id."""
+        url = safe_link(task.url)
+        if url is not None:
+            self.urls[task.id] = url
+        return task.id
 
     def look_up(self, spec: ActionSpec) -> str | None:
         """The task carrying the key (closed ones too), if any."""
         found = self.board.find_tasks_by_key(idempotency_key=spec.key)
-        return found[0].id if found else None
+        return self._seen(found[0]) if found else None
 
     def perform(self, spec: ActionSpec, touch: Callable[[], None]) -> str | None:
         """Create the task (one POST, never retried: a lost answer is settled by the search)."""
         if self.content is None:
             raise ValueError(f"{spec.key}: a task is created only with its content")
         touch()
-        return self.board.create_task(
+        task = self.board.create_task(
             name=self.content.name,
             markdown=self.content.markdown,
             due_date=spec.due_at,
             assignees=self.assignees,
             idempotency_key=spec.key,
-        ).id
+        )
+        return self._seen(task)
 
     def read_back(self, spec: ActionSpec, provider_ref: str | None) -> bool | None:
         """Whether ClickUp shows the task (``NotFoundError`` while it does not)."""
         if provider_ref is None:
             return None
-        self.board.get_task(task_id=provider_ref)
+        self._seen(self.board.get_task(task_id=provider_ref))
         return True
 
     def mirror(self, conn: psycopg.Connection[Any], spec: ActionSpec, sent: Sent) -> None:
-        """The step fired with its task (with the summary it was written with, when this
-        attempt wrote it), fired with ``dry-run`` in a dry run, or skipped for the reason;
-        ``StepSettled`` when another run settled the step first (the transaction rolls back)."""
+        """The step fired with its task and the task's address when an answer gave it (with
+        the summary it was written with, when this attempt wrote it), fired with ``dry-run`` in a
+        dry run, or skipped for the reason; ``StepSettled`` when another run settled the step
+        first (the transaction rolls back)."""
         watch_id, step_no = spec.watch_id, spec.step_no
         assert watch_id is not None
         assert step_no is not None
@@ -102,9 +116,16 @@ class StepTask:
             return
         ref = DRY_RUN_REF if sent.state == "suppressed" else sent.provider_ref
         assert ref is not None
+        url = None if sent.state == "suppressed" else self.urls.get(ref)
         summary = self.summary if sent.state == "sent" else None  # a found task: not known
         steps.fire_step(
-            conn, watch_id=watch_id, step_no=step_no, task_ref=ref, at=self.at, task_summary=summary
+            conn,
+            watch_id=watch_id,
+            step_no=step_no,
+            task_ref=ref,
+            at=self.at,
+            task_summary=summary,
+            task_url=url,
         )
 
 

@@ -9,25 +9,51 @@ import dagster as dg
 import psycopg
 
 from followup_pipeline.domain.localtime import local_date, start_of_day_utc
-from followup_pipeline.domain.reports import Health, MorningData, WeeklyData, lead_section
-from followup_pipeline.engine.runs import last_clean_run
+from followup_pipeline.domain.reports import (
+    CrmReading,
+    Health,
+    MorningData,
+    WeeklyData,
+    lead_section,
+)
+from followup_pipeline.engine.runs import Ended, recent_outcomes
 from followup_pipeline.settings import LEAD_SOURCES, Settings
 from followup_pipeline.store import reports as store
 from followup_pipeline.store.enrichments import open_review_items
 from followup_pipeline.store.events import gauges
 from followup_pipeline.store.holidays import load_calendar
+from followup_pipeline.store.report_deals import week_deals
 
-#: A ClickUp task's page: the ``url`` ClickUp answers for a task is this and the task's id.
+#: A ClickUp task's page, for a step fired before its task's own ``url`` was kept on it.
 CLICKUP_TASK_URL = "https://app.clickup.com/t/"
 
 
-def last_evaluate_ok(instance: dg.DagsterInstance | None) -> datetime | None:
-    """When the last ``evaluate`` run that ended clean ended (Dagster's own record; a
-    ``partial`` run is not one: ``engine/runs.py``)."""
+#: What ``evaluate`` says in its ``followup/degraded`` tag when the CRM did not answer its sync.
+CRM_UNREACHABLE = "CRM unreachable"
+#: How many of ``evaluate``'s latest runs are read for the operations line (a week of hours).
+RUNS_READ = 200
+
+
+def crm_reading(instance: dg.DagsterInstance | None) -> CrmReading:
+    """What ``evaluate``'s runs say of the CRM (Dagster's own record): when the last run that
+    read the CRM in full ended (a clean run, or one partial for another vendor), and since when
+    the CRM is unreachable (the start of the unbroken streak of latest runs whose sync it did not
+    answer; None: the latest read it)."""
     if instance is None:
-        return None
-    clean = last_clean_run(instance, "evaluate")
-    return clean.ended if clean is not None else None
+        return CrmReading(None, None)
+    runs = recent_outcomes(instance, "evaluate", limit=RUNS_READ)
+
+    def unreachable(run: Ended) -> bool:
+        return run.outcome == "partial" and CRM_UNREACHABLE in (run.degraded or "")
+
+    # The machine's clock of each run (a simulated one's too), as the list's other times are.
+    last_full = next((run.at or run.ended for run in runs if not unreachable(run)), None)
+    since = None
+    for run in runs:
+        if not unreachable(run):
+            break
+        since = run.at or run.started
+    return CrmReading(last_full, since)
 
 
 def morning_data(
@@ -35,7 +61,7 @@ def morning_data(
     settings: Settings,
     day: date,
     now: datetime,
-    last_evaluate: datetime | None,
+    crm: CrmReading,
     *,
     preview: bool = False,
 ) -> MorningData:
@@ -71,8 +97,9 @@ def morning_data(
         review_open=open_review_items(conn),
         health=Health(
             store.dead_letter_count(conn),
-            last_evaluate,
+            crm.last_full,
             pending or None,
+            crm_unreachable_since=crm.unreachable_since,
         ),
         late=not preview and day < local_date(now, zone),
         preview=preview,
@@ -121,6 +148,7 @@ def weekly_data(
         open_by_stage=store.open_by_stage(conn, until=until),
         failed_runs=len(failed),
         dead_letters=store.dead_letters_between(conn, start=start, until=until),
+        deals=week_deals(conn, start=start, until=until),
         tasks_per_day={**days, **week.tasks_per_day},
         late=not preview and friday < local_date(now, settings.timezone),
         preview=preview,

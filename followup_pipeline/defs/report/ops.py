@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 import dagster as dg
 import psycopg
 
-from followup_pipeline.defs.report.gather import last_evaluate_ok, morning_data, weekly_data
+from followup_pipeline.defs.report.gather import crm_reading, morning_data, weekly_data
 from followup_pipeline.defs.report.window import Kind, current_window
 from followup_pipeline.domain.reports import (
     Language,
@@ -56,6 +56,8 @@ class Letter(Generic[Data]):
     to: list[str]
     data: Data
     skip: SuppressReason | None = None
+    #: Its reader's language (None: the team's, ``report_language``).
+    language: Language | None = None
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,9 @@ def morning_letters(data: MorningData, settings: Settings) -> list[Letter[Mornin
     names = {s.owner_id: s.owner for s in data.steps if s.owner_id and s.owner}
     for user_id, address in sorted(settings.salesperson_addresses.items()):
         mine = personal(data, user_id, names.get(user_id) or "")
-        letters.append(
-            Letter(f"to:{user_id}", [address], mine, None if has_work(mine) else "nothing_due")
-        )
+        idle: SuppressReason | None = None if has_work(mine) else "nothing_due"
+        language = settings.salesperson_languages.get(user_id)
+        letters.append(Letter(f"to:{user_id}", [address], mine, idle, language))
     return letters
 
 
@@ -96,7 +98,7 @@ MORNING = Report[MorningData](
         "each once (again with ``force``); a list with nothing due is not sent."
     ),
     gather=lambda conn, settings, day, now, instance: morning_data(
-        conn, settings, day, now, last_evaluate_ok(instance)
+        conn, settings, day, now, crm_reading(instance)
     ),
     letters=morning_letters,
     render=render_morning,
@@ -218,7 +220,7 @@ def report_op(report: Report[Data]) -> dg.OpDefinition:
                     context.log.info("%s: nothing due now; its earlier send is left", base)
                 tally[f"skipped_{letter.skip}"] = tally.get(f"skipped_{letter.skip}", 0) + 1
                 continue
-            rendered = report.render(letter.data, settings.report_language)
+            rendered = report.render(letter.data, letter.language or settings.report_language)
             result = send(
                 context, config, settings, mailer, base=base, to=letter.to, rendered=rendered
             )

@@ -36,6 +36,14 @@ VALUES (%(event_id)s, %(lead_id)s, %(segment)s, %(intent)s, %(priority)s, %(summ
 ON CONFLICT (event_id) DO NOTHING
 RETURNING id;
 
+-- name: lead_classifications_of
+-- A lead's classifications, by when their events came (oldest first).
+SELECT c.event_id, c.segment, c.intent, c.priority, c.summary, c.language, c.reasons, c.model,
+       c.source, c.created_at, c.answer IS NOT NULL AS model_differed
+FROM lead_classifications c JOIN lead_events e ON e.event_id = c.event_id
+WHERE c.lead_id = %(lead_id)s
+ORDER BY e.received_at, c.id;
+
 -- name: model_spend_since
 -- What the model cost since a moment, across its uses (deal summaries, their review items, lead
 -- classifications): one spend limit for the model per hour.

@@ -35,14 +35,41 @@ ON CONFLICT (event_id) DO NOTHING
 RETURNING id;
 
 -- name: leads_list
--- The leads, newest first, with how many source events brought each and from where.
+-- The leads, newest first, with how many source events brought each and from where, and the
+-- intent and priority of the classification of the newest classified event (what the CRM's Lead
+-- shows, as lead_crm.sql's lead_classification picks it; NULLs: none classified).
 SELECT l.id, l.email, l.name, l.company, l.first_source, l.first_seen_at, l.last_seen_at,
-       l.crm_lead_id, count(e.id)::int AS events,
-       coalesce(string_agg(DISTINCT e.source, ',' ORDER BY e.source), '') AS sources
-FROM leads l LEFT JOIN lead_events e ON e.lead_id = l.id
-GROUP BY l.id
-ORDER BY l.last_seen_at DESC, l.id DESC
-LIMIT %(limit)s;
+       l.crm_lead_id, ev.events, ev.sources, c.intent, c.priority
+FROM (
+    SELECT * FROM leads ORDER BY last_seen_at DESC, id DESC LIMIT %(limit)s
+) l
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS events,
+           coalesce(string_agg(DISTINCT e.source, ',' ORDER BY e.source), '') AS sources
+    FROM lead_events e WHERE e.lead_id = l.id
+) ev
+LEFT JOIN LATERAL (
+    SELECT c.intent, c.priority
+    FROM lead_classifications c JOIN lead_events e ON e.event_id = c.event_id
+    WHERE c.lead_id = l.id
+    ORDER BY e.received_at DESC, c.id DESC
+    LIMIT 1
+) c ON true
+ORDER BY l.last_seen_at DESC, l.id DESC;
+
+-- name: lead_detail
+-- One lead, as `followup leads show` shows it.
+SELECT id, email, name, company, phone, consent, consent_at, first_source, first_seen_at,
+       last_seen_at, crm_lead_id, crm_written_at, company_domain
+FROM leads WHERE id = %(lead_id)s;
+
+-- name: lead_events_of
+-- A lead's source events, oldest first.
+SELECT e.event_id, e.source, e.kind, e.received_at, e.amount, e.currency, e.amount_unit, e.page,
+       e.message, e.crm_lead_id
+FROM lead_events e
+WHERE e.lead_id = %(lead_id)s
+ORDER BY e.received_at, e.id;
 
 -- name: lead_written_by_us
 -- Whether this version of a CRM Lead is our own write (the crm_upsert step records when the CRM

@@ -1,8 +1,8 @@
 -- name: morning_steps
--- The morning list's steps of open watches: `today`, due on the day or their task created since
--- the day began (a catch-up task is today's work; for a list rendered after its day, up to when
--- it is rendered: no task falls between two lists); `overdue`, due before the day and still
--- without a task. A step without a task says why it waits (paused, its task a dead letter, a
+-- The morning list's steps of open watches: `today`, due on the day; `overdue`, due before the
+-- day, still without a task or its task created since the day began (a catch-up task; for a list
+-- rendered after its day, up to when it is rendered: no task falls between two lists). Overdue
+-- means due before the day, wherever its task was made: the header, the rows and the task agree. A step without a task says why it waits (paused, its task a dead letter, a
 -- CRM error, or the next run).
 -- Names, stage and amount are the watch's copies and the summary its deal's newest: the list
 -- reads without the CRM.
@@ -11,10 +11,12 @@ SELECT w.subject_id AS deal_id, w.subject_name AS deal_name, w.account_name,
        w.amount_currency AS currency, s.step_no,
        (SELECT count(*) FROM watch_steps t WHERE t.watch_id = w.id)::int AS step_count,
        s.due_on,
-       CASE WHEN s.due_on = %(day)s OR s.fired_at IS NOT NULL THEN 'today' ELSE 'overdue' END
-           AS section,
+       CASE WHEN s.due_on >= %(day)s THEN 'today' ELSE 'overdue' END AS section,
        w.crm_url,
-       CASE WHEN s.task_ref <> 'dry-run' THEN %(task_url_prefix)s || s.task_ref END AS task_url,
+       -- The task's own url as ClickUp answered it (a step fired before it was kept: ClickUp's).
+       coalesce(s.task_url,
+                CASE WHEN s.task_ref <> 'dry-run' THEN %(task_url_prefix)s || s.task_ref END)
+           AS task_url,
        w.last_reset_kind AS contact_kind, w.last_reset_at AS contact_at, w.base_on AS started_on,
        e.line1 AS summary_line1, e.line2 AS summary_line2,
        CASE WHEN s.fired_at IS NOT NULL THEN NULL

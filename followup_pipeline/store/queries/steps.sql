@@ -3,10 +3,12 @@
 SELECT * FROM watch_steps WHERE watch_id = %(watch_id)s ORDER BY step_no;
 
 -- name: fire_step
--- Mark a step fired with its task (a ClickUp id, or 'dry-run') and the summary (input hash) it
--- was written with; only an open step.
+-- Mark a step fired with its task (a ClickUp id, or 'dry-run'), the task's own address (its `url`
+-- in ClickUp's answer, when known) and the summary (input hash) it was written with; only an
+-- open step.
 UPDATE watch_steps
-SET fired_at = %(fired_at)s, task_ref = %(task_ref)s, task_summary = %(task_summary)s
+SET fired_at = %(fired_at)s, task_ref = %(task_ref)s, task_url = %(task_url)s,
+    task_summary = %(task_summary)s
 WHERE watch_id = %(watch_id)s AND step_no = %(step_no)s
   AND fired_at IS NULL AND skipped_at IS NULL
 RETURNING id;

@@ -138,14 +138,17 @@ SET subject_name = %(name)s, account_name = %(account_name)s,
 WHERE id = %(watch_id)s;
 
 -- name: list_watches
--- Watches for the operator: open ones, or all, newest first.
-SELECT w.*, (
-    SELECT min(s.due_on) FROM watch_steps s
-    WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
-) AS next_due_on
-FROM watches w
-WHERE %(all)s OR w.closed_at IS NULL
-ORDER BY w.registered_at DESC, w.id DESC
+-- Watches for the operator: open ones, or all (the closed after the open), the soonest next due
+-- step first (none last), then by the deal's name.
+SELECT * FROM (
+    SELECT w.*, (
+        SELECT min(s.due_on) FROM watch_steps s
+        WHERE s.watch_id = w.id AND s.fired_at IS NULL AND s.skipped_at IS NULL
+    ) AS next_due_on
+    FROM watches w
+    WHERE %(all)s OR w.closed_at IS NULL
+) listed
+ORDER BY closed_at IS NOT NULL, next_due_on NULLS LAST, lower(subject_name), subject_name, id
 LIMIT %(limit)s;
 
 -- name: due_watches

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Set
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import psycopg
@@ -24,11 +24,11 @@ from followup_pipeline.domain.registration import Subject
 from followup_pipeline.domain.steps import DRY_RUN_REF
 from followup_pipeline.domain.tasks import TaskContent
 from followup_pipeline.engine.effects import ActionSpec, Performed, Sent
-from followup_pipeline.integrations.clickup import ClickUpClient
+from followup_pipeline.integrations.clickup import ClickUpClient, Task
 from followup_pipeline.integrations.errors import NotFoundError
 from followup_pipeline.sandbox.config import SandboxConfig
 from followup_pipeline.store.cadences import Plan
-from followup_pipeline.store.steps import TaskToUpdate, fire_step
+from followup_pipeline.store.steps import TaskToUpdate, fire_step, steps_of
 from followup_pipeline.store.watches import insert_watch
 
 SANDBOX = SandboxConfig()
@@ -144,6 +144,50 @@ def test_step_task_mirrors_each_outcome_onto_its_step(
         return
     sender.mirror(db, spec, case.sent)
     assert _step(db, watch_id) == case.step
+
+
+def test_step_task_keeps_the_tasks_own_url_on_its_step_created_or_found_again(
+    sandbox: str, board: ClickUpClient, db: psycopg.Connection[Any]
+) -> None:
+    watch_id = _watch(db)
+    created_spec = replace(SPEC, watch_id=watch_id, step_no=1)
+    sender = StepTask(board, NOW, CONTENT)
+    ref = sender.perform(created_spec, lambda: None)
+    assert ref is not None
+    sender.mirror(db, created_spec, Sent("sent", ref))
+    # A task whose answer was lost, found again by its key in a later run (a new sender).
+    found_spec = replace(SPEC, key="task:1:2", watch_id=watch_id, step_no=2)
+    lost = board.create_task(
+        name="Lost", markdown="x", due_date=None, assignees=[], idempotency_key=found_spec.key
+    )
+    finder = StepTask(board, NOW)
+    assert finder.look_up(found_spec) == lost.id
+    finder.mirror(db, found_spec, Sent("found", lost.id))
+    urls = {task["id"]: task["url"] for task in _seen(sandbox)["tasks"]}
+    assert urls == {ref: f"{sandbox}/clickup/t/{ref}", lost.id: f"{sandbox}/clickup/t/{lost.id}"}
+    first, second, third = steps_of(db, watch_id)
+    assert (first.task_ref, first.task_url) == (ref, urls[ref])
+    assert (second.task_ref, second.task_url) == (lost.id, urls[lost.id])
+    assert (third.task_ref, third.task_url) == (None, None)
+
+
+def test_step_task_keeps_no_url_but_a_plain_web_address(db: psycopg.Connection[Any]) -> None:
+    watch_id = _watch(db)
+    task = Task.model_validate(
+        {"id": "t9", "name": "x", "status": "to do", "date_created": NOW,
+         "url": "javascript:alert(1)"}
+    )  # fmt: skip
+
+    class Board:
+        def get_task(self, *, task_id: str) -> Task:
+            return task
+
+    sender = StepTask(cast(ClickUpClient, Board()), NOW)
+    assert sender.read_back(SPEC, "t9") is True
+    assert sender.urls == {}
+    sender.mirror(db, replace(SPEC, watch_id=watch_id, step_no=1), Sent("confirmed", "t9"))
+    first = steps_of(db, watch_id)[0]
+    assert (first.task_ref, first.task_url) == ("t9", None)
 
 
 def test_task_rewrite_writes_the_description_and_a_gone_task_is_done(

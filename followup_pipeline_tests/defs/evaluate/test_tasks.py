@@ -119,6 +119,12 @@ def test_tasks_snapshot_of_a_seeded_week_with_a_reset_an_overdue_step_and_a_late
     assert (task["name"], task["description"]) == (name, body.format(crm=crm))
     assert [a["id"] for a in task["assignees"]] == [42]  # through the user map
     assert machine.watch(deal)["last_reset_kind"] == "email"
+    # The step keeps the task's own address, as ClickUp's answer gave it (the mails link it).
+    fired = machine.db.execute(
+        "SELECT task_ref, task_url FROM watch_steps WHERE task_ref IS NOT NULL"
+    ).fetchall()
+    assert fired == [{"task_ref": task["id"], "task_url": task["url"]}]
+    assert task["url"] == f"{machine.sandbox}/clickup/t/{task['id']}"
 
     # The summary arrives afterwards: the open task is written again, once.
     _summary(machine, deal, "f" * 64, "Kunde prüft das Angebot intern.", "Rückfrage zum "

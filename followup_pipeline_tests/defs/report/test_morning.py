@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -48,10 +49,18 @@ def test_morning_list_goes_out_once_per_day_and_again_only_when_forced(
     assert f"[1] {machine.watch(deal)['crm_url']}" in text
     assert machine.watch(deal)["crm_url"] in html
     task = machine.db.execute(
-        "SELECT task_ref FROM watch_steps WHERE fired_at IS NOT NULL"
+        "SELECT task_ref, task_url FROM watch_steps WHERE fired_at IS NOT NULL"
     ).fetchone()
     assert task is not None
-    assert f"https://app.clickup.com/t/{task['task_ref']}" in html
+    # The task's own url, as ClickUp (the sandbox) answered it: a link that opens.
+    assert task["task_url"].endswith(f"/clickup/t/{task['task_ref']}")
+    assert task["task_url"] in html
+    # The mail's links open: the CRM's deal (its page lists it) and the task's own page.
+    crm_url = machine.watch(deal)["crm_url"]
+    for url in (crm_url, task["task_url"]):
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200, url
+        assert "&lt;script&gt;alert(1)&lt;/script&gt; GmbH" in page.text, url
 
     # A rerun (a retry, a second backfill) sends nothing.
     assert _morning(machine, "2026-03-09").success
@@ -128,6 +137,10 @@ def test_morning_list_each_salesperson_gets_their_own(
     machine.settings["salesperson_addresses"] = (
         '{"u-ada": "ada@example.com", "u-grace": "grace@example.com", "u-idle": "i@example.com"}'
     )
+    # A German team, Ada reading English: her own list comes in English, the team's in German.
+    machine.settings["report_language"] = "de"
+    machine.settings["salesperson_languages"] = '{"u-ada": "en"}'
+
     machine.deal(name="Ada's GmbH", assignedUserId="u-ada", assignedUserName="Ada Lovelace",
                  amount=15000, amountCurrency="EUR")  # fmt: skip
     machine.deal(name="Grace AG", assignedUserId="u-grace", assignedUserName="Grace Hopper")
@@ -148,6 +161,8 @@ def test_morning_list_each_salesperson_gets_their_own(
     team = mails["team@example.com"]["textBody"]
     assert "Ada's GmbH" in team
     assert "Grace AG" in team
+    assert mails["team@example.com"]["subject"] == "Follow-ups am 09.03.2026"
+    assert mails["grace@example.com"]["subject"] == "Ihre Follow-ups am 09.03.2026"
     keys = {
         r["idempotency_key"]: (r["outcome"], r["reason"])
         for r in db.execute("SELECT idempotency_key, outcome, reason FROM actions")
@@ -288,3 +303,22 @@ def test_morning_list_shows_a_paused_watchs_waiting_step(
     out = capsys.readouterr().out
     assert "Overdue (1)\n* Pause GmbH [1]" in out
     assert "Step 1 of 3, due since 9 March: paused" in out
+
+
+def test_morning_list_says_the_crm_is_unreachable_since_the_run_that_found_it_so(
+    machine: Machine,
+) -> None:
+    """EspoCRM answers 503 to the 07:00 evaluate: the run ends partial, the list does not say
+    "all is running" with the last clean run's time; it says since when the CRM is away, when it
+    was last read in full, and what waits."""
+    machine.deal(name="Atlas Maschinenbau")
+    machine.evaluate(MONDAY)
+    machine.evaluate(NEXT_MONDAY - timedelta(hours=1))  # step 1 of Monday fires
+    machine.fault(vendor="espocrm", kind="error", status=503)
+    down = NEXT_MONDAY.replace(hour=6)  # 07:00 in Berlin
+    assert machine.evaluate(down).success  # green, but partial
+    assert _morning(machine, "2026-03-09", now=down + timedelta(minutes=30)).success
+    [mail] = machine.outbox()
+    text = mail["message"]["textBody"]
+    assert "The CRM has been unreachable since 2026-03-09 07:00 CET" in text
+    assert "All is running" not in text
