@@ -1,12 +1,12 @@
-"""The first runs a new machine queues itself (``followup dev``), through the Dagster UI's
-GraphQL as an operator's launchpad would: one ``evaluate`` at once (with real vendors too: the
-CRM reconciled now, not at the next hour), on the sandbox then one ``enrich`` (the first morning
-list has its summaries) and the current window's morning list; and the machine's first day,
-noted once for its partitions' start (``settings_core.partitions_start_on``)."""
+"""The first runs a new machine queues itself (``followup dev``, on the sandbox), through the
+Dagster UI's GraphQL as an operator's launchpad would: one ``evaluate`` at once, then one
+``enrich`` (so the first morning list has its summaries), then the current window's morning
+list; and the machine's first week, noted once for its partitions' start
+(``settings_core.partitions_start_on``)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -67,12 +67,17 @@ def launch_run(ui: str, job: str, tags: dict[str, str], **options: Any) -> dict[
     return result
 
 
-def note_first_day(settings: Settings) -> None:
-    """Note the machine's first day (the team's zone) once, for its partitions' start."""
+def note_first_day(settings: Settings, *, fresh: bool) -> None:
+    """Note the machine's first week, once, when its database is new (``fresh``: this start
+    made it): the Monday of the week of its first start (the team's zone, the machine's clock),
+    so a first start on a weekend still has the Friday before among its partitions. An existing
+    machine, upgraded or restored, notes nothing: its partitions keep their start."""
     path = settings.home / FIRST_DAY_FILE
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{datetime.now(ZoneInfo(settings.timezone)).date()}\n", "utf-8")
+    if not fresh or path.exists():
+        return
+    today = build_clock(settings.now).now().astimezone(ZoneInfo(settings.timezone)).date()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{today - timedelta(days=today.weekday())}\n", "utf-8")
 
 
 def launch_first_evaluate(ui: str) -> tuple[str, str | None]:

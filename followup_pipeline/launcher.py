@@ -173,7 +173,8 @@ class Launcher:
         self.env = machine_environment(self.settings, self.env, secrets=False)
         url = self.env["FOLLOWUP_DATABASE_URL"]
         applied = migrate(url)
-        note_first_day(self.settings)
+        # A new database (its first migration applied now) is a new machine: its first week.
+        note_first_day(self.settings, fresh=any(m.version == 1 for m in applied))
         offsets = prepare_cadence(url, self.settings)
         after_migrate(url, self.settings, [m.version for m in applied])
         self.say(

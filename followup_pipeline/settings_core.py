@@ -199,16 +199,18 @@ class CoreSettings(BaseSettings):
         return self
 
     def partitions_start_on(self, today: date | None = None) -> date:
-        """The first day of the partitions: the setting, else the machine's first day (noted
-        in ``FOLLOWUP_HOME/first-day`` by its first start: no "missing" hours from before it
-        existed), else the previous month's first day."""
+        """The first day of the partitions: the setting, else the machine's first week (noted
+        in ``FOLLOWUP_HOME/first-day`` when its first start made its database: no "missing"
+        hours from before it existed), else the previous month's first day."""
         if self.partitions_start is not None:
             return self.partitions_start
-        try:
-            return date.fromisoformat((self.home / FIRST_DAY_FILE).read_text("utf-8").strip())
-        except (OSError, ValueError):
-            pass
         day = today or datetime.now(zoneinfo.ZoneInfo(self.timezone)).date()
+        try:
+            noted = date.fromisoformat((self.home / FIRST_DAY_FILE).read_text("utf-8").strip())
+        except (OSError, ValueError):
+            noted = None
+        if noted is not None and noted <= day:  # (a date ahead: a copied home, a moved clock)
+            return noted
         previous = day.replace(day=1) - timedelta(days=1)
         return previous.replace(day=1)
 

@@ -57,15 +57,21 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         f"{'CRM id':<18} {'last seen':<21} name"
     )
     for row in rows:
-        who = " — ".join(part for part in (row.name, row.company) if part) or "—"
+        who = " — ".join(_plain(part) for part in (row.name, row.company) if part) or "—"
         priority = "—" if row.priority is None else str(row.priority)
         print(
-            f"{row.id:>6}  {row.email:<32} {row.events:>6}  {row.sources:<29} "
-            f"{row.intent or '—':<11} {priority:>4}  {row.crm_lead_id or '—':<18} "
+            f"{row.id:>6}  {_plain(row.email):<32} {row.events:>6}  {_plain(row.sources):<29} "
+            f"{_plain(row.intent or '—'):<11} {priority:>4}  {_plain(row.crm_lead_id or '—'):<18} "
             f"{for_people(row.last_seen_at, settings.timezone):<21} {who}"
         )
     print(f"{len(rows)} lead(s)")
     return 0
+
+
+def _plain(text: object) -> str:
+    """Outside text (a person's, the CRM's, the model's) as one plain line: no control
+    characters, so no escape sequence reaches the terminal."""
+    return " ".join(clean_text(str(text)).split())
 
 
 def _when(value: datetime | None, settings: Settings) -> str:
@@ -74,14 +80,14 @@ def _when(value: datetime | None, settings: Settings) -> str:
 
 def _event_lines(event: LeadEvent, settings: Settings) -> list[str]:
     """An event in a line, and its message under it."""
-    facts = [f"event {event.event_id}", event.source, event.kind]
+    facts = [f"event {event.event_id}", _plain(event.source), _plain(event.kind)]
     if event.amount is not None:
         minor = " (minor units)" if event.amount_unit == "minor" else ""
-        facts.append(f"amount {event.amount} {event.currency or ''}".rstrip() + minor)
+        facts.append(f"amount {event.amount} {_plain(event.currency or '')}".rstrip() + minor)
     if event.page:
-        facts.append(f"page {event.page}")
+        facts.append(f"page {_plain(event.page)}")
     if event.crm_lead_id:
-        facts.append(f"CRM Lead {event.crm_lead_id}")
+        facts.append(f"CRM Lead {_plain(event.crm_lead_id)}")
     lines = [f"  {_when(event.received_at, settings)}  " + ", ".join(facts)]
     if event.message:  # one line, without control characters
         message = " ".join(clean_text(event.message).split())
@@ -93,10 +99,11 @@ def _classification_lines(c: StoredClassification, settings: Settings) -> list[s
     by = "review" if c.source == "review" else f"model {c.model}"
     changed = ", the model's own answer differed" if c.model_differed else ""
     return [
-        f"      classified: priority {c.priority}, intent {c.intent}, segment {c.segment}, "
-        f"language {c.language} (by {by}{changed}, {_when(c.created_at, settings)})",
-        f"      summary: {c.summary}",
-        *(f"      - {reason}" for reason in c.reasons),
+        f"      classified: priority {c.priority}, intent {_plain(c.intent)}, segment "
+        f"{_plain(c.segment)}, language {_plain(c.language)} (by {_plain(by)}{changed}, "
+        f"{_when(c.created_at, settings)})",
+        f"      summary: {_plain(c.summary)}",
+        *(f"      - {_plain(reason)}" for reason in c.reasons),
     ]
 
 
@@ -123,7 +130,7 @@ def _show_lead(args: argparse.Namespace, settings: Settings) -> int:
         ("last seen", _when(lead.last_seen_at, settings)),
         ("CRM Lead", (lead.crm_lead_id or "none yet") + written),
     ):
-        print(f"{label:>12}: {value}")
+        print(f"{label:>12}: {_plain(value)}")
     by_event: dict[int, list[StoredClassification]] = {}
     for c in classified:
         by_event.setdefault(c.event_id, []).append(c)

@@ -37,7 +37,9 @@ def _preview(args: argparse.Namespace, settings: Settings) -> int:
     now = build_clock(settings.now).now()
     today = local_date(now, settings.timezone)
     day: date = args.date or today
-    language: Language = args.lang or settings.report_language
+    # A salesperson's list in the language they are sent it in (FOLLOWUP_SALESPERSON_LANGUAGES).
+    own = settings.salesperson_languages.get(args.person) if args.person else None
+    language: Language = args.lang or own or settings.report_language
     url = resolve_database_url(settings)
     with contextlib.ExitStack() as stack:
         try:

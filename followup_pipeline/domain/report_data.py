@@ -77,6 +77,9 @@ class Health:
     last_evaluate_ok: datetime | None
     oldest_pending_s: float | None
     crm_unreachable_since: datetime | None = None
+    #: How the latest runs fell short since then: ``down`` (unreachable), ``partial`` (not
+    #: read in full), ``failed`` (the runs failed).
+    crm_state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class CrmReading:
 
     last_full: datetime | None
     unreachable_since: datetime | None
+    #: How the latest runs fell short (``down``, ``partial``, ``failed``; None: they did not).
+    how: str | None = None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ class OwnerValue:
     owner: str | None
     currency: str | None
     deals: int
-    amount: Decimal | float
+    amount: Decimal | float | None
 
 
 @dataclass(frozen=True)

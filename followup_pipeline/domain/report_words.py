@@ -50,6 +50,10 @@ WORDS: dict[Language, dict[str, str]] = {
         "health_queue": " Die älteste Nachricht aus dem CRM wartet seit {minutes} min.",
         "health_crm_down": "Das CRM ist seit {since} nicht erreichbar; letzter vollständiger "
         "Abgleich: {last}.",
+        "health_crm_partial": "Das CRM ist seit {since} nicht vollständig lesbar; letzter "
+        "vollständiger Abgleich: {last}.",
+        "health_crm_failed": "Der Abgleich mit dem CRM schlägt seit {since} fehl; letzter "
+        "vollständiger Abgleich: {last}.",
         "health_crm_waiting": "{n} fällige Schritte warten darauf.",
         "health_crm_waiting_1": "Ein fälliger Schritt wartet darauf.",
         "health_cases_only": "{n} Vorgänge warten auf das Betriebsteam.",
@@ -87,7 +91,10 @@ WORDS: dict[Language, dict[str, str]] = {
         "col_deals": "Deals",
         "col_value": "Wert",
         "quiet": "Am längsten ohne Kontakt",
-        "quiet_since": "seit {day}",
+        "quiet_last": "letzter Kontakt am {day} ({ago})",
+        "quiet_none": "kein Kontakt seit dem Beginn am {day} ({ago})",
+        "deals_more": "und {n} weitere",
+        "deals_1": "1 Deal",
         "on_day": "am {day}",
         "fired": "Aufgaben angelegt",
         "suppressed": "Aufgaben nicht angelegt",
@@ -171,6 +178,10 @@ WORDS: dict[Language, dict[str, str]] = {
         "{last}.",
         "health_queue": " The oldest message from the CRM has waited {minutes} min.",
         "health_crm_down": "The CRM has been unreachable since {since}; last full check: {last}.",
+        "health_crm_partial": "The CRM has not been read in full since {since}; last full "
+        "check: {last}.",
+        "health_crm_failed": "The check against the CRM has been failing since {since}; last "
+        "full check: {last}.",
         "health_crm_waiting": "{n} due steps wait for it.",
         "health_crm_waiting_1": "One due step waits for it.",
         "health_cases_only": "{n} cases wait for the operations team.",
@@ -205,7 +216,10 @@ WORDS: dict[Language, dict[str, str]] = {
         "col_deals": "Deals",
         "col_value": "Value",
         "quiet": "Longest without contact",
-        "quiet_since": "since {day}",
+        "quiet_last": "last contact on {day} ({ago})",
+        "quiet_none": "no contact since it began on {day} ({ago})",
+        "deals_more": "and {n} more",
+        "deals_1": "1 deal",
         "on_day": "on {day}",
         "fired": "Tasks created",
         "suppressed": "Tasks not created",

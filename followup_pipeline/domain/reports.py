@@ -6,7 +6,6 @@ templates with autoescaping. Pure code: no I/O but the templates. The words are 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -37,7 +36,7 @@ from followup_pipeline.domain.report_data import (
 from followup_pipeline.domain.report_deals import QuietDeal
 from followup_pipeline.domain.report_words import DATE_FORMAT, WEEKDAYS, WORDS, Language
 from followup_pipeline.domain.tasks import CONTACT_WORDS, RECORDED_KINDS, ago_text, day_text
-from followup_pipeline.domain.text import clean_text
+from followup_pipeline.domain.text import account_shown, clean_text
 
 __all__ = [
     "ClosedLine",
@@ -61,10 +60,6 @@ __all__ = [
 ]
 
 #: Legal forms left out when deciding whether a deal's name already names its account.
-LEGAL_FORMS = re.compile(
-    r"\b(gmbh|ag|kg|ohg|se|ug|e\.?\s?k|gbr|ltd|llc|inc|plc|co|corp|sa|sarl|bv|nv)\b\.?|&|[.,–—-]",
-    re.IGNORECASE,
-)
 
 
 @dataclass
@@ -97,19 +92,6 @@ def _groups(data: MorningData, unknown: str) -> list[_Group]:
         (group.due_today if line.section == "today" else group.overdue).append(line)
     names = sorted(groups, key=lambda n: (n == unknown, n.casefold()))
     return [groups[name] for name in names]
-
-
-def account_shown(deal_name: str, account_name: str | None) -> str | None:
-    """The account's name when the deal's name does not say it already (``Bäckerei Hoffmann –
-    Pilot`` of ``Bäckerei Hoffmann GmbH`` needs no second mention)."""
-    if not account_name:
-        return None
-
-    def core(name: str) -> str:
-        return " ".join(LEGAL_FORMS.sub(" ", name.casefold()).split())
-
-    account = core(account_name)
-    return None if not account or account in core(deal_name) else account_name
 
 
 def amount_of(amount: Decimal | float | None, currency: str | None, language: Language) -> str:
@@ -185,7 +167,8 @@ def render_morning(data: MorningData, language: Language) -> Rendered:
     if health.crm_unreachable_since is not None:
         # The latest runs could not read the CRM: said first, with what waits for it.
         waiting = sum(1 for s in data.steps if s.reason in ("crm_error", "waiting"))
-        health_line = words["health_crm_down"].format(
+        key = {"partial": "health_crm_partial", "failed": "health_crm_failed"}
+        health_line = words[key.get(health.crm_state or "", "health_crm_down")].format(
             since=when(health.crm_unreachable_since), last=when(health.last_evaluate_ok)
         )
         if waiting:
@@ -290,7 +273,11 @@ def lead_rows(leads: LeadWeek, language: Language) -> list[tuple[str, int]]:
     return rows
 
 
-def _deal_sections(data: WeeklyData, language: Language) -> list[tuple[str, list[str]]]:
+#: How many deals each of the Friday's lists names (the rest counted).
+DEALS_SHOWN = 10
+
+
+def _deal_sections(data: WeeklyData, language: Language) -> list[tuple[str, int, list[str]]]:
     """The week's deals by name, one line each: won and lost with their amounts, those that
     entered and left follow-up (why)."""
     words = WORDS[language]
@@ -310,21 +297,23 @@ def _deal_sections(data: WeeklyData, language: Language) -> list[tuple[str, list
                 text += f", {words.get(line.what, line.what)}"
             text += ", " + words["on_day"].format(day=day_text(day, language, data.end))
             shown.append(text)
-        sections.append((words[key], shown))
+        if len(shown) > DEALS_SHOWN:  # the first Friday after adopting forty deals: a count
+            more = len(shown) - DEALS_SHOWN
+            shown = [*shown[:DEALS_SHOWN], words["deals_more"].format(n=more)]
+        sections.append((words[key], len(lines), shown))
     return sections
 
 
 def _quiet_since(deal: QuietDeal, data: WeeklyData, language: Language) -> str:
     """``E-Mail am 27. Februar (vor 3 Tagen)``, or since when there was none."""
     words = WORDS[language]
+    key = "quiet_none" if deal.contact_at is None else "quiet_last"
     if deal.contact_at is None:
         day = deal.started_on
-        return words["no_contact"].format(
-            day=day_text(day, language, data.end), ago=ago_text(day, language, data.end)
-        )
-    day = deal.contact_at.astimezone(ZoneInfo(data.time_zone)).date()
-    return words["quiet_since"].format(day=day_text(day, language, data.end)) + (
-        f" ({ago_text(day, language, data.end)})"
+    else:
+        day = deal.contact_at.astimezone(ZoneInfo(data.time_zone)).date()
+    return words[key].format(
+        day=day_text(day, language, data.end), ago=ago_text(day, language, data.end)
     )
 
 
@@ -349,7 +338,11 @@ def render_weekly(data: WeeklyData, language: Language) -> Rendered:
         "bars": bars,
         "deal_sections": _deal_sections(data, language),
         "owner_values": [
-            (v.owner or words["owner_unknown"], v.deals, amount_of(v.amount, v.currency, language))
+            (
+                v.owner or words["owner_unknown"],
+                counted(words, "deals", v.deals).format(n=v.deals),
+                amount_of(v.amount, v.currency, language),
+            )
             for v in data.deals.value_by_owner
         ],
         "quiet": [

@@ -13,6 +13,8 @@ from datetime import date
 from typing import Literal
 from urllib.parse import urlsplit
 
+from followup_pipeline.domain.text import account_shown
+
 Language = Literal["de", "en"]
 #: What the last contact was: activity the CRM shows (an e-mail, a call, a meeting held), a task
 #: someone completed in ClickUp (``task``, with ``FOLLOWUP_CLICKUP_COMPLETION_RESETS``), a reset
@@ -298,7 +300,8 @@ def task_name(deal_name: str, account_name: str | None) -> str:
     name holds it already (``Crescent Analytics – Support``, not ``… (Crescent Analytics)``;
     compared without regard to case)."""
     deal, account = plain_line(deal_name), plain_line(account_name or "")
-    if not account or account.casefold() in deal.casefold():
+    # The same rule as the mails': legal forms aside, in whole words.
+    if not account or account_shown(deal, account) is None:
         return deal
     return f"{deal} ({account})"
 

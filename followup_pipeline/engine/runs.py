@@ -34,6 +34,9 @@ DEGRADED_TAG_MAX = 500
 #: The machine's clock when the run read its world (ISO 8601): what people read of it (a
 #: simulated clock's, not Dagster's wall clock).
 AT_TAG = "followup/at"
+#: How much of the CRM an ``evaluate`` run read: ``full``, ``partial`` (the stages checked, a
+#: listing or the activity not read), or ``down`` (not even the stages): the operations line.
+CRM_TAG = "followup/crm"
 SINGLETON_TAG = "followup/singleton"
 #: Run monitoring (dagster.yaml) fails a run that outlives this tag's seconds: every job has one,
 #: so no hung run holds its queue or its lock for good.
@@ -59,6 +62,7 @@ def outcome_output(
     *,
     degraded: str | None = None,
     at: datetime | None = None,
+    extra_tags: dict[str, str] | None = None,
 ) -> dg.Output[RunCounts]:
     """Tag the run with its outcome (and, when ``partial``, with what it skipped and why; with
     ``at``, the machine's clock of its reading) and return the counts as the op's output, with
@@ -67,6 +71,7 @@ def outcome_output(
     tags = {OUTCOME_TAG: outcome, **({COUNTS_TAG: line} if line else {})}
     if at is not None:
         tags[AT_TAG] = at.isoformat()
+    tags.update(extra_tags or {})
     if outcome == "partial" and degraded:
         tags[DEGRADED_TAG] = cut(degraded, DEGRADED_TAG_MAX)
     context.instance.add_run_tags(context.run_id, tags)
@@ -112,9 +117,11 @@ class Ended:
     ended: datetime
     #: The machine's clock of its reading (``AT_TAG``; else its start).
     at: datetime | None = None
+    #: How much of the CRM it read (``CRM_TAG``; None: not said, a run before the tag).
+    crm: str | None = None
 
 
-def _ended(record: dg.RunRecord) -> Ended:
+def ended_of(record: dg.RunRecord) -> Ended:
     run = record.dagster_run
     start = record.start_time or record.create_timestamp.timestamp()
     end = record.end_time or record.update_timestamp.timestamp()
@@ -130,6 +137,7 @@ def _ended(record: dg.RunRecord) -> Ended:
         started=started,
         ended=datetime.fromtimestamp(end, tz=UTC),
         at=at,
+        crm=run.tags.get(CRM_TAG),
     )
 
 
@@ -145,7 +153,7 @@ def last_clean_run(instance: dg.DagsterInstance, job_name: str) -> Ended | None:
         order_by="update_timestamp",
         ascending=False,
     )
-    return _ended(records[0]) if records else None
+    return ended_of(records[0]) if records else None
 
 
 def recent_outcomes(instance: dg.DagsterInstance, job_name: str, *, limit: int) -> list[Ended]:
@@ -161,7 +169,7 @@ def recent_outcomes(instance: dg.DagsterInstance, job_name: str, *, limit: int) 
         order_by="update_timestamp",
         ascending=False,
     )
-    return [_ended(record) for record in records]
+    return [ended_of(record) for record in records]
 
 
 def jobs_degraded_since(instance: dg.DagsterInstance, since: datetime) -> set[str]:

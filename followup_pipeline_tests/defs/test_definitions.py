@@ -137,17 +137,21 @@ def test_definitions_partitions_start_by_default_on_the_previous_months_first_da
     )
 
 
-def test_definitions_partitions_start_on_the_machines_first_day_once_noted(
+def test_definitions_partitions_start_on_the_machines_first_week_once_noted(
     tmp_path: Path,
 ) -> None:
-    """A machine that noted its first start begins its partitions there: no "missing" hours
-    from before it existed; the setting still wins."""
+    """A machine whose first start made its database begins its partitions on that week's
+    Monday (a Saturday start keeps the Friday before); an upgraded one notes nothing; a noted day
+    ahead is not taken; the setting still wins."""
+    saturday = "2026-03-07T10:00:00+01:00"
+    note_first_day(load_settings(home=tmp_path, now=saturday), fresh=False)
+    assert not (tmp_path / "first-day").exists()  # an existing machine keeps its start
+    note_first_day(load_settings(home=tmp_path, now=saturday), fresh=True)
     settings = load_settings(home=tmp_path)
-    note_first_day(settings)
-    noted = date.fromisoformat((tmp_path / "first-day").read_text("utf-8").strip())
-    assert settings.partitions_start_on(date(2026, 1, 15)) == noted
-    note_first_day(load_settings(home=tmp_path, timezone="Pacific/Kiritimati"))  # kept as noted
-    assert settings.partitions_start_on() == noted
+    assert settings.partitions_start_on(date(2026, 3, 9)) == date(2026, 3, 2)
+    note_first_day(load_settings(home=tmp_path, now="2026-05-04T10:00:00+02:00"), fresh=True)
+    assert settings.partitions_start_on(date(2026, 3, 9)) == date(2026, 3, 2)  # noted once
+    assert settings.partitions_start_on(date(2026, 2, 20)) == date(2026, 1, 1)  # ahead: not taken
     assert load_settings(home=tmp_path, partitions_start="2026-06-15").partitions_start_on() == (
         date(2026, 6, 15)
     )

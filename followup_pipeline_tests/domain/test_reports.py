@@ -228,7 +228,7 @@ WEEK = WeeklyData(
     time_zone="Europe/Berlin",
     fired=9,
     suppressed={"superseded": 2, "deal_closed": 1},
-    opened=5,
+    opened=1,
     closed={"won": 2, "lost": 1, "exhausted": 1},
     open_by_stage=[
         StageLine("Negotiation", 3, 12.3, 20),
@@ -252,8 +252,8 @@ WEEK = WeeklyData(
         left=[DealLine("d12", "Weber & Co", "Grace Lee", Decimal("900"), "EUR", "exhausted",
                        datetime(2026, 3, 6, 6, 0, tzinfo=UTC))],
         value_by_owner=[OwnerValue("Ada Lovelace", "EUR", 4, Decimal("63400")),
-                        OwnerValue("Grace Lee", "EUR", 3, Decimal("18000.5")),
-                        OwnerValue(None, None, 1, Decimal("0"))],
+                        OwnerValue("Grace Lee", "EUR", 5, Decimal("18000.5")),
+                        OwnerValue(None, None, 1, None)],
         quiet=[QuietDeal("Krüger & Söhne – Rollout", None, None, date(2026, 2, 2)),
                QuietDeal("Bäckerei Hoffmann – Pilot", "Ada Lovelace",
                          datetime(2026, 2, 20, 10, 0, tzinfo=UTC), date(2026, 2, 10))],
@@ -362,7 +362,15 @@ def test_reports_weekly_overview_names_the_weeks_deals_and_their_amounts() -> No
     assert "Lost (1)\n* <i>Hansa</i> Kälte (Unassigned), on 4 March" in text
     assert "Left follow-up (1)\n* Weber & Co (Grace Lee), 900 EUR, every step done" in text
     assert "* Ada Lovelace: 4 deals, 63,400 EUR" in text
-    assert "Longest without contact\n* Krüger & Söhne – Rollout (Unassigned): none since" in text
+    assert "* Unassigned: 1 deal, —" in text
+    assert (
+        "Longest without contact\n* Krüger & Söhne – Rollout (Unassigned): no contact since it "
+        "began on 2 February" in text
+    )
+    assert "Bäckerei Hoffmann – Pilot (Ada Lovelace): last contact on 20 February" in text
+    # The figures and the names agree: the week's new deal, the open deals by stage and owner.
+    assert "Deals newly followed up: 1" in text
+    assert "Started follow-up (1)" in text
     html = render_weekly(WEEK, "de").html
     assert "&lt;i&gt;Hansa&lt;/i&gt; Kälte" in html
     assert "12.000 EUR" in html

@@ -14,7 +14,7 @@ from followup_pipeline.defs.evaluate.activity import CadenceResetter
 from followup_pipeline.defs.evaluate.due import DueSteps
 from followup_pipeline.defs.evaluate.reconcile import Reconciler
 from followup_pipeline.defs.evaluate.tasks import TaskLedger
-from followup_pipeline.engine.runs import RunCounts, calendar_of, outcome_output
+from followup_pipeline.engine.runs import CRM_TAG, RunCounts, calendar_of, outcome_output
 from followup_pipeline.engine.scope import RunScope, Tally
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
@@ -65,6 +65,14 @@ def _skipped(context: dg.OpExecutionContext, holder: str) -> dg.Output[RunCounts
     reason = f"{LOCK_HELD_ELSEWHERE}: {holder}" if holder else LOCK_HELD_ELSEWHERE
     context.log.info("skipped: %s", reason)
     return outcome_output(context, "skipped", {"skipped": 1, "reason": reason})
+
+
+def crm_read(synced: "Synced", activity_complete: bool, down: bool) -> str:
+    """How much of the CRM the run read: ``down`` (not even its stages), ``partial`` (a listing
+    or the activity left unread), ``full``."""
+    if down:
+        return "down"
+    return "full" if synced.complete and activity_complete else "partial"
 
 
 @dg.op
@@ -192,4 +200,5 @@ def evaluate_due(
         tally.metadata(),
         degraded=tally.degraded(),
         at=run.now,
+        extra_tags={CRM_TAG: crm_read(synced, resets.complete, down is not None)},
     )

@@ -16,7 +16,7 @@ from followup_pipeline.domain.reports import (
     WeeklyData,
     lead_section,
 )
-from followup_pipeline.engine.runs import Ended, recent_outcomes
+from followup_pipeline.engine.runs import ended_of
 from followup_pipeline.settings import LEAD_SOURCES, Settings
 from followup_pipeline.store import reports as store
 from followup_pipeline.store.enrichments import open_review_items
@@ -28,32 +28,57 @@ from followup_pipeline.store.report_deals import week_deals
 CLICKUP_TASK_URL = "https://app.clickup.com/t/"
 
 
-#: What ``evaluate`` says in its ``followup/degraded`` tag when the CRM did not answer its sync.
+#: What ``evaluate`` says in its ``followup/degraded`` tag when the CRM did not answer its sync
+#: (how a run from before the ``followup/crm`` tag is read).
 CRM_UNREACHABLE = "CRM unreachable"
 #: How many of ``evaluate``'s latest runs are read for the operations line (a week of hours).
 RUNS_READ = 200
 
 
+def _crm_state(record: dg.RunRecord) -> str | None:
+    """How much of the CRM a finished ``evaluate`` read: ``full``, ``partial``, ``down``, or
+    ``failed`` (the run failed); None: a ``skipped`` run, which read nothing and says nothing."""
+    run = record.dagster_run
+    if run.status == dg.DagsterRunStatus.FAILURE:
+        return "failed"
+    ended = ended_of(record)
+    if ended.outcome == "skipped":
+        return None
+    if ended.crm is not None:
+        return ended.crm
+    unreachable = ended.outcome == "partial" and CRM_UNREACHABLE in (ended.degraded or "")
+    return "down" if unreachable else "full"
+
+
 def crm_reading(instance: dg.DagsterInstance | None) -> CrmReading:
-    """What ``evaluate``'s runs say of the CRM (Dagster's own record): when the last run that
-    read the CRM in full ended (a clean run, or one partial for another vendor), and since when
-    the CRM is unreachable (the start of the unbroken streak of latest runs whose sync it did not
-    answer; None: the latest read it)."""
+    """What ``evaluate``'s latest finished runs say of the CRM (Dagster's own record): when the
+    last one that read it in full read it, and, when the latest did not (the CRM down, a listing
+    unread, the run failed), since when and how: the first of that unbroken streak. Times are the
+    runs' own clock (a simulated one's too), never later than Dagster's."""
     if instance is None:
         return CrmReading(None, None)
-    runs = recent_outcomes(instance, "evaluate", limit=RUNS_READ)
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name="evaluate",
+            statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE],
+        ),
+        limit=RUNS_READ,
+        order_by="update_timestamp",
+        ascending=False,
+    )
+    read = [(record, state) for record in records if (state := _crm_state(record)) is not None]
 
-    def unreachable(run: Ended) -> bool:
-        return run.outcome == "partial" and CRM_UNREACHABLE in (run.degraded or "")
+    def when(record: dg.RunRecord) -> datetime:
+        ended = ended_of(record)
+        return min(ended.at or ended.started, ended.ended)
 
-    # The machine's clock of each run (a simulated one's too), as the list's other times are.
-    last_full = next((run.at or run.ended for run in runs if not unreachable(run)), None)
-    since = None
-    for run in runs:
-        if not unreachable(run):
+    last_full = next((when(r) for r, state in read if state == "full"), None)
+    since, how = None, None
+    for record, state in read:
+        if state == "full":
             break
-        since = run.at or run.started
-    return CrmReading(last_full, since)
+        since, how = when(record), how or state
+    return CrmReading(last_full, since, how)
 
 
 def morning_data(
@@ -100,6 +125,7 @@ def morning_data(
             crm.last_full,
             pending or None,
             crm_unreachable_since=crm.unreachable_since,
+            crm_state=crm.how,
         ),
         late=not preview and day < local_date(now, zone),
         preview=preview,

@@ -17,12 +17,13 @@ ORDER BY registered_at, subject_name;
 
 -- name: week_value_by_owner
 -- The open follow-ups at `until` per salesperson and currency: how many, and their value.
+-- (An owner's deals without an amount: none, shown as such; each currency its own row.)
 SELECT assigned_user_name AS owner, amount_currency AS currency, count(*)::int AS deals,
-       coalesce(sum(amount), 0) AS amount
+       sum(amount) AS amount
 FROM watches
 WHERE closed_at IS NULL AND registered_at < %(until)s
 GROUP BY assigned_user_name, amount_currency
-ORDER BY coalesce(sum(amount), 0) DESC, assigned_user_name;
+ORDER BY assigned_user_name NULLS LAST, amount_currency NULLS LAST;
 
 -- name: week_quiet_deals
 -- The open deals longest without contact at `until` (their last contact, else since their

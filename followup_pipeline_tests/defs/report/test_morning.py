@@ -322,3 +322,22 @@ def test_morning_list_says_the_crm_is_unreachable_since_the_run_that_found_it_so
     text = mail["message"]["textBody"]
     assert "The CRM has been unreachable since 2026-03-09 07:00 CET" in text
     assert "All is running" not in text
+
+
+def test_morning_list_counts_a_catch_up_task_overdue_in_its_header_and_row(
+    machine: Machine,
+) -> None:
+    """Step 1 was due on Monday; the machine first ran on Tuesday and made its task then: the
+    list of Tuesday counts it overdue, says since when, and links its task."""
+    machine.deal(name="Spät GmbH")
+    machine.evaluate(MONDAY)
+    tuesday = NEXT_MONDAY + timedelta(days=1)
+    machine.evaluate(tuesday)  # the catch-up task of Monday's step
+    assert _morning(machine, "2026-03-10", now=tuesday + timedelta(hours=1)).success
+    [mail] = machine.outbox()
+    text = mail["message"]["textBody"]
+    assert "0 due today, 1 overdue." in text
+    overdue = text.partition("Overdue (1)")[2]
+    assert "Spät GmbH" in overdue
+    assert "due since 9 March" in overdue
+    assert "/clickup/t/" in text

@@ -173,7 +173,8 @@ def test_weekly_overview_leads_section_is_left_out_or_one_line(
 def test_weekly_overview_counts_the_week_and_goes_out_once(
     machine: Machine, db: psycopg.Connection[Any]
 ) -> None:
-    deals = [machine.deal(name=f"Woche {n}") for n in range(3)]
+    deals = [machine.deal(name=f"Woche {n}", amount=1000 * (n + 1), amountCurrency="EUR")
+             for n in range(3)]  # fmt: skip
     machine.evaluate(MONDAY)  # three watches opened in the week before
     machine.evaluate(MONDAY + timedelta(days=7))  # Monday 9 March: three tasks
     machine.move(deals[0], "Closed Won")
@@ -189,6 +190,12 @@ def test_weekly_overview_counts_the_week_and_goes_out_once(
     assert re.search(r'Deals no longer followed up: won</td><td align="right"[^>]*>1<', html)
     assert re.search(r'Proposal</td><td align="right"[^>]*>2<', html)  # two deals still open
     assert html.count('bgcolor="#4a7bd0"') == 20  # all three tasks on one day: the full bar
+    # The week's deals by name, read from the watches: the won one with its amount, the open
+    # ones' value by salesperson, the quietest.
+    text = message["textBody"]
+    assert "Won (1)\n* Woche 0 (Unassigned), 1,000 EUR, on 10 March" in text
+    assert "* Unassigned: 2 deals, 5,000 EUR" in text
+    assert "Longest without contact\n* Woche" in text
     assert _weekly(machine, "2026-03-13").success
     assert len(machine.outbox()) == 1
     assert _weekly(machine, "2026-03-13", force=True).success
