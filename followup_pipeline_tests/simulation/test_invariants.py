@@ -218,19 +218,22 @@ def test_a_step_neither_fired_nor_skipped_breaks_due_steps(built: Built) -> None
     key = built.step(0)
     watch, step = int(key.split(":")[1]), 1
     saved = built.conn.execute(
-        "SELECT fired_at, task_ref FROM watch_steps WHERE watch_id = %s AND step_no = %s",
+        "SELECT fired_at, task_ref, task_url FROM watch_steps WHERE watch_id = %s AND step_no = %s",
         (watch, step),
     ).fetchone()
     assert saved is not None
     update = (
-        "UPDATE watch_steps SET fired_at = %s, task_ref = %s WHERE watch_id = %s AND step_no = %s"
+        "UPDATE watch_steps SET fired_at = %s, task_ref = %s, task_url = %s"
+        " WHERE watch_id = %s AND step_no = %s"
     )
-    built.conn.execute(update, (None, None, watch, step))
+    built.conn.execute(update, (None, None, None, watch, step))
     built.conn.execute("UPDATE actions SET outcome = 'failed' WHERE idempotency_key = %s", (key,))
     try:
         found = built.check()
     finally:
-        built.conn.execute(update, (saved["fired_at"], saved["task_ref"], watch, step))
+        built.conn.execute(
+            update, (saved["fired_at"], saved["task_ref"], saved["task_url"], watch, step)
+        )
         built.conn.execute(
             "UPDATE actions SET outcome = 'confirmed' WHERE idempotency_key = %s", (key,)
         )
