@@ -6,7 +6,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import calendar, evaluate, ingress, latency, load, scale
+from benchmarks import calendar, evaluate, ingress, ingress_profile, latency, load, scale
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -30,6 +30,9 @@ def main() -> None:
         "## ingress under load: unique signed webhooks a second (wrk), against Python and pgbench",
         "",
         *load.run(),
+        "## ingress: where one delivery's time goes, stage by stage",
+        "",
+        *ingress_profile.run(),
         "## evaluate at scale: a whole run's wall time and CRM requests by open watches",
         "",
         "The sandbox in its own process holds one deal per watch; watches seeded with SQL, none",

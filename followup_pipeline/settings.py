@@ -139,6 +139,10 @@ class Settings(VendorSettings, CoreSettings):
     ingress_db_connections: int = Field(default=16, ge=2, le=500)
     #: Connections of one ingress process (set by ``followup ingress`` for its workers).
     ingress_pool_size: int | None = Field(default=None, ge=1, le=500)
+    #: Group commit: deliveries arriving within this many milliseconds of a batch's first are
+    #: stored in one transaction (0: each on its own), at most ``ingress_batch_rows`` of them.
+    ingress_batch_window_ms: float = Field(default=2.0, ge=0, le=100)
+    ingress_batch_rows: int = Field(default=64, ge=1, le=1000)
     sandbox_port: int = Field(default=8765, ge=1, le=65535)
     #: Where the code server of a production machine answers (``followup serve code-server``);
     #: set, the webserver, the daemon and ``followup dagster`` load the code from it instead of

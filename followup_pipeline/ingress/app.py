@@ -12,7 +12,6 @@ it (EspoCRM retries 503, not 502/504). Every answer to a webhook but 200 carries
 "detail"}``.
 """
 
-import asyncio
 import contextlib
 import ctypes
 import logging
@@ -21,22 +20,21 @@ import re
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
-from datetime import time as day_time
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from followup_pipeline.domain.account import AccountRows, build
+from followup_pipeline.ingress.batcher import GroupCommit
 from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.links import LinkPages
 from followup_pipeline.ingress.metrics import Metrics
+from followup_pipeline.ingress.readings import Readings
 from followup_pipeline.ingress.signatures import (
     Rejected,
     Verified,
@@ -45,12 +43,8 @@ from followup_pipeline.ingress.signatures import (
     verify_stripe,
 )
 from followup_pipeline.settings import Settings
-from followup_pipeline.store import events, work
-from followup_pipeline.store.account import ACCOUNT_QUERIES
-from followup_pipeline.store.account import params as account_params
+from followup_pipeline.store import events
 from followup_pipeline.store.db import StoreError, StoreUnavailable, build_async_pool, typed_row
-from followup_pipeline.store.gauges import Series
-from followup_pipeline.store.lms import LMS_STATES, STATUS_WINDOW, TenantStatus
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -93,12 +87,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-#: The window ``/metrics`` accounts for (``followup account``'s default too).
-ACCOUNT_WINDOW = timedelta(days=7)
-#: How often a scrape makes the account again (between, it shows the last one).
-ACCOUNT_EVERY_S = 300.0
-
-
 class Ingress:
     """The app's state: settings, the pool, the counters."""
 
@@ -112,10 +100,25 @@ class Ingress:
         self.settings = settings
         self.pool = pool
         self.now = now
-        self._account_cache: tuple[float, dict[str, float]] = (0.0, {})
         self.metrics = metrics or Metrics()
+        self.readings = Readings(settings, pool, now)
+        #: Group commit (``batcher.py``), started with the app; None: each delivery on its own.
+        self.batcher: GroupCommit | None = None
+        if settings.ingress_batch_window_ms > 0:
+            self.batcher = GroupCommit(
+                pool,
+                self._store_one,
+                window_s=settings.ingress_batch_window_ms / 1000,
+                max_rows=settings.ingress_batch_rows,
+            )
 
     async def _store(self, params: dict[str, object]) -> events.Stored:
+        """Store one delivery: with those that arrive with it (group commit), or on its own."""
+        if self.batcher is not None:
+            return await self.batcher.store(params)
+        return await self._store_one(params)
+
+    async def _store_one(self, params: dict[str, object]) -> events.Stored:
         """One round trip: the database's ``store_delivery``, in autocommit its own transaction,
         whose answer comes only with its commit (store, then acknowledge).
 
@@ -143,72 +146,6 @@ class Ingress:
             assert stored is not None  # the function answers one row, always
             return stored
         raise AssertionError("unreachable")
-
-    async def _gauges(self) -> dict[str, float]:
-        async with (
-            self.pool.connection() as conn,
-            conn.cursor(row_factory=typed_row(events.Gauges)) as cursor,
-        ):
-            await cursor.execute(query("events_gauges"))
-            row: events.Gauges | None = await cursor.fetchone()
-        assert row is not None
-        values = row.values()
-        async with (
-            self.pool.connection() as conn,
-            conn.cursor(row_factory=typed_row(TenantStatus)) as cursor,
-        ):
-            now = datetime.fromtimestamp(self.now(), UTC)  # the machine's clock
-            await cursor.execute(query("lms_status"), {"now": now, "since": now - STATUS_WINDOW})
-            for tenant in await cursor.fetchall():
-                for state in LMS_STATES:
-                    values[f"lms|{tenant.tenant_id}|{state}"] = float(getattr(tenant, state))
-        async with (
-            self.pool.connection() as conn,
-            conn.cursor(row_factory=typed_row(Series)) as cursor,
-        ):
-            params = {"max_attempts": self.settings.action_max_attempts}
-            await cursor.execute(query("operator_gauges"), params)
-            for one in await cursor.fetchall():
-                values[f"op|{one.name}|{one.label}"] = float(one.value)
-        async with (
-            self.pool.connection() as conn,
-            conn.cursor(row_factory=typed_row(work.Count)) as cursor,
-        ):
-            await cursor.execute(query("work_counts"))
-            for count in await cursor.fetchall():
-                key = f"work|{count.state}|{count.pipeline}|{count.kind}|{count.owner}"
-                values[key] = values.get(key, 0.0) + count.items
-        values.update(await self._account(now))
-        return values
-
-    async def _account(self, now: datetime) -> dict[str, float]:
-        """The account of the actions due in the last ``ACCOUNT_WINDOW``
-        (``domain/account.py``): ``acct|pipeline|kind|ending`` counts, and the unaccounted.
-        Made at most once every ``ACCOUNT_EVERY_S`` (a week of rows is read for it), its sums
-        made off the event loop."""
-        made, cached = self._account_cache
-        if cached and time.monotonic() - made < ACCOUNT_EVERY_S:
-            return cached
-        values = await self._account_now(now)
-        self._account_cache = (time.monotonic(), values)
-        return values
-
-    async def _account_now(self, now: datetime) -> dict[str, float]:
-        since = now - ACCOUNT_WINDOW
-        found = []
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            for name in ACCOUNT_QUERIES:
-                await cursor.execute(query(name), account_params(since, now))
-                found.append(list(await cursor.fetchall()))
-        opens = day_time(self.settings.business_hours_start)
-        result = await asyncio.to_thread(
-            build, AccountRows(*found), opens=opens, since=since, until=now
-        )
-        values = {"acct_unaccounted": float(len(result.unaccounted))}
-        for line in result.sorted_lines():
-            for ending, n in line.endings.items():
-                values[f"acct|{line.pipeline}|{line.kind}|{ending}"] = float(n)
-        return values
 
     async def _ping(self) -> None:
         async with self.pool.connection() as conn:
@@ -295,7 +232,7 @@ class Ingress:
     async def prometheus(self, request: Request) -> Response:
         """``GET /metrics``: the counters, the histogram and the event log's gauges."""
         try:
-            gauges: dict[str, float] | None = await self._gauges()
+            gauges: dict[str, float] | None = await self.readings.gauges()
         except (psycopg.Error, StoreError):
             gauges = None
         text = self.metrics.render(gauges)
@@ -332,9 +269,13 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # wait=False: the ingress starts (and answers 503) while the database is down.
         await pool.open(wait=False)
+        if ingress.batcher is not None:
+            ingress.batcher.start()
         try:
             yield
         finally:
+            if ingress.batcher is not None:
+                await ingress.batcher.stop()
             await pool.close()
 
     routes = [

@@ -178,3 +178,20 @@ SELECT
       WHERE registered_by = 'reconcile' AND registered_at >= %(since)s
         AND registered_at > (SELECT min(registered_at) FROM watches) + interval '1 hour'
     ) AS reconciled_since;
+
+-- name: events_store_batch
+-- Store the deliveries that arrived together in one statement (the ingress's group commit: one
+-- transaction, one commit for all): each through the same function, in arrival order, so a
+-- delivery repeated within the batch is counted a duplicate of the one before it.
+SELECT d.ord::int AS ord, s.event_id, s.event_status AS status, s.duplicate
+FROM unnest(
+    %(source)s::text[], %(event_type)s::text[], %(dedup_key)s::text[], %(body)s::bytea[],
+    %(headers)s::jsonb[], %(status)s::text[], %(last_error)s::text[], %(dead_step)s::text[],
+    %(delivery_id)s::text[], %(received_at)s::timestamptz[]
+) WITH ORDINALITY AS d(source, event_type, dedup_key, body, headers, status, last_error,
+                       dead_step, delivery_id, received_at, ord)
+CROSS JOIN LATERAL store_delivery(
+    d.source, d.event_type, d.dedup_key, d.body, d.headers, d.status, d.last_error,
+    d.dead_step, %(window)s::interval, %(namespace)s, d.delivery_id, d.received_at
+) AS s
+ORDER BY d.ord;
