@@ -83,6 +83,9 @@ class GroupCommit:
         self._slots = asyncio.Semaphore(in_flight)
         self._task: asyncio.Task[None] | None = None
         self._commits: set[asyncio.Task[None]] = set()
+        #: The batch being collected (answered 503 if the ingress stops meanwhile).
+        self._held: list[tuple[dict[str, object], asyncio.Future[events.Stored]]] = []
+        self._closed = False
         #: Batches committed and rows in them (the benchmark's and the tests' figures).
         self.batches = 0
         self.rows = 0
@@ -92,22 +95,25 @@ class GroupCommit:
         self._task = asyncio.get_running_loop().create_task(self._collect())
 
     async def stop(self) -> None:
-        """Stop collecting; what is queued is answered 503 (its senders retry), what commits is
-        let finish."""
+        """Stop collecting; what is queued or held is answered 503 (its senders retry), what
+        commits is let finish; a delivery after the stop is refused at once."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         if self._commits:
             await asyncio.gather(*self._commits, return_exceptions=True)
+        stopping = [*self._held]
         while not self._queue.empty():
-            _, future = self._queue.get_nowait()
-            if not future.done():
-                future.set_exception(StoreUnavailable("the ingress is stopping"))
+            stopping.append(self._queue.get_nowait())
+        _fail(stopping, _unavailable(StoreUnavailable("the ingress is stopping")))
 
     async def store(self, params: dict[str, object]) -> events.Stored:
         """Store one delivery with those that arrive with it; its fate once its batch
         committed (``StoreUnavailable``/``psycopg.Error`` as a single store raises them)."""
+        if self._closed:
+            raise StoreUnavailable("the ingress is stopping")
         future: asyncio.Future[events.Stored] = asyncio.get_running_loop().create_future()
         await self._queue.put((params, future))
         return await future
@@ -115,7 +121,7 @@ class GroupCommit:
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
+            self._held = batch = [await self._queue.get()]
             # Natural batching: with no batch committing, the window is not waited (a lone
             # delivery is not held back); while one commits, the next collects for the window.
             deadline = loop.time() + (self.window_s if self._commits else 0.0)
@@ -127,10 +133,12 @@ class GroupCommit:
                 if left <= 0:
                     break
                 try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), left))
+                    async with asyncio.timeout(left):
+                        batch.append(await self._queue.get())
                 except TimeoutError:
                     break
             await self._slots.acquire()
+            self._held = []
             task = loop.create_task(self._commit(batch))
             self._commits.add(task)
             task.add_done_callback(self._commits.discard)
@@ -143,15 +151,19 @@ class GroupCommit:
             try:
                 stored = await self._insert(rows)
             except (PoolTimeout, StoreUnavailable) as error:
-                _fail(batch, error)
+                _fail(batch, _unavailable(error))
                 return
             except psycopg.OperationalError as error:
-                if lost(error):  # the connection broke: the whole batch, 503
-                    _fail(batch, error)
+                if lost(error) or busy(error):  # the connection broke, or a wait ran out: 503
+                    _fail(batch, _unavailable(error))
                     return
                 stored = None
             except psycopg.Error:
                 stored = None  # a row the database refused: each on its own
+            except Exception as error:  # anything else: no request may hang on it
+                log.error("a batch failed: %s: %s", type(error).__name__, error)
+                _fail(batch, _unavailable(error))
+                return
             if stored is None:
                 await self._one_by_one(batch)
                 return
@@ -166,7 +178,12 @@ class GroupCommit:
     async def _insert(self, rows: list[dict[str, object]]) -> list[events.Stored]:
         """The batch in one statement; retried once on a fresh connection when the first broke
         (its rows, had they committed, are then counted duplicates, never stored twice)."""
-        params: dict[str, object] = {name: [row[name] for row in rows] for name in COLUMNS}
+        # Two batches take their rows' locks (a delivery id's index entry, a body's advisory
+        # lock) in one global order, so they cannot deadlock each other: sorted by key; the
+        # answers go back by position. (Repeats of one delivery stay in arrival order.)
+        order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
+        ranked = [rows[n] for n in order]
+        params: dict[str, object] = {name: [row[name] for row in ranked] for name in COLUMNS}
         params["window"] = rows[0]["window"]
         params["namespace"] = rows[0]["namespace"]
         for attempt in (1, 2):
@@ -184,9 +201,13 @@ class GroupCommit:
                     raise
                 await self.pool.check()
                 continue
-            if len(found) != len(rows):
+            if len(found) != len(rows):  # (the function answers one row a call, always)
                 raise StoreUnavailable(f"a batch of {len(rows)} answered {len(found)} rows")
-            return [row.stored for row in sorted(found, key=lambda r: r.ord)]
+            answers = [row.stored for row in sorted(found, key=lambda r: r.ord)]
+            back: list[events.Stored | None] = [None] * len(rows)
+            for rank, n in enumerate(order):
+                back[n] = answers[rank]
+            return [answer for answer in back if answer is not None]
         raise AssertionError("unreachable")
 
     async def _one_by_one(
@@ -205,17 +226,40 @@ class GroupCommit:
                 future.set_result(result)
 
 
+def _lock_key(row: dict[str, object]) -> tuple[int, str]:
+    """The key a row locks first: its delivery id's, else its body's dedup key."""
+    delivery = row.get("delivery_id")
+    if delivery is not None:
+        return (0, f"{row['source']}:{delivery}")
+    return (1, str(row["dedup_key"]))
+
+
 def lost(error: psycopg.OperationalError) -> bool:
     """Whether ``error`` is a connection lost (the server never answered, a connection
     exception, or the server shutting the session down), not a refusal of the rows."""
     state = error.sqlstate
-    return state is None or state.startswith(("08", "57"))
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def busy(error: psycopg.OperationalError) -> bool:
+    """Whether ``error`` is a wait that ran out (a statement or lock timeout, a cancel): the
+    database is there but slow; the batch is answered 503, never retried nor split."""
+    return error.sqlstate in ("57014", "55P03")
+
+
+def _unavailable(error: BaseException) -> Callable[[], Exception]:
+    """A maker of one fresh ``StoreUnavailable`` a delivery (503), saying ``error``."""
+    text = f"{type(error).__name__}: {error}"
+    return lambda: StoreUnavailable(text)
 
 
 def _fail(
-    batch: list[tuple[dict[str, object], asyncio.Future[events.Stored]]], error: Exception
+    batch: list[tuple[dict[str, object], asyncio.Future[events.Stored]]],
+    error: Callable[[], Exception],
 ) -> None:
-    log.warning("a batch of %d deliveries was not stored: %s", len(batch), type(error).__name__)
+    """Answer each delivery of ``batch`` with its own exception (503 to its sender)."""
+    if batch:
+        log.warning("%d deliveries were not stored: %s", len(batch), error())
     for _, future in batch:
         if not future.done():
-            future.set_exception(error)
+            future.set_exception(error())

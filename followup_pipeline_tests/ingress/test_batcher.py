@@ -100,6 +100,7 @@ async def test_a_row_the_database_refuses_fails_only_its_own_delivery(
         batcher.store(_params(1)), batcher.store(bad), batcher.store(_params(3)),
         return_exceptions=True,
     )  # fmt: skip
+    assert batcher.batches == 0  # the three went as one batch, refused, then one by one
     assert isinstance(answers[1], psycopg.Error)
     assert not isinstance(answers[0], BaseException)
     assert not isinstance(answers[2], BaseException)
