@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import tempfile
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from followup_pipeline.sandbox import SandboxConfig, env_lines
 from followup_pipeline.store.db import connection_kwargs
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
@@ -178,3 +180,15 @@ def scheduler(
 
     with machine_scheduler(tmp_path, db_url, database_factory(), monkeypatch) as built:
         yield built
+
+
+@pytest.fixture
+def on_sandbox(sandbox: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The machine's settings as the demo has them: the sandbox's environment, nothing else
+    (reports in English), on the test's database."""
+    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
+    for line in env_lines(SandboxConfig(), sandbox):
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, shlex.split(value)[0])
+    monkeypatch.setenv("FOLLOWUP_REPORT_LANGUAGE", "en")
+    return sandbox

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from datetime import date, timedelta
 from typing import Any
 
@@ -13,8 +12,7 @@ import pytest
 from followup_pipeline.cli import main
 from followup_pipeline.clock import build_clock
 from followup_pipeline.defs.report.window import current_window
-from followup_pipeline.sandbox.config import SandboxConfig
-from followup_pipeline.sandbox.environment import DEMO_RECIPIENTS, env_lines
+from followup_pipeline.sandbox.environment import DEMO_RECIPIENTS
 
 
 def _outbox(sandbox: str) -> list[dict[str, Any]]:
@@ -36,17 +34,6 @@ def _seed_a_step_due_on(db: psycopg.Connection[Any], day: date) -> None:
         "INSERT INTO watch_steps (watch_id, step_no, offset_days, due_on) VALUES (%s, 1, 5, %s)",
         (watch["id"], day),
     )
-
-
-@pytest.fixture
-def on_sandbox(sandbox: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The machine's settings as the demo has them: the sandbox's environment, nothing else."""
-    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
-    for line in env_lines(SandboxConfig(), sandbox):
-        name, _, value = line.partition("=")
-        monkeypatch.setenv(name, shlex.split(value)[0])
-    monkeypatch.setenv("FOLLOWUP_REPORT_LANGUAGE", "en")
-    return sandbox
 
 
 def test_report_send_sends_the_current_window_once_and_again_when_forced(

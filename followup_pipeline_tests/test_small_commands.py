@@ -7,7 +7,6 @@ without Dagster but for ``report send``."""
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -23,8 +22,6 @@ from followup_pipeline.commands.alerts import MESSAGE_LINES, WIDTH
 from followup_pipeline.defs.report.window import current_window
 from followup_pipeline.domain.explain import explain
 from followup_pipeline.domain.tasks import Contact, TaskFacts, render_task, task_name
-from followup_pipeline.sandbox.config import SandboxConfig
-from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.store.lead_enrichment import Classified, store_classification
 from followup_pipeline.store.leads import LeadRow, link_event
 
@@ -317,17 +314,6 @@ def test_leads_list_has_intent_priority_and_crm_id_and_show_has_events(
     assert message.removesuffix("…").split()[-1] in {"discounts", "for", "teams"}  # at a word
     assert len(message) < 330
     assert cli("leads", "show", "999") == (1, "followup: no lead 999 (`followup leads list`)\n")
-
-
-@pytest.fixture
-def on_sandbox(sandbox: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The demo's settings: the sandbox's environment (as ``test_report_command.py`` has it)."""
-    monkeypatch.setenv("FOLLOWUP_DATABASE_URL", db_url)
-    for line in env_lines(SandboxConfig(), sandbox):
-        name, _, value = line.partition("=")
-        monkeypatch.setenv(name, shlex.split(value)[0])
-    monkeypatch.setenv("FOLLOWUP_REPORT_LANGUAGE", "en")
-    return sandbox
 
 
 def test_report_send_prints_one_line(
