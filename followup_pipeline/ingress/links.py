@@ -38,7 +38,7 @@ from followup_pipeline.domain.academy_words import WORDS, Language, language_of
 from followup_pipeline.ingress.metrics import Metrics
 from followup_pipeline.settings import Settings
 from followup_pipeline.store import events, links
-from followup_pipeline.store.db import SCHEMA, StoreError, connect, typed_row
+from followup_pipeline.store.db import StoreError, connect, connection_kwargs, typed_row
 from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -205,8 +205,9 @@ class LinkPages:
 
     def _use(self, id_: str, event_id: int) -> links.Used:
         at = datetime.fromtimestamp(self.now(), UTC)
-        # The ingress's own limits: a click waits on no lock for long.
-        options = f"-c search_path={SCHEMA},public -c lock_timeout=2s -c statement_timeout=5s"
+        # The ingress's own limits beside every connection's options: a click waits on no lock
+        # for long.
+        options = f"{connection_kwargs()['options']} -c lock_timeout=2s -c statement_timeout=5s"
         with connect(self.database_url, autocommit=True, options=options) as conn:
             return links.use(conn, id_, at=at, event_id=event_id)
 

@@ -10,6 +10,7 @@ it and takes care of it). Everything else says whom to ask: the operations owner
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,22 @@ from followup_pipeline.store import links, lms, lms_content, lms_learners
 from followup_pipeline.store import lms_certificates as certs
 from followup_pipeline.store import work as work_store
 from followup_pipeline.store.lms import Tenant
+from followup_pipeline.store.lms_certificates import CertificateRow
+from followup_pipeline.store.lms_content import ContentRow
 from followup_pipeline.store.work import WorkItem
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What one owner's mail reads once: the academy, its words and links, and the content and
+    certificates its items name, by their keys."""
+
+    tenant: Tenant
+    language: Language
+    keys: list[signed.LinkKey]
+    base: str
+    content: dict[str, ContentRow]
+    certificates: dict[str, CertificateRow]
 
 
 def owner_key(alert_key: str) -> str:
@@ -68,14 +84,30 @@ class OwnerMail:
         self, conn: psycopg.Connection[Any], tenant: Tenant, items: list[WorkItem]
     ) -> Rendered:
         """The mail: each item's line, its links made (once)."""
-        language = language_of(tenant.language)
-        keys = links.link_keys(self.settings)
-        base = links_url(self.settings)
+        kinds = {item.kind for item in items}
+        # What the items name, read once for the mail (not once per item).
+        known = _Known(
+            tenant=tenant,
+            language=language_of(tenant.language),
+            keys=links.link_keys(self.settings),
+            base=links_url(self.settings),
+            content=(
+                {r.idempotency_key: r for r in lms_content.rows(conn, tenant.id)}
+                if "publication" in kinds
+                else {}
+            ),
+            certificates=(
+                {r.idempotency_key: r for r in certs.rows(conn, tenant.id)}
+                if "certificate" in kinds
+                else {}
+            ),
+        )
+        language = known.language
         lines = []
         until: list[datetime] = []
         with conn.transaction():
             for item in items:
-                lines.append(self._line(conn, tenant, item, language, keys, base, until))
+                lines.append(self._line(conn, known, item, until))
         ops = self.settings.ops_owner
         return render_owner(
             academy=tenant.name, language=language, zone=tenant.time_zone, lines=lines, ops=ops,
@@ -83,15 +115,10 @@ class OwnerMail:
         )  # fmt: skip
 
     def _line(
-        self,
-        conn: psycopg.Connection[Any],
-        tenant: Tenant,
-        item: WorkItem,
-        language: Language,
-        keys: list[signed.LinkKey],
-        base: str,
-        until: list[datetime],
+        self, conn: psycopg.Connection[Any], known: _Known, item: WorkItem, until: list[datetime]
     ) -> OwnerLine:
+        tenant, language, keys, base = known.tenant, known.language, known.keys, known.base
+
         def link(purpose: signed.Purpose, subject: str, **bound: Any) -> str:
             issued = links.issue(conn, purpose, subject, tenant.id, at=self.now, **bound)
             until.append(issued.expires_at)
@@ -102,9 +129,8 @@ class OwnerMail:
         why = why_text(language, "other", what=item.what)
         label = why_text(language, "label_other")
         if item.kind == "publication":
-            found = [r for r in lms_content.rows(conn, tenant.id) if r.idempotency_key == key]
-            if found:
-                row = found[0]
+            row = known.content.get(key)
+            if row is not None:
                 when = moment_text(row.publish_at, tenant.time_zone, language)
                 values = {"title": row.title, "version": str(row.version), "when": when}
                 waits = row.current and row.approved_at is None and row.state == "waiting"
@@ -119,9 +145,9 @@ class OwnerMail:
                 why = why_text(language, "reminder", learner=who, quiz=reminder.quiz_name or "")
                 label = why_text(language, "label_reminder", learner=who)
         elif item.kind == "certificate":
-            rows = [r for r in certs.rows(conn, tenant.id) if r.idempotency_key == key]
-            if rows:
-                who = rows[0].learner_name or f"#{rows[0].learner_id}"
+            certificate = known.certificates.get(key)
+            if certificate is not None:
+                who = certificate.learner_name or f"#{certificate.learner_id}"
                 why = why_text(language, "certificate", learner=who)
                 label = why_text(language, "label_certificate", learner=who)
         acknowledge = None

@@ -16,7 +16,7 @@ from followup_pipeline.domain.reports import (
     WeeklyData,
     lead_section,
 )
-from followup_pipeline.engine.runs import ended_of
+from followup_pipeline.engine.runs import Ended, ended_of
 from followup_pipeline.settings import LEAD_SOURCES, Settings
 from followup_pipeline.store import reports as store
 from followup_pipeline.store.enrichments import open_review_items
@@ -35,13 +35,11 @@ CRM_UNREACHABLE = "CRM unreachable"
 RUNS_READ = 200
 
 
-def _crm_state(record: dg.RunRecord) -> str | None:
+def _crm_state(ended: Ended, *, failed: bool) -> str | None:
     """How much of the CRM a finished ``evaluate`` read: ``full``, ``partial``, ``down``, or
     ``failed`` (the run failed); None: a ``skipped`` run, which read nothing and says nothing."""
-    run = record.dagster_run
-    if run.status == dg.DagsterRunStatus.FAILURE:
+    if failed:
         return "failed"
-    ended = ended_of(record)
     if ended.outcome == "skipped":
         return None
     if ended.crm is not None:
@@ -66,18 +64,19 @@ def crm_reading(instance: dg.DagsterInstance | None) -> CrmReading:
         order_by="update_timestamp",
         ascending=False,
     )
-    read = [(record, state) for record in records if (state := _crm_state(record)) is not None]
-
-    def when(record: dg.RunRecord) -> datetime:
+    read = []  # (when it read, how much), newest first; each record read once
+    for record in records:
         ended = ended_of(record)
-        return min(ended.at or ended.started, ended.ended)
-
-    last_full = next((when(r) for r, state in read if state == "full"), None)
+        failed = record.dagster_run.status == dg.DagsterRunStatus.FAILURE
+        state = _crm_state(ended, failed=failed)
+        if state is not None:
+            read.append((min(ended.at or ended.started, ended.ended), state))
+    last_full = next((when for when, state in read if state == "full"), None)
     since, how = None, None
-    for record, state in read:
+    for when, state in read:
         if state == "full":
             break
-        since, how = when(record), how or state
+        since, how = when, how or state
     return CrmReading(last_full, since, how)
 
 
