@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from followup_pipeline.defs.evaluate import evaluate_partitions
 from followup_pipeline.engine.runs import OUTCOME_TAG
+from followup_pipeline.first_runs import LAUNCH_RUN  # the mutation `make run` sends
 from followup_pipeline.sandbox.environment import env_lines
 from followup_pipeline.settings import load_settings
 from followup_pipeline.store.db import connection_kwargs
@@ -44,16 +45,6 @@ mutation($params: LaunchBackfillParams!) {
     __typename
     ... on LaunchBackfillSuccess { backfillId }
     ... on PythonError { message }
-  }
-}
-"""
-LAUNCH_RUN = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
   }
 }
 """
