@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from benchmarks.harness import database
-from followup_pipeline.ingress.batcher import COLUMNS
+from followup_pipeline.ingress.batcher import batch_params
 from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.signatures import verify_espocrm
 from followup_pipeline.sandbox.webhooks import php_json, signatures
@@ -64,8 +64,7 @@ async def _database_stages(db_url: str) -> dict[str, float]:
         batches = []
         for n in range(ROUNDS // BATCH):
             rows = [_params(n * BATCH + k, prefix="batch") for k in range(BATCH)]
-            params: dict[str, object] = {name: [r[name] for r in rows] for name in COLUMNS}
-            params |= {"window": rows[0]["window"], "namespace": rows[0]["namespace"]}
+            params = batch_params(rows)
             started = time.perf_counter()
             async with pool.connection() as conn:
                 cursor = await conn.execute(query("events_store_batch"), params)

@@ -19,7 +19,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +29,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from followup_pipeline.ingress.asgi import (
+    Disconnected,
+    answer,
+    headers_of,
+    read_body,
+    webhook_source,
+)
 from followup_pipeline.ingress.batcher import GroupCommit
 from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.links import LinkPages
@@ -70,21 +78,8 @@ KEPT_HEADERS = (
 )
 
 
-def _problem(status: int, reason: str, detail: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": reason, "detail": detail, **extra}, status)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise Rejected("too_large", f"body over {limit} bytes", 413)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Rejected("too_large", f"body over {limit} bytes", 413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+#: What a webhook's handling reads of its request's headers.
+READ_HEADERS = frozenset((*KEPT_HEADERS, "content-length"))
 
 
 class Ingress:
@@ -151,30 +146,34 @@ class Ingress:
         async with self.pool.connection() as conn:
             await conn.execute(query("database_ping"))
 
-    def verify(self, source: str, request: Request, body: bytes) -> Verified:
+    def verify(self, source: str, headers: Mapping[str, str], body: bytes) -> Verified:
         """Who signed the delivery; ``Rejected`` when nobody we trust did."""
         if source == "espocrm":
             return verify_espocrm(
-                request.headers,
+                headers,
                 body,
                 self.settings.espocrm_webhooks,
                 accept_legacy=self.settings.espocrm_legacy_signature,
             )
         if source in self.settings.stripe_webhooks:
             secrets = [s.get_secret_value() for s in self.settings.stripe_webhooks[source]]
-            return verify_stripe(request.headers, body, secrets, now=self.now())
+            return verify_stripe(headers, body, secrets, now=self.now())
         secrets = [s.get_secret_value() for s in self.settings.standard_webhooks[source]]
-        return verify_standard(request.headers, body, secrets, now=self.now())
+        return verify_standard(headers, body, secrets, now=self.now())
 
-    async def receive(self, request: Request, source: str) -> Response:
-        """Verify, store and commit one delivery; then answer."""
+    async def receive(
+        self, scope: Scope, receive: Receive, source: str
+    ) -> tuple[int, dict[str, Any]]:
+        """Verify, store and commit one delivery; then its answer (status, JSON)."""
         stripe = source in self.settings.stripe_webhooks
         if source != "espocrm" and source not in self.settings.standard_webhooks and not stripe:
             raise Rejected("unknown_source", "no webhook source of that name is configured")
-        body = await _read_body(request, self.settings.ingress_max_body_bytes)
-        verified = self.verify(source, request, body)
+        read = headers_of(scope, READ_HEADERS)
+        declared = read.pop("content-length", None)
+        body = await read_body(receive, declared, self.settings.ingress_max_body_bytes)
+        verified = self.verify(source, read, body)
         parsed = parse_delivery(source, verified.event_type, body, stripe=stripe)
-        headers = {k: request.headers[k] for k in KEPT_HEADERS if k in request.headers}
+        headers = read  # (only those kept: KEPT_HEADERS)
         params = events.delivery_params(
             source=source,
             event_type=parsed.event_type,
@@ -203,21 +202,31 @@ class Ingress:
             self.metrics.count_received(source)
         if parsed.error is not None:
             self.metrics.count_rejected("unparseable")
-            return _problem(400, "unparseable", parsed.error, event=name)
-        return JSONResponse({"event": name, "duplicate": stored.duplicate})
+            return 400, {"error": "unparseable", "detail": parsed.error, "event": name}
+        return 200, {"event": name, "duplicate": stored.duplicate}
 
-    async def webhook(self, request: Request) -> Response:
-        """``POST /webhooks/espocrm`` and ``POST /webhooks/{source}``."""
+    async def webhook(self, scope: Scope, receive: Receive, send: Send, source: str) -> None:
+        """``POST /webhooks/espocrm`` and ``POST /webhooks/{source}``, in plain ASGI
+        (``asgi.py``)."""
         started = time.perf_counter()
-        source = request.path_params.get("source", "espocrm")
         try:
-            if not SOURCE_NAME.match(source):
-                raise Rejected("unknown_source", "no webhook source of that name is configured")
-            return await self.receive(request, source)
-        except Rejected as rejected:
-            self.metrics.count_rejected(rejected.reason)
-            log.info("refused a %s delivery: %s", source[:64], rejected.reason)
-            return _problem(rejected.status, rejected.reason, rejected.detail)
+            try:
+                if not SOURCE_NAME.match(source):
+                    raise Rejected("unknown_source", "no webhook source of that name is configured")
+                status, content = await self.receive(scope, receive, source)
+            except Rejected as rejected:
+                self.metrics.count_rejected(rejected.reason)
+                log.info("refused a %s delivery: %s", source[:64], rejected.reason)
+                status = rejected.status
+                content = {"error": rejected.reason, "detail": rejected.detail}
+            except Disconnected:
+                return  # nobody to answer, and nothing of it stored
+            except Exception:
+                log.exception("a %s delivery failed", source[:64])
+                self.metrics.count_rejected("internal_error")
+                status = 500
+                content = {"error": "internal_error", "detail": "the delivery was not handled"}
+            await answer(send, status, content)
         finally:
             self.metrics.observe(time.perf_counter() - started)
 
@@ -279,16 +288,37 @@ def create_app(
             await pool.close()
 
     routes = [
-        Route("/webhooks/espocrm", ingress.webhook, methods=["POST"]),
-        Route("/webhooks/{source}", ingress.webhook, methods=["POST"]),
+        # (a POST to /webhooks/… is answered before the routes: IngressApp; these answer 405)
+        Route("/webhooks/espocrm", _webhooks_post, methods=["POST"]),
+        Route("/webhooks/{source}", _webhooks_post, methods=["POST"]),
         Route("/links/{purpose}/{token}", pages.show, methods=["GET"]),
         Route("/links/{purpose}/{token}", pages.click, methods=["POST"]),
         Route("/healthz", ingress.healthz, methods=["GET"]),
         Route("/metrics", ingress.prometheus, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = IngressApp(ingress, routes=routes, lifespan=lifespan)
     app.state.ingress = ingress
     return app
+
+
+async def _webhooks_post(request: Request) -> Response:
+    raise AssertionError("a webhook POST is answered by IngressApp, before the routes")
+
+
+class IngressApp(Starlette):
+    """The ingress's app: a webhook POST answered in plain ASGI (its hot path, ``asgi.py``),
+    everything else by Starlette's routes."""
+
+    def __init__(self, ingress: Ingress, **options: Any) -> None:
+        super().__init__(**options)
+        self.ingress = ingress
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        source = webhook_source(scope)
+        if source is None:
+            await super().__call__(scope, receive, send)
+            return
+        await self.ingress.webhook(scope, receive, send, source)
 
 
 def _die_with_parent() -> None:

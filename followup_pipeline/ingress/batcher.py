@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from followup_pipeline.store import events
@@ -29,19 +32,46 @@ from followup_pipeline.store.queries import query
 
 log = logging.getLogger(__name__)
 
-#: The columns of one delivery, as the batch statement takes them (each an array).
+#: The columns of one delivery, as the batch statement takes them (its body apart).
 COLUMNS = (
     "source",
     "event_type",
     "dedup_key",
-    "body",
-    "headers",
     "status",
     "last_error",
     "dead_step",
     "delivery_id",
-    "received_at",
 )
+
+
+def batch_params(rows: list[dict[str, object]]) -> dict[str, object]:
+    """The parameters of ``events_store_batch`` for ``rows`` (``events.delivery_params`` each, in
+    the order they are to be stored): the rows as one JSON array, their bodies as one bytea."""
+    listed: list[dict[str, object]] = []
+    bodies: list[bytes] = []
+    at = 1  # (SQL's substring counts from 1)
+    for ord_, row in enumerate(rows, 1):
+        body = row["body"]
+        headers = row["headers"]
+        received = row["received_at"]
+        assert isinstance(body, bytes)
+        assert isinstance(headers, Jsonb)
+        assert received is None or isinstance(received, datetime)
+        item = {name: row[name] for name in COLUMNS}
+        item["ord"] = ord_
+        item["body_at"] = at
+        item["body_len"] = len(body)
+        item["headers"] = headers.obj
+        item["received_at"] = None if received is None else received.isoformat()
+        listed.append(item)
+        bodies.append(body)
+        at += len(body)
+    return {
+        "rows": json.dumps(listed),
+        "bodies": b"".join(bodies),
+        "window": rows[0]["window"],
+        "namespace": rows[0]["namespace"],
+    }
 
 
 @dataclass(frozen=True)
@@ -182,10 +212,7 @@ class GroupCommit:
         # lock) in one global order, so they cannot deadlock each other: sorted by key; the
         # answers go back by position. (Repeats of one delivery stay in arrival order.)
         order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
-        ranked = [rows[n] for n in order]
-        params: dict[str, object] = {name: [row[name] for row in ranked] for name in COLUMNS}
-        params["window"] = rows[0]["window"]
-        params["namespace"] = rows[0]["namespace"]
+        params = batch_params([rows[n] for n in order])
         for attempt in (1, 2):
             try:
                 async with (
