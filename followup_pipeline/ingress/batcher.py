@@ -4,8 +4,9 @@ transaction, one commit, and only then is each answered (docs/architecture.md §
 A batch opens with the first delivery and closes at once when no batch is committing (a lone
 delivery is not held back), else after ``window_s``, or at ``max_rows``, whichever comes first;
 up to ``in_flight`` batches commit at once while the next collects.
-Each delivery goes through the same database function as a single store, in arrival order, so a
-delivery repeated within a batch is a duplicate of the one before it, as it would be across two.
+The batch is stored by one call of ``store_deliveries`` (migration 0033), which answers for each
+delivery what storing them one after another answers: a delivery repeated within a batch is a
+duplicate of the one before it, as it would be across two.
 A batch the database refuses (one row it will not take: a constraint, a body it cannot read) is
 stored again row by row, so only that row's delivery fails; a connection lost mid-batch answers
 the whole batch 503 (its senders retry; a row that did commit is then found a duplicate).
@@ -208,9 +209,10 @@ class GroupCommit:
     async def _insert(self, rows: list[dict[str, object]]) -> list[events.Stored]:
         """The batch in one statement; retried once on a fresh connection when the first broke
         (its rows, had they committed, are then counted duplicates, never stored twice)."""
-        # Two batches take their rows' locks (a delivery id's index entry, a body's advisory
-        # lock) in one global order, so they cannot deadlock each other: sorted by key; the
-        # answers go back by position. (Repeats of one delivery stay in arrival order.)
+        # Two batches take their rows' locks in one global order, so they cannot deadlock each
+        # other: the delivery ids' index entries first, sorted here (repeats of one delivery in
+        # arrival order), then the bodies' advisory locks, sorted by the database; the answers
+        # go back by position.
         order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
         params = batch_params([rows[n] for n in order])
         for attempt in (1, 2):

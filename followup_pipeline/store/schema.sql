@@ -14,6 +14,88 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION followup.store_deliveries(p_rows json, p_bodies bytea, p_window interval, p_namespace integer) RETURNS TABLE(ord integer, event_id bigint, event_status text, duplicate boolean)
+    LANGUAGE plpgsql
+    SET search_path TO 'followup', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT d.ord, s.event_id, s.event_status, s.duplicate
+    FROM json_to_recordset(p_rows) AS d(
+        ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
+        headers jsonb, status text, last_error text, dead_step text, delivery_id text,
+        received_at timestamptz
+    )
+    CROSS JOIN LATERAL store_delivery(
+        d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
+        d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, d.delivery_id,
+        d.received_at
+    ) AS s
+    WHERE d.delivery_id IS NOT NULL;
+
+    PERFORM pg_advisory_xact_lock(p_namespace, k.lock)
+    FROM (
+        SELECT DISTINCT hashtext(d.dedup_key) AS lock
+        FROM json_to_recordset(p_rows) AS d(dedup_key text, delivery_id text)
+        WHERE d.delivery_id IS NULL
+        ORDER BY 1
+    ) AS k;
+
+    RETURN QUERY
+    WITH d AS (
+        SELECT r.ord, r.source, r.event_type, r.dedup_key, r.body_at, r.body_len, r.headers,
+               r.status, r.last_error, r.dead_step, coalesce(r.received_at, now()) AS at
+        FROM json_to_recordset(p_rows) AS r(
+            ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
+            headers jsonb, status text, last_error text, dead_step text, delivery_id text,
+            received_at timestamptz
+        )
+        WHERE r.delivery_id IS NULL
+    ),
+    firsts AS (  -- each body's first delivery in the batch, and its repeats after it
+        SELECT DISTINCT ON (d.dedup_key) d.*,
+               count(*) OVER per_body - 1 AS repeats,
+               max(d.at) OVER per_body AS last_at
+        FROM d
+        WINDOW per_body AS (PARTITION BY d.dedup_key)
+        ORDER BY d.dedup_key, d.ord
+    ),
+    found AS (
+        SELECT f.*, x.id AS known_id, x.status AS known_status
+        FROM firsts AS f
+        LEFT JOIN LATERAL (
+            SELECT e.id, e.status FROM events AS e
+            WHERE e.dedup_key = f.dedup_key AND e.received_at > f.at - p_window
+            ORDER BY e.received_at DESC, e.id DESC
+            LIMIT 1
+        ) AS x ON true
+    ),
+    counted AS (
+        UPDATE events AS e
+        SET duplicate_count = e.duplicate_count + f.repeats + 1, last_duplicate_at = f.last_at
+        FROM found AS f
+        WHERE e.id = f.known_id
+        RETURNING e.id
+    ),
+    inserted AS (
+        INSERT INTO events AS e (source, event_type, dedup_key, body, headers, status, last_error,
+                                 dead_step, received_at, duplicate_count, last_duplicate_at)
+        SELECT f.source, f.event_type, f.dedup_key, substring(p_bodies FROM f.body_at FOR f.body_len),
+               f.headers, f.status, f.last_error, f.dead_step, f.at, f.repeats,
+               CASE WHEN f.repeats > 0 THEN f.last_at END
+        FROM found AS f
+        WHERE f.known_id IS NULL
+        ORDER BY f.ord
+        RETURNING e.id, e.dedup_key, e.status
+    )
+    SELECT d.ord, coalesce(f.known_id, i.id), coalesce(f.known_status, i.status),
+           f.known_id IS NOT NULL OR d.ord <> f.ord
+    FROM d
+    JOIN found AS f ON f.dedup_key = d.dedup_key
+    LEFT JOIN inserted AS i ON i.dedup_key = d.dedup_key;
+END;
+$$;
+
 CREATE FUNCTION followup.store_delivery(p_source text, p_event_type text, p_dedup_key text, p_body bytea, p_headers jsonb, p_status text, p_last_error text, p_dead_step text, p_window interval, p_namespace integer, p_delivery_id text DEFAULT NULL::text, p_received_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(event_id bigint, event_status text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'followup', 'pg_temp'

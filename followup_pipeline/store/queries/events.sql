@@ -180,20 +180,11 @@ SELECT
     ) AS reconciled_since;
 
 -- name: events_store_batch
--- Store the deliveries that arrived together in one statement (the ingress's group commit: one
--- transaction, one commit for all): each through the same function, in the order of `ord`, so a
--- delivery repeated within the batch is counted a duplicate of the one before it. The rows come
--- as one JSON array and their bodies as one bytea, each row naming its body's place in it (a
--- driver dumps one document and one buffer far cheaper than ten arrays of a batch's rows).
-SELECT d.ord, s.event_id, s.event_status AS status, s.duplicate
-FROM json_to_recordset(%(rows)s::json) AS d(
-    ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
-    headers jsonb, status text, last_error text, dead_step text, delivery_id text,
-    received_at timestamptz
-)
-CROSS JOIN LATERAL store_delivery(
-    d.source, d.event_type, d.dedup_key, substring(%(bodies)s::bytea FROM d.body_at FOR d.body_len),
-    d.headers, d.status, d.last_error, d.dead_step, %(window)s::interval, %(namespace)s,
-    d.delivery_id, d.received_at
-) AS s
-ORDER BY d.ord;
+-- Store the deliveries that arrived together in one call (the ingress's group commit: one
+-- transaction, one commit for all), answering for each what storing them one by one in the order
+-- of `ord` answers (migration 0033). The rows come as one JSON array and their bodies as one
+-- bytea, each row naming its body's place in it: a driver dumps one document and one buffer far
+-- cheaper than ten arrays of a batch's rows.
+SELECT s.ord, s.event_id, s.event_status AS status, s.duplicate
+FROM store_deliveries(%(rows)s::json, %(bodies)s::bytea, %(window)s::interval, %(namespace)s) AS s
+ORDER BY s.ord;
