@@ -156,34 +156,3 @@ async def test_a_connection_lost_mid_batch_answers_the_whole_batch_unavailable(
         stored = conn.execute("SELECT count(*) AS n FROM events").fetchone()
     assert stored is not None
     assert stored["n"] == 0
-
-
-@pytest.mark.anyio
-async def test_the_batch_collected_while_one_commits_goes_when_that_commit_ends(
-    batching: Callable[..., GroupCommit], db_url: str
-) -> None:
-    """A long window is a bound, not a wait: the deliveries that came while a batch committed go
-    together the moment it is done."""
-    batcher = batching(window_s=30.0)
-    await batcher.pool.open(wait=True)
-    batcher.start()
-    first = _params(1)
-    loop = asyncio.get_running_loop()
-    with connect(db_url, autocommit=True) as holder:
-        holder.execute(  # the first batch waits on its body's lock, committing meanwhile
-            "SELECT pg_advisory_lock(%s, hashtext(%s))", (first["namespace"], first["dedup_key"])
-        )
-        alone = asyncio.ensure_future(batcher.store(first))
-        await asyncio.sleep(0.3)
-        together = asyncio.gather(batcher.store(_params(2)), batcher.store(_params(3)))
-        await asyncio.sleep(0.3)
-        assert not alone.done()
-        assert not together.done()
-        started = loop.time()
-        holder.execute(
-            "SELECT pg_advisory_unlock(%s, hashtext(%s))", (first["namespace"], first["dedup_key"])
-        )
-        await alone
-        await together
-    assert loop.time() - started < 5.0  # not the 30 s window
-    assert (batcher.batches, batcher.rows) == (2, 3)
