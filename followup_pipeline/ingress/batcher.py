@@ -1,10 +1,9 @@
 """Group commit: the deliveries that arrive together are stored in one statement, one
 transaction, one commit, and only then is each answered (docs/architecture.md §3).
 
-A batch opens with the first delivery and closes as soon as no batch is committing (a lone
-delivery is not held back, and the deliveries that came while a batch committed go the moment it
-is done), else ``window_s`` after it opened, or at ``max_rows``, whichever comes first; up to
-``in_flight`` batches commit at once while the next collects.
+A batch opens with the first delivery and closes at once when no batch is committing (a lone
+delivery is not held back), else after ``window_s``, or at ``max_rows``, whichever comes first;
+up to ``in_flight`` batches commit at once while the next collects.
 The batch is stored by one call of ``store_deliveries`` (migration 0033), which answers for each
 delivery what storing them one after another answers: a delivery repeated within a batch is a
 duplicate of the one before it, as it would be across two.
@@ -110,16 +109,12 @@ class GroupCommit:
         self.single = single
         self.window_s = window_s
         self.max_rows = max_rows
-        #: The deliveries not yet in a batch, in arrival order, and when the first of them came.
-        self._pending: list[tuple[dict[str, object], asyncio.Future[events.Stored]]] = []
-        self._opened = 0.0
-        #: The collector's nap: woken early by a first or a full batch's delivery, or by the last
-        #: commit in flight ending.
-        self._wake: asyncio.Future[None] | None = None
+        self._queue: asyncio.Queue[tuple[dict[str, object], asyncio.Future[events.Stored]]]
+        self._queue = asyncio.Queue()
         self._slots = asyncio.Semaphore(in_flight)
         self._task: asyncio.Task[None] | None = None
         self._commits: set[asyncio.Task[None]] = set()
-        #: A batch closed, waiting for a free slot (answered 503 if the ingress stops meanwhile).
+        #: The batch being collected (answered 503 if the ingress stops meanwhile).
         self._held: list[tuple[dict[str, object], asyncio.Future[events.Stored]]] = []
         self._closed = False
         #: Batches committed and rows in them (the benchmark's and the tests' figures).
@@ -140,8 +135,9 @@ class GroupCommit:
                 await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         if self._commits:
             await asyncio.gather(*self._commits, return_exceptions=True)
-        stopping = [*self._held, *self._pending]
-        self._held, self._pending = [], []
+        stopping = [*self._held]
+        while not self._queue.empty():
+            stopping.append(self._queue.get_nowait())
         _fail(stopping, _unavailable(StoreUnavailable("the ingress is stopping")))
 
     async def store(self, params: dict[str, object]) -> events.Stored:
@@ -149,57 +145,34 @@ class GroupCommit:
         committed (``StoreUnavailable``/``psycopg.Error`` as a single store raises them)."""
         if self._closed:
             raise StoreUnavailable("the ingress is stopping")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[events.Stored] = loop.create_future()
-        if not self._pending:
-            self._opened = loop.time()
-        self._pending.append((params, future))
-        if len(self._pending) == 1 or len(self._pending) >= self.max_rows:
-            self._poke()  # a batch opened (it may go at once), or it is full
+        future: asyncio.Future[events.Stored] = asyncio.get_running_loop().create_future()
+        await self._queue.put((params, future))
         return await future
-
-    def _poke(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    async def _nap(self, seconds: float | None) -> None:
-        """Wait until poked, or ``seconds`` (None: until poked)."""
-        self._wake = asyncio.get_running_loop().create_future()
-        try:
-            if seconds is None:
-                await self._wake
-                return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await self._wake
-        finally:
-            self._wake = None
-
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        self._commits.discard(task)
-        if not self._commits:
-            self._poke()  # the batch collecting meanwhile goes now
 
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not self._pending:
-                await self._nap(None)
-                continue
-            # Natural batching: while a batch commits, the next collects, for the window at most.
-            while self._commits and len(self._pending) < self.max_rows:
-                left = self._opened + self.window_s - loop.time()
+            self._held = batch = [await self._queue.get()]
+            # Natural batching: with no batch committing, the window is not waited (a lone
+            # delivery is not held back); while one commits, the next collects for the window.
+            deadline = loop.time() + (self.window_s if self._commits else 0.0)
+            while len(batch) < self.max_rows:
+                if not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                    continue
+                left = deadline - loop.time()
                 if left <= 0:
                     break
-                await self._nap(left)
-            batch, self._pending = self._pending[: self.max_rows], self._pending[self.max_rows :]
-            self._opened = loop.time()  # (for those left over, a full batch's next)
-            self._held = batch
+                try:
+                    async with asyncio.timeout(left):
+                        batch.append(await self._queue.get())
+                except TimeoutError:
+                    break
             await self._slots.acquire()
             self._held = []
             task = loop.create_task(self._commit(batch))
             self._commits.add(task)
-            task.add_done_callback(self._ended)
+            task.add_done_callback(self._commits.discard)
 
     async def _commit(
         self, batch: list[tuple[dict[str, object], asyncio.Future[events.Stored]]]
