@@ -57,6 +57,8 @@ def serve_ingress(args: argparse.Namespace, settings: Settings) -> int:
         "server_header": False,
         # A line per request costs more than storing it; refusals are logged by the app.
         "access_log": False,
+        # Nothing of the ingress reads the client's address (nginx logs and limits by it).
+        "proxy_headers": False,
         # Each worker drains its requests before it stops; after this, they are cut.
         "timeout_graceful_shutdown": 15,
     }

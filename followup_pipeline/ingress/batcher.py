@@ -47,8 +47,10 @@ COLUMNS = (
 
 def batch_params(rows: list[dict[str, object]]) -> dict[str, object]:
     """The parameters of ``events_store_batch`` for ``rows`` (``events.delivery_params`` each, in
-    the order they are to be stored): the rows as one JSON array, their bodies as one bytea."""
+    the order they are to be stored): the rows as JSON arrays (those with a delivery id apart,
+    None when there are none), their bodies as one bytea."""
     listed: list[dict[str, object]] = []
+    identified: list[dict[str, object]] = []
     bodies: list[bytes] = []
     at = 1  # (SQL's substring counts from 1)
     for ord_, row in enumerate(rows, 1):
@@ -64,10 +66,11 @@ def batch_params(rows: list[dict[str, object]]) -> dict[str, object]:
         item["body_len"] = len(body)
         item["headers"] = headers.obj
         item["received_at"] = None if received is None else received.isoformat()
-        listed.append(item)
+        (listed if item["delivery_id"] is None else identified).append(item)
         bodies.append(body)
         at += len(body)
     return {
+        "identified": json.dumps(identified) if identified else None,
         "rows": json.dumps(listed),
         "bodies": b"".join(bodies),
         "window": rows[0]["window"],

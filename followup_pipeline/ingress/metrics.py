@@ -63,11 +63,11 @@ class Metrics:
 
     def count_received(self, source: str) -> None:
         """A delivery was stored (a new event)."""
-        self.received.labels(source=source).inc()
+        self.received.labels(source).inc()
 
     def count_duplicate(self, source: str) -> None:
         """A delivery was a redelivery of a stored event."""
-        self.duplicates.labels(source=source).inc()
+        self.duplicates.labels(source).inc()
 
     def count_rejected(self, reason: str) -> None:
         """A delivery was refused (401, 413, 400, 503, ...) for ``reason``."""

@@ -14,30 +14,31 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION followup.store_deliveries(p_rows json, p_bodies bytea, p_window interval, p_namespace integer) RETURNS TABLE(ord integer, event_id bigint, event_status text, duplicate boolean)
+CREATE FUNCTION followup.store_deliveries(p_identified json, p_rows json, p_bodies bytea, p_window interval, p_namespace integer) RETURNS TABLE(ord integer, event_id bigint, event_status text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'followup', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
-    RETURN QUERY
-    SELECT d.ord, s.event_id, s.event_status, s.duplicate
-    FROM json_to_recordset(p_rows) AS d(
-        ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
-        headers jsonb, status text, last_error text, dead_step text, delivery_id text,
-        received_at timestamptz
-    )
-    CROSS JOIN LATERAL store_delivery(
-        d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
-        d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, d.delivery_id,
-        d.received_at
-    ) AS s
-    WHERE d.delivery_id IS NOT NULL;
+    IF p_identified IS NOT NULL THEN
+        RETURN QUERY
+        SELECT d.ord, s.event_id, s.event_status, s.duplicate
+        FROM json_to_recordset(p_identified) AS d(
+            ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
+            headers jsonb, status text, last_error text, dead_step text, delivery_id text,
+            received_at timestamptz
+        )
+        CROSS JOIN LATERAL store_delivery(
+            d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
+            d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, d.delivery_id,
+            d.received_at
+        ) AS s;
+    END IF;
 
     PERFORM pg_advisory_xact_lock(p_namespace, k.lock)
     FROM (
         SELECT DISTINCT hashtext(d.dedup_key) AS lock
-        FROM json_to_recordset(p_rows) AS d(dedup_key text, delivery_id text)
-        WHERE d.delivery_id IS NULL
+        FROM json_to_recordset(p_rows) AS d(dedup_key text)
         ORDER BY 1
     ) AS k;
 
@@ -47,10 +48,8 @@ BEGIN
                r.status, r.last_error, r.dead_step, coalesce(r.received_at, now()) AS at
         FROM json_to_recordset(p_rows) AS r(
             ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
-            headers jsonb, status text, last_error text, dead_step text, delivery_id text,
-            received_at timestamptz
+            headers jsonb, status text, last_error text, dead_step text, received_at timestamptz
         )
-        WHERE r.delivery_id IS NULL
     ),
     firsts AS (  -- each body's first delivery in the batch, and its repeats after it
         SELECT DISTINCT ON (d.dedup_key) d.*,
@@ -99,6 +98,7 @@ $$;
 CREATE FUNCTION followup.store_delivery(p_source text, p_event_type text, p_dedup_key text, p_body bytea, p_headers jsonb, p_status text, p_last_error text, p_dead_step text, p_window interval, p_namespace integer, p_delivery_id text DEFAULT NULL::text, p_received_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(event_id bigint, event_status text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'followup', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     v_at timestamptz := coalesce(p_received_at, now());

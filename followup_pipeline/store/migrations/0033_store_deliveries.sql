@@ -1,7 +1,7 @@
 -- 0033: the ingress's group commit stores a batch of deliveries in one call, set-based: the rows
--- come as one JSON array (ord, source, event_type, dedup_key, body_at, body_len, headers, status,
--- last_error, dead_step, delivery_id, received_at) and their bodies as one bytea, each row naming
--- its body's place in it. What a batch answers is what storing its rows one by one, in the order
+-- come as JSON arrays (ord, source, event_type, dedup_key, body_at, body_len, headers, status,
+-- last_error, dead_step, delivery_id, received_at), those with a delivery id in one of their own
+-- (NULL: none), and their bodies as one bytea, each row naming its body's place in it. What a batch answers is what storing its rows one by one, in the order
 -- of `ord`, through store_delivery answers:
 --   * a delivery with an id (Standard Webhooks, Stripe) goes through store_delivery itself, first,
 --     in the order of `ord` (the batcher sorts them by id, so two batches wait on each other's
@@ -15,33 +15,43 @@
 --     arrived within the batch's few milliseconds).
 -- Set-based, the body-hash rows cost about half of what a call of store_delivery per row costs
 -- (docs/benchmarks.md, where one delivery's time goes).
+--
+-- Both functions read `events` only through its indexes, and say so (enable_seqscan off): a plan
+-- of store_deliveries made while `events` was empty (a new install, a truncated table) scanned
+-- the table for each body's probe, and was kept as the table grew; under load it cost Postgres a
+-- whole core (the ingress fell from about 7,000 deliveries a second to 3,500) until an ANALYZE.
+-- store_delivery's probe is the same.
+ALTER FUNCTION store_delivery(text, text, text, bytea, jsonb, text, text, text, interval, integer,
+                              text, timestamptz)
+    SET enable_seqscan = off;
 CREATE FUNCTION store_deliveries(
+    p_identified json,
     p_rows       json,
     p_bodies     bytea,
     p_window     interval,
     p_namespace  integer
 ) RETURNS TABLE (ord integer, event_id bigint, event_status text, duplicate boolean)
-LANGUAGE plpgsql SET search_path = followup, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = followup, pg_temp SET enable_seqscan = off AS $$
 BEGIN
-    RETURN QUERY
-    SELECT d.ord, s.event_id, s.event_status, s.duplicate
-    FROM json_to_recordset(p_rows) AS d(
-        ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
-        headers jsonb, status text, last_error text, dead_step text, delivery_id text,
-        received_at timestamptz
-    )
-    CROSS JOIN LATERAL store_delivery(
-        d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
-        d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, d.delivery_id,
-        d.received_at
-    ) AS s
-    WHERE d.delivery_id IS NOT NULL;
+    IF p_identified IS NOT NULL THEN
+        RETURN QUERY
+        SELECT d.ord, s.event_id, s.event_status, s.duplicate
+        FROM json_to_recordset(p_identified) AS d(
+            ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
+            headers jsonb, status text, last_error text, dead_step text, delivery_id text,
+            received_at timestamptz
+        )
+        CROSS JOIN LATERAL store_delivery(
+            d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
+            d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, d.delivery_id,
+            d.received_at
+        ) AS s;
+    END IF;
 
     PERFORM pg_advisory_xact_lock(p_namespace, k.lock)
     FROM (
         SELECT DISTINCT hashtext(d.dedup_key) AS lock
-        FROM json_to_recordset(p_rows) AS d(dedup_key text, delivery_id text)
-        WHERE d.delivery_id IS NULL
+        FROM json_to_recordset(p_rows) AS d(dedup_key text)
         ORDER BY 1
     ) AS k;
 
@@ -51,10 +61,8 @@ BEGIN
                r.status, r.last_error, r.dead_step, coalesce(r.received_at, now()) AS at
         FROM json_to_recordset(p_rows) AS r(
             ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
-            headers jsonb, status text, last_error text, dead_step text, delivery_id text,
-            received_at timestamptz
+            headers jsonb, status text, last_error text, dead_step text, received_at timestamptz
         )
-        WHERE r.delivery_id IS NULL
     ),
     firsts AS (  -- each body's first delivery in the batch, and its repeats after it
         SELECT DISTINCT ON (d.dedup_key) d.*,

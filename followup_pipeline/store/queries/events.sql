@@ -186,5 +186,6 @@ SELECT
 -- bytea, each row naming its body's place in it: a driver dumps one document and one buffer far
 -- cheaper than ten arrays of a batch's rows.
 SELECT s.ord, s.event_id, s.event_status AS status, s.duplicate
-FROM store_deliveries(%(rows)s::json, %(bodies)s::bytea, %(window)s::interval, %(namespace)s) AS s
+FROM store_deliveries(%(identified)s::json, %(rows)s::json, %(bodies)s::bytea,
+                      %(window)s::interval, %(namespace)s) AS s
 ORDER BY s.ord;
