@@ -217,14 +217,17 @@ class GroupCommit:
         # arrival order), then the bodies' advisory locks, sorted by the database; the answers
         # go back by position.
         order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
-        params = batch_params([rows[n] for n in order])
+        if len(rows) == 1:  # a lone delivery: one delivery's function, one statement
+            statement, params = query("events_store_alone"), rows[0]
+        else:
+            statement, params = query("events_store_batch"), batch_params([rows[n] for n in order])
         for attempt in (1, 2):
             try:
                 async with (
                     self.pool.connection() as conn,
                     conn.cursor(row_factory=typed_row(Batched)) as cursor,
                 ):
-                    await cursor.execute(query("events_store_batch"), params)
+                    await cursor.execute(statement, params)
                     found: list[Batched] = await cursor.fetchall()
             except PoolTimeout:
                 raise
