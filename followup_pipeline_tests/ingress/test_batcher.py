@@ -156,3 +156,17 @@ async def test_a_connection_lost_mid_batch_answers_the_whole_batch_unavailable(
         stored = conn.execute("SELECT count(*) AS n FROM events").fetchone()
     assert stored is not None
     assert stored["n"] == 0
+
+
+@pytest.mark.anyio
+async def test_a_lone_delivery_is_a_batch_of_one_answered_as_any(
+    batching: Callable[..., GroupCommit], db_url: str
+) -> None:
+    batcher = batching()
+    await batcher.pool.open(wait=True)
+    batcher.start()
+    first = await batcher.store(_params(1))
+    again = await batcher.store(_params(1))
+    assert (batcher.batches, batcher.rows) == (2, 2)
+    assert (first.duplicate, again.duplicate, again.event_id) == (False, True, first.event_id)
+    assert first.status == "pending"
