@@ -6,7 +6,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import calendar, evaluate, ingress, ingress_profile, latency, load, scale
+from benchmarks import calendar, evaluate, ingress, ingress_profile, latency, lms, load, scale
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -45,6 +45,9 @@ def main() -> None:
         "## register: 10,000 stage-change items that need the CRM, one `register` run",
         "",
         *scale.register_run(),
+        "## learning reminders at scale: one tenant's sync, the day's first and a quiet one",
+        "",
+        *lms.run(),
         "## webhook to watch through the real daemon (`followup dev`)",
         "",
         *latency.run(),

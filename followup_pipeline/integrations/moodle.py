@@ -190,6 +190,22 @@ class MoodleClient:
             return tracked is True
         return any(a.state in FINISHED for a in self.quiz_attempts(quiz_id, user_id))
 
+    def quizzes_completed(
+        self, course_id: int, user_id: int, quizzes: Sequence[tuple[int, int]]
+    ) -> set[int]:
+        """Which of the course's ``quizzes`` (activity id, quiz id) the user completed: one
+        completion call for them all (Moodle answers every tracked activity of the course at
+        once), and an attempts call only for a quiz whose completion Moodle does not track."""
+        statuses = self.completion(course_id, user_id)
+        done = set()
+        for coursemodule, quiz_id in quizzes:
+            tracked = quiz_is_complete(statuses, coursemodule)
+            if tracked is None:
+                tracked = any(a.state in FINISHED for a in self.quiz_attempts(quiz_id, user_id))
+            if tracked:
+                done.add(quiz_id)
+        return done
+
     def quiz_attempts(self, quiz_id: int, user_id: int) -> Records[QuizAttempt]:
         """Every attempt of the user at the quiz, unfinished ones too (previews left out)."""
         params = {"quizid": quiz_id, "userid": user_id, "status": "all", "includepreviews": False}

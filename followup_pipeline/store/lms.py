@@ -1,10 +1,9 @@
 """Learning reminders as the store keeps them (docs/architecture.md §10): tenants, the quizzes
 assigned to learners (``lms_assignments``), a durable record per reminder (``lms_reminders``)
-and the learners who opted out (``lms_opt_outs``)."""
+and the learners who opted out (``lms_opt_outs``). What a sync writes of them: ``lms_plans.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -74,23 +73,6 @@ NOT_SET_BY_HAND = (
     "unreachable_since",
     "unreachable_error",
 )
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """A quiz assigned to a learner, as a sync read it."""
-
-    tenant_id: str
-    learner_id: int
-    quiz_id: int
-    course_id: int
-    coursemodule: int
-    quiz_name: str
-    due_at: datetime | None
-    synced_at: datetime
-    learner_name: str | None = None
-    learner_email: str | None = None
-    completed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -184,24 +166,6 @@ def set_synced(conn: psycopg.Connection[Any], tenant_id: str, at: datetime) -> N
     conn.execute(query("lms_tenant_synced"), {"id": tenant_id, "at": at})
 
 
-def save_assignment(conn: psycopg.Connection[Any], row: Assignment) -> None:
-    """What a sync read of a learner's quiz."""
-    params = {
-        "tenant_id": row.tenant_id,
-        "learner_id": row.learner_id,
-        "quiz_id": row.quiz_id,
-        "course_id": row.course_id,
-        "coursemodule": row.coursemodule,
-        "learner_name": row.learner_name,
-        "learner_email": row.learner_email,
-        "quiz_name": row.quiz_name,
-        "due_at": row.due_at,
-        "completed_at": row.completed_at,
-        "synced_at": row.synced_at,
-    }
-    conn.execute(query("lms_assignment_upsert"), params)
-
-
 def _assignment(tenant_id: str, learner_id: int, quiz_id: int) -> dict[str, object]:
     return {"tenant_id": tenant_id, "learner_id": learner_id, "quiz_id": quiz_id}
 
@@ -220,65 +184,6 @@ def mark_succeeded(
     """A reminder of the assignment reached the provider at ``at``."""
     params = {**_assignment(tenant_id, learner_id, quiz_id), "at": at}
     conn.execute(query("lms_assignment_succeeded"), params)
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A reminder record to keep (planned once per key)."""
-
-    tenant_id: str
-    learner_id: int
-    quiz_id: int
-    action_type: str
-    due_at: datetime
-    time_zone: str
-    local_day: date
-    key: str
-
-
-def plan(conn: psycopg.Connection[Any], rows: Sequence[Planned]) -> int:
-    """Keep the planned reminders (moving what is still planned to a changed time or zone);
-    how many were new."""
-    new = 0
-    for row in rows:
-        params = {
-            **_assignment(row.tenant_id, row.learner_id, row.quiz_id),
-            "action_type": row.action_type,
-            "due_at": row.due_at,
-            "time_zone": row.time_zone,
-            "local_day": row.local_day,
-            "key": row.key,
-        }
-        answer = conn.execute(query("lms_reminder_plan"), params).fetchone()
-        new += bool(answer and answer["new"])
-    return new
-
-
-def retire_unassigned(conn: psycopg.Connection[Any], tenant_id: str, at: datetime) -> int:
-    """Suppress (``unassigned``) what is planned for assignments the sync at ``at`` did not see;
-    how many."""
-    params = {"tenant_id": tenant_id, "at": at}
-    return len(conn.execute(query("lms_reminders_unassigned"), params).fetchall())
-
-
-def drop_unplanned(
-    conn: psycopg.Connection[Any],
-    tenant_id: str,
-    learner_id: int,
-    quiz_id: int,
-    *,
-    keep: Sequence[str],
-    reason: str,
-    at: datetime,
-) -> int:
-    """Suppress the assignment's planned reminders not in ``keep``; how many."""
-    params = {
-        **_assignment(tenant_id, learner_id, quiz_id),
-        "keep": list(keep),
-        "reason": reason,
-        "at": at,
-    }
-    return len(conn.execute(query("lms_reminders_replanned"), params).fetchall())
 
 
 def due(

@@ -990,6 +990,8 @@ CREATE INDEX links_expires ON followup.links USING btree (expires_at);
 
 CREATE UNIQUE INDEX links_subject ON followup.links USING btree (purpose, subject);
 
+CREATE INDEX lms_reminders_assignment ON followup.lms_reminders USING btree (tenant_id, learner_id, assignment_id);
+
 CREATE INDEX lms_reminders_open ON followup.lms_reminders USING btree (tenant_id, due_at) WHERE (delivery_outcome = ANY (ARRAY['planned'::text, 'attempted'::text, 'failed'::text, 'unknown'::text]));
 
 CREATE INDEX review_items_open ON followup.review_items USING btree (created_at) WHERE (resolved_at IS NULL);

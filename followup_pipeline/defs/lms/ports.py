@@ -99,6 +99,13 @@ class LmsSite(Protocol):
         attempt)."""
         ...
 
+    def quizzes_completed(
+        self, course_id: int, user_id: int, quizzes: Sequence[tuple[int, int]]
+    ) -> set[int]:
+        """Which of the course's quizzes (activity id, quiz id) the learner completed, read
+        with one call for the course (and one a quiz whose completion is not tracked)."""
+        ...
+
     def send_message(self, user_id: int, text: str, client_msg_id: str) -> Sent:
         """One message to the learner in Moodle."""
         ...

@@ -1,10 +1,10 @@
 """The sync of a tenant (docs/architecture.md §10): its courses' learners and quizzes become
 ``lms_assignments`` (a quiz with a due date, per learner), and each open assignment keeps its
 reminder records, planned once per key. A due date that moved suppresses the planned reminders
-of the old date (reason ``superseded``) and plans the new ones; a completion seen at a sync is
-kept on the assignment, and plans nothing more (what is planned is suppressed, reason
-``completed``, when it falls due). Records, never timers: what is due is read from them whenever
-a run comes.
+of the old date (reason ``superseded``) and plans the new ones; a completion seen at a sync (or
+by a send's re-check) is kept on the assignment, and no run plans anything more of it (what is
+planned is suppressed, reason ``completed``, when it falls due). Records, never timers: what is
+due is read from them whenever a run comes.
 """
 
 from dataclasses import dataclass
@@ -15,7 +15,7 @@ from followup_pipeline.domain.calendar import BusinessCalendar
 from followup_pipeline.domain.reminders import ReminderPlan, plan_reminders, reminder_key
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.integrations.errors import IntegrationError
-from followup_pipeline.store import lms, lms_learners
+from followup_pipeline.store import lms, lms_learners, lms_plans
 from followup_pipeline.store.lms import Tenant
 from followup_pipeline.store.lms_learners import LearnerDetails
 
@@ -62,84 +62,89 @@ def sync_tenant(
     db: Database, tenant: Tenant, site: LmsSite, *, now: datetime, completions: bool
 ) -> Synced:
     """Read the tenant's courses and plan their reminders; with ``completions``, ask Moodle
-    for every learner's completion too (the daily whole sync; a send re-checks anyway)."""
+    for every learner's completions too (the daily whole sync; a send re-checks anyway): one
+    call a learner and course. Everything is read first, then written in one transaction, a
+    few statements for the whole tenant (``store/lms_plans.py``)."""
     calendar, plan = tenant_calendar(tenant), tenant_plan(tenant)
     quizzes = [q for q in site.quizzes(tenant.course_ids) if q.timeclose is not None]
-    assignments = planned = superseded = completed = 0
+    with db.connection() as conn:
+        known_done = lms_plans.completed(conn, tenant.id)
+    # A quiz's plan depends on its due date alone: made once, whoever the learner.
+    whole_of = {
+        q.id: plan_reminders(q.timeclose, zone=tenant.time_zone, plan=plan, calendar=calendar)
+        for q in quizzes
+        if q.timeclose is not None
+    }
+    rows: list[lms_plans.Assignment] = []
+    plans: list[lms_plans.Plan] = []
+    planned_rows: list[lms_plans.Planned] = []
     seen: set[int] = set()
+    completed = 0
     for course_id in tenant.course_ids:
         learners = site.enrolled_users(course_id)
         seen.update(learner.id for learner in learners)
-        for quiz in (q for q in quizzes if q.course == course_id):
-            for learner in learners:
-                done = completions and site.quiz_completed(
-                    course_id, learner.id, quiz.coursemodule, quiz.id
+        course_quizzes = [q for q in quizzes if q.course == course_id]
+        if not course_quizzes:
+            continue
+        for learner in learners:
+            done_now: set[int] = set()
+            if completions:
+                pairs = [(q.coursemodule, q.id) for q in course_quizzes]
+                done_now = site.quizzes_completed(course_id, learner.id, pairs)
+            for quiz in course_quizzes:
+                done = quiz.id in done_now
+                rows.append(
+                    lms_plans.Assignment(
+                        learner_id=learner.id,
+                        quiz_id=quiz.id,
+                        course_id=course_id,
+                        coursemodule=quiz.coursemodule,
+                        quiz_name=quiz.name,
+                        due_at=quiz.timeclose,
+                        learner_name=learner.fullname,
+                        learner_email=learner.email,
+                        completed_at=now if done else None,
+                    )
                 )
-                row = lms.Assignment(
-                    tenant_id=tenant.id,
-                    learner_id=learner.id,
-                    quiz_id=quiz.id,
-                    course_id=course_id,
-                    coursemodule=quiz.coursemodule,
-                    quiz_name=quiz.name,
-                    due_at=quiz.timeclose,
-                    synced_at=now,
-                    learner_name=learner.fullname,
-                    learner_email=learner.email,
-                    completed_at=now if done else None,
-                )
-                due_at = quiz.timeclose
-                assert due_at is not None  # filtered above
-                whole = plan_reminders(due_at, zone=tenant.time_zone, plan=plan, calendar=calendar)
-                keys_of_plan = [
+                if done or (learner.id, quiz.id) in known_done:
+                    # Completed: nothing more is planned, by this run or any after it. What was
+                    # planned stays on record: each is suppressed with the reason when it falls
+                    # due, through the ledger like every due action.
+                    completed += done
+                    continue
+                whole = whole_of[quiz.id]
+                keys = [
                     reminder_key(tenant.id, learner.id, quiz.id, r.action_type, r.local_day)
                     for r in whole
                 ]
+                plans.append(lms_plans.Plan(learner.id, quiz.id, keys))
                 # A quiz long closed is reminded of no more: nothing past the catch-up window is
                 # planned now. One planned before stays as it is (its plan still holds it): the
                 # run sees it due and suppresses it `expired`, never `superseded`.
-                fresh = [
-                    (r, key)
-                    for r, key in zip(whole, keys_of_plan, strict=True)
+                planned_rows += [
+                    lms_plans.Planned(
+                        learner_id=learner.id,
+                        quiz_id=quiz.id,
+                        action_type=r.action_type,
+                        due_at=r.due_at,
+                        time_zone=tenant.time_zone,
+                        local_day=r.local_day,
+                        key=key,
+                    )
+                    for r, key in zip(whole, keys, strict=True)
                     if r.due_at >= now - CATCH_UP
                 ]
-                reminders = [r for r, _ in fresh]
-                keys = [key for _, key in fresh]
-                with db.connection() as conn, conn.transaction():
-                    lms.save_assignment(conn, row)
-                    assignments += 1
-                    if done:
-                        # Its planned reminders stay on record: each is suppressed with the
-                        # reason when it falls due, through the ledger like every due action.
-                        completed += 1
-                        continue
-                    superseded += lms.drop_unplanned(
-                        conn, tenant.id, learner.id, quiz.id, keep=keys_of_plan,
-                        reason="superseded", at=now,
-                    )  # fmt: skip
-                    planned += lms.plan(
-                        conn,
-                        [
-                            lms.Planned(
-                                tenant_id=tenant.id,
-                                learner_id=learner.id,
-                                quiz_id=quiz.id,
-                                action_type=r.action_type,
-                                due_at=r.due_at,
-                                time_zone=tenant.time_zone,
-                                local_day=r.local_day,
-                                key=key,
-                            )
-                            for r, key in zip(reminders, keys, strict=True)
-                        ],
-                    )
-    if completions:  # once a day: each learner's language and zone, as their profile says
-        details = _learner_details(site, seen)
-        with db.connection() as conn, conn.transaction():
-            lms_learners.save(conn, tenant.id, details, now)
+    # once a day: each learner's language and zone, as their profile says
+    details = _learner_details(site, seen) if completions else None
     with db.connection() as conn, conn.transaction():
+        lms_plans.save_assignments(conn, tenant.id, rows, now)
+        superseded = lms_plans.drop_unplanned(conn, tenant.id, plans, reason="superseded", at=now)
+        planned = lms_plans.plan(conn, tenant.id, planned_rows)
+        if details is not None:
+            lms_learners.save(conn, tenant.id, details, now)
         # Whatever this sync did not see (a learner gone, a quiz deleted or undated) is retired.
-        superseded += lms.retire_unassigned(conn, tenant.id, now)
+        pairs_seen = [(row.learner_id, row.quiz_id) for row in rows]
+        superseded += lms_plans.retire_unseen(conn, tenant.id, pairs_seen, now)
         if completions:
             lms.set_synced(conn, tenant.id, now)
-    return Synced(assignments, planned, superseded, completed)
+    return Synced(len(rows), planned, superseded, completed)

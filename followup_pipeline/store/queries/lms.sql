@@ -37,21 +37,6 @@ UPDATE tenants
 SET unreachable_since = coalesce(unreachable_since, %(at)s), unreachable_error = %(error)s
 WHERE id = %(id)s;
 
--- name: lms_assignment_upsert
--- What the sync read of a learner's quiz: its due date may move; a completion is kept.
-INSERT INTO lms_assignments (tenant_id, learner_id, quiz_id, course_id, coursemodule,
-                             learner_name, learner_email, quiz_name, due_at, completed_at,
-                             synced_at)
-VALUES (%(tenant_id)s, %(learner_id)s, %(quiz_id)s, %(course_id)s, %(coursemodule)s,
-        %(learner_name)s, %(learner_email)s, %(quiz_name)s, %(due_at)s, %(completed_at)s,
-        %(synced_at)s)
-ON CONFLICT (tenant_id, learner_id, quiz_id) DO UPDATE
-SET course_id = EXCLUDED.course_id, coursemodule = EXCLUDED.coursemodule,
-    learner_name = EXCLUDED.learner_name, learner_email = EXCLUDED.learner_email,
-    quiz_name = EXCLUDED.quiz_name, due_at = EXCLUDED.due_at,
-    completed_at = coalesce(EXCLUDED.completed_at, lms_assignments.completed_at),
-    synced_at = EXCLUDED.synced_at;
-
 -- name: lms_assignment_completed
 UPDATE lms_assignments SET completed_at = coalesce(completed_at, %(at)s)
 WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s AND quiz_id = %(quiz_id)s;
@@ -61,42 +46,6 @@ WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s AND quiz_id = %(
 UPDATE lms_assignments
 SET last_successful_action_at = greatest(last_successful_action_at, %(at)s)
 WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s AND quiz_id = %(quiz_id)s;
-
--- name: lms_reminder_plan
--- A planned reminder, once per key (a sync that plans it again changes nothing).
-INSERT INTO lms_reminders (tenant_id, learner_id, assignment_id, action_type, due_at, time_zone,
-                           local_day, idempotency_key)
-VALUES (%(tenant_id)s, %(learner_id)s, %(quiz_id)s, %(action_type)s, %(due_at)s, %(time_zone)s,
-        %(local_day)s, %(key)s)
-ON CONFLICT (idempotency_key) DO UPDATE
--- A plan made again after the tenant's time or zone changed moves what is still planned; one
--- retired as unassigned comes back when the learner does.
-SET due_at = EXCLUDED.due_at, time_zone = EXCLUDED.time_zone, delivery_outcome = 'planned',
-    reason = NULL, settled_at = NULL
-WHERE lms_reminders.delivery_outcome = 'planned'
-   OR (lms_reminders.delivery_outcome = 'suppressed' AND lms_reminders.reason = 'unassigned')
-RETURNING (xmax = 0) AS new;
-
--- name: lms_reminders_replanned
--- Planned reminders of an assignment that its plan no longer holds (its due date moved, or it was
--- completed or unassigned): suppressed, with the reason.
-UPDATE lms_reminders
-SET delivery_outcome = 'suppressed', reason = %(reason)s, settled_at = %(at)s
-WHERE tenant_id = %(tenant_id)s AND learner_id = %(learner_id)s
-  AND assignment_id = %(quiz_id)s AND delivery_outcome = 'planned'
-  AND NOT (idempotency_key = ANY(%(keep)s::text[]))
-RETURNING id;
-
--- name: lms_reminders_unassigned
--- Planned reminders of a tenant's assignments the last sync did not see (a learner unenrolled or
--- suspended, a quiz deleted or without a due date any more): retired, reason `unassigned`.
-UPDATE lms_reminders r
-SET delivery_outcome = 'suppressed', reason = 'unassigned', settled_at = %(at)s
-FROM lms_assignments a
-WHERE (a.tenant_id, a.learner_id, a.quiz_id) = (r.tenant_id, r.learner_id, r.assignment_id)
-  AND r.tenant_id = %(tenant_id)s AND r.delivery_outcome = 'planned'
-  AND a.synced_at < %(at)s
-RETURNING r.id;
 
 -- name: lms_reminders_due
 -- A tenant's reminders due by now and not settled, with what the send needs, oldest first; and
@@ -201,3 +150,75 @@ FROM lms_reminders r
 LEFT JOIN lms_assignments a ON (a.tenant_id, a.learner_id, a.quiz_id)
                              = (r.tenant_id, r.learner_id, r.assignment_id)
 WHERE r.idempotency_key = %(key)s;
+
+-- name: lms_assignments_save
+-- What one sync read of a tenant's assignments, in one statement: a row that changed is updated
+-- (its due date may move; a completion is kept), one that did not is left as it is.
+INSERT INTO lms_assignments AS a (tenant_id, learner_id, quiz_id, course_id, coursemodule,
+                                  learner_name, learner_email, quiz_name, due_at, completed_at,
+                                  synced_at)
+SELECT %(tenant_id)s, r.learner_id, r.quiz_id, r.course_id, r.coursemodule, r.learner_name,
+       r.learner_email, r.quiz_name, r.due_at, r.completed_at, %(at)s
+FROM json_to_recordset(%(rows)s::json) AS r(
+    learner_id bigint, quiz_id bigint, course_id bigint, coursemodule bigint, learner_name text,
+    learner_email text, quiz_name text, due_at timestamptz, completed_at timestamptz
+)
+ON CONFLICT (tenant_id, learner_id, quiz_id) DO UPDATE
+SET course_id = EXCLUDED.course_id, coursemodule = EXCLUDED.coursemodule,
+    learner_name = EXCLUDED.learner_name, learner_email = EXCLUDED.learner_email,
+    quiz_name = EXCLUDED.quiz_name, due_at = EXCLUDED.due_at,
+    completed_at = coalesce(a.completed_at, EXCLUDED.completed_at),
+    synced_at = EXCLUDED.synced_at
+WHERE (a.course_id, a.coursemodule, a.learner_name, a.learner_email, a.quiz_name, a.due_at)
+      IS DISTINCT FROM (EXCLUDED.course_id, EXCLUDED.coursemodule, EXCLUDED.learner_name,
+                        EXCLUDED.learner_email, EXCLUDED.quiz_name, EXCLUDED.due_at)
+   OR (a.completed_at IS NULL AND EXCLUDED.completed_at IS NOT NULL);
+
+-- name: lms_assignments_completed
+-- A tenant's assignments known completed (by any sync or send): no run plans them again.
+SELECT learner_id, quiz_id FROM lms_assignments
+WHERE tenant_id = %(tenant_id)s AND completed_at IS NOT NULL;
+
+-- name: lms_reminders_plan_all
+-- A sync's planned reminders of a tenant, in one statement, once per key: a plan made again
+-- after the tenant's time or zone changed moves what is still planned; one retired as unassigned
+-- comes back when the learner does; one planned as it was is left as it is (not rewritten).
+INSERT INTO lms_reminders AS r (tenant_id, learner_id, assignment_id, action_type, due_at,
+                                time_zone, local_day, idempotency_key)
+SELECT %(tenant_id)s, p.learner_id, p.quiz_id, p.action_type, p.due_at, p.time_zone, p.local_day,
+       p.key
+FROM json_to_recordset(%(rows)s::json) AS p(
+    learner_id bigint, quiz_id bigint, action_type text, due_at timestamptz, time_zone text,
+    local_day date, key text
+)
+ON CONFLICT (idempotency_key) DO UPDATE
+SET due_at = EXCLUDED.due_at, time_zone = EXCLUDED.time_zone, delivery_outcome = 'planned',
+    reason = NULL, settled_at = NULL
+WHERE (r.delivery_outcome = 'planned'
+       AND (r.due_at, r.time_zone) IS DISTINCT FROM (EXCLUDED.due_at, EXCLUDED.time_zone))
+   OR (r.delivery_outcome = 'suppressed' AND r.reason = 'unassigned')
+RETURNING (xmax = 0) AS new;
+
+-- name: lms_reminders_replanned_all
+-- The planned reminders of a sync's assignments that their plans no longer hold (a due date
+-- moved): suppressed, with the reason, in one statement. Each assignment comes with its plan's
+-- keys.
+UPDATE lms_reminders AS r
+SET delivery_outcome = 'suppressed', reason = %(reason)s, settled_at = %(at)s
+FROM json_to_recordset(%(plans)s::json) AS k(learner_id bigint, quiz_id bigint, keys text[])
+WHERE r.tenant_id = %(tenant_id)s AND r.learner_id = k.learner_id
+  AND r.assignment_id = k.quiz_id AND r.delivery_outcome = 'planned'
+  AND NOT (r.idempotency_key = ANY(k.keys))
+RETURNING r.id;
+
+-- name: lms_reminders_unseen
+-- Planned reminders of a tenant's assignments the sync did not see (a learner unenrolled or
+-- suspended, a quiz deleted or without a due date any more): retired, reason `unassigned`.
+UPDATE lms_reminders AS r
+SET delivery_outcome = 'suppressed', reason = 'unassigned', settled_at = %(at)s
+WHERE r.tenant_id = %(tenant_id)s AND r.delivery_outcome = 'planned'
+  AND NOT EXISTS (
+      SELECT 1 FROM json_to_recordset(%(seen)s::json) AS s(learner_id bigint, quiz_id bigint)
+      WHERE s.learner_id = r.learner_id AND s.quiz_id = r.assignment_id
+  )
+RETURNING r.id;

@@ -114,6 +114,22 @@ def test_lms_a_completed_quiz_and_an_opted_out_learner_are_suppressed_with_the_r
     assert {r["reason"] for r in ledger} >= {"completed", "opted_out"}
 
 
+def test_lms_a_completed_quiz_gets_no_planned_reminder_from_any_run(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=2)
+    make_tenant(db, sandbox, BERLIN, seeded["course"])
+    done, open_ = seeded["users"]
+    control(sandbox, "POST", f"/moodle/{BERLIN}/quizzes/{seeded['quiz']}/complete",
+             {"userid": done})  # fmt: skip
+    first = run_lms(db_url, sandbox, utc(2026, 3, 6, 9))  # the day's first run reads completions
+    assert (first[f"{BERLIN}:planned"], first[f"{BERLIN}:completed_seen"]) == (3, 1)
+    run_lms(db_url, sandbox, utc(2026, 3, 6, 9, 15))  # a quiet run: it reads none
+    run_lms(db_url, sandbox, utc(2026, 3, 7, 9, 30))  # the next day's first run
+    assert {r["learner_id"] for r in _reminders(db)} == {open_}
+    assert len(_reminders(db)) == 3
+
+
 @pytest.mark.parametrize("channel", ["email", "moodle"])
 def test_lms_a_crash_after_the_provider_accepted_sends_nothing_twice(
     db: psycopg.Connection[Any], db_url: str, sandbox: str, channel: str
