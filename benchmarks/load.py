@@ -291,5 +291,8 @@ def run() -> list[str]:
         f"pgbench, the same INSERT at 32 connections (physical reference): {pgbench:,.0f} tps; "
         f"the ingress at 32 connections is {at32['per_second'] / pgbench:.2f}× of it.",
         "",
+        "Where the time goes under load, before and after issue 48: "
+        "[ingress-profile.md](ingress-profile.md).",
+        "",
     ]
     return lines

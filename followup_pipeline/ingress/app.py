@@ -8,8 +8,9 @@ Sources: EspoCRM (``/webhooks/espocrm``), and under ``/webhooks/{source}`` those
 Stripe signs). Answers to a webhook: 200 stored (or a counted duplicate); 400 signed but
 unparseable (kept as a dead letter); 401 bad or missing signature, stale timestamp, unknown
 webhook or source (nothing stored); 413 body over the limit; 503 when the database cannot store
-it (EspoCRM retries 503, not 502/504). Every answer to a webhook but 200 carries ``{"error",
-"detail"}``.
+it (EspoCRM retries 503, not 502/504); 500 when the database refused the row (``store_failed``)
+or the handling failed (``internal_error``, logged with its traceback). Every answer to a webhook
+but 200 carries ``{"error", "detail"}``.
 """
 
 import contextlib
@@ -288,9 +289,10 @@ def create_app(
             await pool.close()
 
     routes = [
-        # (a POST to /webhooks/… is answered before the routes: IngressApp; these answer 405)
-        Route("/webhooks/espocrm", _webhooks_post, methods=["POST"]),
-        Route("/webhooks/{source}", _webhooks_post, methods=["POST"]),
+        # (IngressApp answers a POST to /webhooks/… before the routes; these answer the rest:
+        # 405, and a POST the shortcut did not recognise)
+        Route("/webhooks/espocrm", WebhookRoute(ingress), methods=["POST"]),
+        Route("/webhooks/{source}", WebhookRoute(ingress), methods=["POST"]),
         Route("/links/{purpose}/{token}", pages.show, methods=["GET"]),
         Route("/links/{purpose}/{token}", pages.click, methods=["POST"]),
         Route("/healthz", ingress.healthz, methods=["GET"]),
@@ -301,8 +303,15 @@ def create_app(
     return app
 
 
-async def _webhooks_post(request: Request) -> Response:
-    raise AssertionError("a webhook POST is answered by IngressApp, before the routes")
+class WebhookRoute:
+    """The webhook routes as plain ASGI endpoints (Starlette calls an object as an ASGI app)."""
+
+    def __init__(self, ingress: Ingress) -> None:
+        self.ingress = ingress
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        source = scope.get("path_params", {}).get("source", "espocrm")
+        await self.ingress.webhook(scope, receive, send, source)
 
 
 class IngressApp(Starlette):

@@ -4,8 +4,9 @@ framework's request, routing and middleware cost more than its signature and par
 through Starlette (``app.py``).
 
 What it keeps of the framework's behaviour: the first of repeated headers; a body over the limit
-refused as soon as it is known (its declared length, else as it arrives); a client gone before its
-body arrived is not answered and nothing of it is stored; every answer is JSON with its length.
+refused as soon as it is known (its declared length, else as it arrives); every answer JSON with
+its length. What it does otherwise: a client gone before its whole body arrived is not answered
+(the framework raised, and answered 500 to nobody); nothing of it is stored either way.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def webhook_source(scope: Scope) -> str | None:
     if scope["type"] != "http" or scope["method"] != "POST":
         return None
     path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):  # (mounted under a prefix: routed as the framework does)
+        path = path[len(root) :]
     if not path.startswith(PREFIX):
         return None
     source = path[len(PREFIX) :]

@@ -46,11 +46,18 @@ COLUMNS = (
 
 
 def batch_params(rows: list[dict[str, object]]) -> dict[str, object]:
-    """The parameters of ``events_store_batch`` for ``rows`` (``events.delivery_params`` each, in
-    the order they are to be stored): the rows as JSON arrays (those with a delivery id apart,
-    None when there are none), their bodies as one bytea."""
-    listed: list[dict[str, object]] = []
+    """The parameters of ``events_store_batch`` for ``rows`` (``events.delivery_params`` each):
+    those with a delivery id first, sorted by it, then the others in arrival order (the order
+    ``_insert`` gives them). The rows as three JSON arrays (migration 0033: the identified, the
+    bodies repeated within the batch, the rest; None for an empty one), their bodies as one
+    bytea."""
+    times: dict[object, int] = {}
+    for row in rows:
+        if row["delivery_id"] is None:
+            times[row["dedup_key"]] = times.get(row["dedup_key"], 0) + 1
     identified: list[dict[str, object]] = []
+    repeated: list[dict[str, object]] = []
+    listed: list[dict[str, object]] = []
     bodies: list[bytes] = []
     at = 1  # (SQL's substring counts from 1)
     for ord_, row in enumerate(rows, 1):
@@ -66,12 +73,18 @@ def batch_params(rows: list[dict[str, object]]) -> dict[str, object]:
         item["body_len"] = len(body)
         item["headers"] = headers.obj
         item["received_at"] = None if received is None else received.isoformat()
-        (listed if item["delivery_id"] is None else identified).append(item)
+        if item["delivery_id"] is not None:
+            identified.append(item)
+        elif times[row["dedup_key"]] > 1:
+            repeated.append(item)
+        else:
+            listed.append(item)
         bodies.append(body)
         at += len(body)
     return {
         "identified": json.dumps(identified) if identified else None,
-        "rows": json.dumps(listed),
+        "repeated": json.dumps(repeated) if repeated else None,
+        "rows": json.dumps(listed) if listed else None,
         "bodies": b"".join(bodies),
         "window": rows[0]["window"],
         "namespace": rows[0]["namespace"],
@@ -214,8 +227,8 @@ class GroupCommit:
         (its rows, had they committed, are then counted duplicates, never stored twice)."""
         # Two batches take their rows' locks in one global order, so they cannot deadlock each
         # other: the delivery ids' index entries first, sorted here (repeats of one delivery in
-        # arrival order), then the bodies' advisory locks, sorted by the database; the answers
-        # go back by position.
+        # arrival order), then the bodies' advisory locks, sorted by the database (the others
+        # keep their arrival order); the answers go back by position.
         order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
         if len(rows) == 1:  # a lone delivery: one delivery's function, one statement
             statement, params = query("events_store_alone"), rows[0]
@@ -262,11 +275,12 @@ class GroupCommit:
 
 
 def _lock_key(row: dict[str, object]) -> tuple[int, str]:
-    """The key a row locks first: its delivery id's, else its body's dedup key."""
+    """Where a row goes in its batch: those with a delivery id first, by it; the others after,
+    as they came (the database orders their locks)."""
     delivery = row.get("delivery_id")
     if delivery is not None:
         return (0, f"{row['source']}:{delivery}")
-    return (1, str(row["dedup_key"]))
+    return (1, "")
 
 
 def lost(error: psycopg.OperationalError) -> bool:

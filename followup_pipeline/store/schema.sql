@@ -14,7 +14,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION followup.store_deliveries(p_identified json, p_rows json, p_bodies bytea, p_window interval, p_namespace integer) RETURNS TABLE(ord integer, event_id bigint, event_status text, duplicate boolean)
+CREATE FUNCTION followup.store_deliveries(p_identified json, p_repeated json, p_rows json, p_bodies bytea, p_window interval, p_namespace integer) RETURNS TABLE(ord integer, event_id bigint, event_status text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'followup', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -38,9 +38,27 @@ BEGIN
     PERFORM pg_advisory_xact_lock(p_namespace, k.lock)
     FROM (
         SELECT DISTINCT hashtext(d.dedup_key) AS lock
-        FROM json_to_recordset(p_rows) AS d(dedup_key text)
+        FROM (
+            SELECT r.dedup_key FROM json_to_recordset(p_rows) AS r(dedup_key text)
+            UNION ALL
+            SELECT r.dedup_key FROM json_to_recordset(p_repeated) AS r(dedup_key text)
+        ) AS d
         ORDER BY 1
     ) AS k;
+
+    IF p_repeated IS NOT NULL THEN
+        RETURN QUERY
+        SELECT d.ord, s.event_id, s.event_status, s.duplicate
+        FROM json_to_recordset(p_repeated) AS d(
+            ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
+            headers jsonb, status text, last_error text, dead_step text, received_at timestamptz
+        )
+        CROSS JOIN LATERAL store_delivery(
+            d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
+            d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, NULL,
+            d.received_at
+        ) AS s;
+    END IF;
 
     RETURN QUERY
     WITH d AS (
@@ -51,47 +69,37 @@ BEGIN
             headers jsonb, status text, last_error text, dead_step text, received_at timestamptz
         )
     ),
-    firsts AS (  -- each body's first delivery in the batch, and its repeats after it
-        SELECT DISTINCT ON (d.dedup_key) d.*,
-               count(*) OVER per_body - 1 AS repeats,
-               max(d.at) OVER per_body AS last_at
-        FROM d
-        WINDOW per_body AS (PARTITION BY d.dedup_key)
-        ORDER BY d.dedup_key, d.ord
-    ),
     found AS (
-        SELECT f.*, x.id AS known_id, x.status AS known_status
-        FROM firsts AS f
+        SELECT d.*, x.id AS known_id
+        FROM d
         LEFT JOIN LATERAL (
-            SELECT e.id, e.status FROM events AS e
-            WHERE e.dedup_key = f.dedup_key AND e.received_at > f.at - p_window
+            SELECT e.id FROM events AS e
+            WHERE e.dedup_key = d.dedup_key AND e.received_at > d.at - p_window
             ORDER BY e.received_at DESC, e.id DESC
             LIMIT 1
         ) AS x ON true
     ),
     counted AS (
         UPDATE events AS e
-        SET duplicate_count = e.duplicate_count + f.repeats + 1, last_duplicate_at = f.last_at
+        SET duplicate_count = e.duplicate_count + 1, last_duplicate_at = f.at
         FROM found AS f
         WHERE e.id = f.known_id
-        RETURNING e.id
+        RETURNING e.id, e.status
     ),
     inserted AS (
         INSERT INTO events AS e (source, event_type, dedup_key, body, headers, status, last_error,
-                                 dead_step, received_at, duplicate_count, last_duplicate_at)
+                                 dead_step, received_at)
         SELECT f.source, f.event_type, f.dedup_key, substring(p_bodies FROM f.body_at FOR f.body_len),
-               f.headers, f.status, f.last_error, f.dead_step, f.at, f.repeats,
-               CASE WHEN f.repeats > 0 THEN f.last_at END
+               f.headers, f.status, f.last_error, f.dead_step, f.at
         FROM found AS f
         WHERE f.known_id IS NULL
         ORDER BY f.ord
         RETURNING e.id, e.dedup_key, e.status
     )
-    SELECT d.ord, coalesce(f.known_id, i.id), coalesce(f.known_status, i.status),
-           f.known_id IS NOT NULL OR d.ord <> f.ord
-    FROM d
-    JOIN found AS f ON f.dedup_key = d.dedup_key
-    LEFT JOIN inserted AS i ON i.dedup_key = d.dedup_key;
+    SELECT f.ord, coalesce(c.id, i.id), coalesce(c.status, i.status), c.id IS NOT NULL
+    FROM found AS f
+    LEFT JOIN counted AS c ON c.id = f.known_id
+    LEFT JOIN inserted AS i ON i.dedup_key = f.dedup_key AND f.known_id IS NULL;
 END;
 $$;
 

@@ -3,13 +3,17 @@ the same deliveries one by one through ``store_delivery`` answers, and leaves th
 
 from __future__ import annotations
 
+import random
+import threading
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from followup_pipeline.ingress.batcher import batch_params
+from followup_pipeline.ingress.batcher import _lock_key, batch_params
 from followup_pipeline.store import events
+from followup_pipeline.store.db import connection_kwargs
 from followup_pipeline.store.queries import query
 
 AT = datetime(2026, 3, 9, 9, 0, tzinfo=UTC)
@@ -40,6 +44,10 @@ def _scenario(source: str) -> tuple[list[dict[str, object]], list[dict[str, obje
         _delivery(source, b'[{"id":"known"}]', at=AT - timedelta(minutes=10)),
         _delivery(source, b'[{"id":"old"}]', at=AT - timedelta(hours=2)),  # outside the window
         _delivery(source, b'{"type":"x"}', at=AT - timedelta(days=3), delivery_id="msg-known"),
+        # at the window's edge: its first repeat below is within the hour, its second is not
+        _delivery(
+            source, b'[{"id":"edge"}]', at=AT - timedelta(hours=1) + timedelta(milliseconds=1)
+        ),
     ]
     batch = [
         _delivery(source, b'[{"id":"new"}]', at=AT),
@@ -52,6 +60,10 @@ def _scenario(source: str) -> tuple[list[dict[str, object]], list[dict[str, obje
         _delivery(source, b'[{"id":"new"}]', at=_ms(5)),
         _delivery(source, b'[{"id":"known"}]', at=_ms(6)),
         _delivery(source, b'{"type":"y"}', at=_ms(7), delivery_id="msg-new"),
+        _delivery(source, b'[{"id":"edge"}]', at=AT),
+        _delivery(source, b'[{"id":"edge"}]', at=_ms(2)),
+        _delivery(source, b'[{"id":"back"}]', at=_ms(9)),  # the clock goes back within a batch
+        _delivery(source, b'[{"id":"back"}]', at=_ms(3)),
     ]
     return before, batch
 
@@ -101,6 +113,68 @@ def test_a_batch_answers_and_stores_what_one_by_one_would(db: psycopg.Connection
     answers, rows = expected
     # (what the scenario means, read from one-by-one: a check of the check)
     assert [duplicate for _, _, duplicate in answers] == [
-        False, True, True, False, False, True, False, True, True, True
+        False, True, True, False, False, True, False, True, True, True, True, False, False, True
     ]  # fmt: skip
-    assert sum(row[4] for row in rows) == 6  # every duplicate answered is counted on its event
+    assert sum(row[4] for row in rows) == 8  # every duplicate answered is counted on its event
+
+
+def _random_delivery(rng: random.Random) -> dict[str, object]:
+    n = rng.randrange(12)
+    if rng.random() < 0.3:  # a delivery with an id
+        return events.delivery_params(
+            source="forms", event_type="t", body=b'{"type":"t","n":%d}' % n, headers={},
+            status="unhandled", delivery_id=f"msg-{n}",
+        )  # fmt: skip
+    return events.delivery_params(
+        source="espocrm", event_type="Opportunity.create", body=b'[{"id":"%d"}]' % n, headers={}
+    )
+
+
+def test_concurrent_batches_and_single_stores_keep_one_event_a_key(
+    db_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """Six sessions store random batches (and now and then one by one) of the same few bodies
+    and ids at once: no deadlock, one new event a key, every answer counted on its event."""
+    errors: list[str] = []
+    answers: list[tuple[object, int, bool]] = []
+    guard = threading.Lock()
+
+    def session(seed: int) -> None:
+        rng = random.Random(seed)
+        with psycopg.connect(db_url, autocommit=True, **connection_kwargs()) as conn:
+            for _ in range(40):
+                rows = [_random_delivery(rng) for _ in range(rng.randrange(2, 24))]
+                order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
+                try:
+                    if rng.random() < 0.2:
+                        found = [conn.execute(query("events_store"), rows[n]).fetchone()
+                                 for n in order]  # fmt: skip
+                    else:
+                        params = batch_params([rows[n] for n in order])
+                        found = conn.execute(query("events_store_batch"), params).fetchall()
+                except psycopg.Error as error:
+                    with guard:
+                        errors.append(repr(error))
+                    continue
+                with guard:
+                    for n, row in zip(order, found, strict=True):
+                        assert row is not None
+                        answers.append((rows[n]["dedup_key"], row["event_id"], row["duplicate"]))
+
+    threads = [threading.Thread(target=session, args=(seed,)) for seed in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    new = Counter(key for key, _, duplicate in answers if not duplicate)
+    assert set(new.values()) == {1}
+    ids: dict[object, set[int]] = {}
+    for key, event_id, _ in answers:
+        ids.setdefault(key, set()).add(event_id)
+    assert {len(found) for found in ids.values()} == {1}
+    total = db.execute(
+        "SELECT count(*)::int AS n, sum(duplicate_count)::int AS d FROM events"
+    ).fetchone()
+    assert total is not None
+    assert total["n"] + total["d"] == len(answers)

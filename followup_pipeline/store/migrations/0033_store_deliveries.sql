@@ -1,19 +1,23 @@
--- 0033: the ingress's group commit stores a batch of deliveries in one call, set-based: the rows
--- come as JSON arrays (ord, source, event_type, dedup_key, body_at, body_len, headers, status,
--- last_error, dead_step, delivery_id, received_at), those with a delivery id in one of their own
--- (NULL: none), and their bodies as one bytea, each row naming its body's place in it. What a batch answers is what storing its rows one by one, in the order
--- of `ord`, through store_delivery answers:
---   * a delivery with an id (Standard Webhooks, Stripe) goes through store_delivery itself, first,
---     in the order of `ord` (the batcher sorts them by id, so two batches wait on each other's
---     ids in one order);
---   * the others are recognised by their body within the window: the batch takes the advisory
---     lock of each body (in one global order, after the ids: no two batches wait on each other in
---     a circle), finds each body's latest event within the window in one pass, counts the
---     repeats on it, and inserts the bodies not found in one INSERT. A body repeated within the
---     batch is one event, its repeats its duplicates, as they would be one after another. The
---     window counts back from the instant of the body's first delivery in the batch (they all
---     arrived within the batch's few milliseconds).
--- Set-based, the body-hash rows cost about half of what a call of store_delivery per row costs
+-- 0033: the ingress's group commit stores a batch of deliveries in one call. The rows come as
+-- three JSON arrays of (ord, source, event_type, dedup_key, body_at, body_len, headers, status,
+-- last_error, dead_step, delivery_id, received_at), NULL for an empty one, and their bodies as one
+-- bytea, each row naming its body's place in it:
+--   * `identified`: the deliveries with an id (Standard Webhooks, Stripe), sorted by id;
+--   * `repeated`: those without an id whose body comes more than once in the batch, in arrival
+--     order;
+--   * `rows`: the others, each body once.
+-- What a batch answers, and what it leaves in `events`, is what storing its deliveries one by
+-- one through store_delivery answers and leaves (the ingress sorts the deliveries with an id
+-- first; the others keep their arrival order):
+--   * the identified go through store_delivery, first, in their order: two batches wait on each
+--     other's ids in one order;
+--   * then the batch takes the advisory lock of every body of `repeated` and `rows`, in one
+--     global order (after the ids: no two batches can wait on each other in a circle);
+--   * the repeated go through store_delivery in their order (each repeat a duplicate of the one
+--     before, as one after another; the window counted from each one's own instant);
+--   * the rows, each body once, set-based: each body's latest event within the window found in
+--     one pass and counted, the bodies not found inserted by one INSERT.
+-- Set-based, a row of a batch of 32 costs 44 µs where a call of store_delivery per row cost 54 µs
 -- (docs/benchmarks.md, where one delivery's time goes).
 --
 -- Both functions read `events` only through its indexes, and say so (enable_seqscan off): a plan
@@ -24,8 +28,10 @@
 ALTER FUNCTION store_delivery(text, text, text, bytea, jsonb, text, text, text, interval, integer,
                               text, timestamptz)
     SET enable_seqscan = off;
+
 CREATE FUNCTION store_deliveries(
     p_identified json,
+    p_repeated   json,
     p_rows       json,
     p_bodies     bytea,
     p_window     interval,
@@ -51,9 +57,27 @@ BEGIN
     PERFORM pg_advisory_xact_lock(p_namespace, k.lock)
     FROM (
         SELECT DISTINCT hashtext(d.dedup_key) AS lock
-        FROM json_to_recordset(p_rows) AS d(dedup_key text)
+        FROM (
+            SELECT r.dedup_key FROM json_to_recordset(p_rows) AS r(dedup_key text)
+            UNION ALL
+            SELECT r.dedup_key FROM json_to_recordset(p_repeated) AS r(dedup_key text)
+        ) AS d
         ORDER BY 1
     ) AS k;
+
+    IF p_repeated IS NOT NULL THEN
+        RETURN QUERY
+        SELECT d.ord, s.event_id, s.event_status, s.duplicate
+        FROM json_to_recordset(p_repeated) AS d(
+            ord int, source text, event_type text, dedup_key text, body_at int, body_len int,
+            headers jsonb, status text, last_error text, dead_step text, received_at timestamptz
+        )
+        CROSS JOIN LATERAL store_delivery(
+            d.source, d.event_type, d.dedup_key, substring(p_bodies FROM d.body_at FOR d.body_len),
+            d.headers, d.status, d.last_error, d.dead_step, p_window, p_namespace, NULL,
+            d.received_at
+        ) AS s;
+    END IF;
 
     RETURN QUERY
     WITH d AS (
@@ -64,46 +88,36 @@ BEGIN
             headers jsonb, status text, last_error text, dead_step text, received_at timestamptz
         )
     ),
-    firsts AS (  -- each body's first delivery in the batch, and its repeats after it
-        SELECT DISTINCT ON (d.dedup_key) d.*,
-               count(*) OVER per_body - 1 AS repeats,
-               max(d.at) OVER per_body AS last_at
-        FROM d
-        WINDOW per_body AS (PARTITION BY d.dedup_key)
-        ORDER BY d.dedup_key, d.ord
-    ),
     found AS (
-        SELECT f.*, x.id AS known_id, x.status AS known_status
-        FROM firsts AS f
+        SELECT d.*, x.id AS known_id
+        FROM d
         LEFT JOIN LATERAL (
-            SELECT e.id, e.status FROM events AS e
-            WHERE e.dedup_key = f.dedup_key AND e.received_at > f.at - p_window
+            SELECT e.id FROM events AS e
+            WHERE e.dedup_key = d.dedup_key AND e.received_at > d.at - p_window
             ORDER BY e.received_at DESC, e.id DESC
             LIMIT 1
         ) AS x ON true
     ),
     counted AS (
         UPDATE events AS e
-        SET duplicate_count = e.duplicate_count + f.repeats + 1, last_duplicate_at = f.last_at
+        SET duplicate_count = e.duplicate_count + 1, last_duplicate_at = f.at
         FROM found AS f
         WHERE e.id = f.known_id
-        RETURNING e.id
+        RETURNING e.id, e.status
     ),
     inserted AS (
         INSERT INTO events AS e (source, event_type, dedup_key, body, headers, status, last_error,
-                                 dead_step, received_at, duplicate_count, last_duplicate_at)
+                                 dead_step, received_at)
         SELECT f.source, f.event_type, f.dedup_key, substring(p_bodies FROM f.body_at FOR f.body_len),
-               f.headers, f.status, f.last_error, f.dead_step, f.at, f.repeats,
-               CASE WHEN f.repeats > 0 THEN f.last_at END
+               f.headers, f.status, f.last_error, f.dead_step, f.at
         FROM found AS f
         WHERE f.known_id IS NULL
         ORDER BY f.ord
         RETURNING e.id, e.dedup_key, e.status
     )
-    SELECT d.ord, coalesce(f.known_id, i.id), coalesce(f.known_status, i.status),
-           f.known_id IS NOT NULL OR d.ord <> f.ord
-    FROM d
-    JOIN found AS f ON f.dedup_key = d.dedup_key
-    LEFT JOIN inserted AS i ON i.dedup_key = d.dedup_key;
+    SELECT f.ord, coalesce(c.id, i.id), coalesce(c.status, i.status), c.id IS NOT NULL
+    FROM found AS f
+    LEFT JOIN counted AS c ON c.id = f.known_id
+    LEFT JOIN inserted AS i ON i.dedup_key = f.dedup_key AND f.known_id IS NULL;
 END;
 $$;

@@ -192,10 +192,10 @@ FROM store_delivery(
 -- name: events_store_batch
 -- Store the deliveries that arrived together in one call (the ingress's group commit: one
 -- transaction, one commit for all), answering for each what storing them one by one in the order
--- of `ord` answers (migration 0033). The rows come as one JSON array and their bodies as one
--- bytea, each row naming its body's place in it: a driver dumps one document and one buffer far
+-- of `ord` answers (migration 0033). The rows come as JSON arrays and their bodies as one bytea,
+-- each row naming its body's place in it: a driver dumps a few documents and one buffer far
 -- cheaper than ten arrays of a batch's rows.
 SELECT s.ord, s.event_id, s.event_status AS status, s.duplicate
-FROM store_deliveries(%(identified)s::json, %(rows)s::json, %(bodies)s::bytea,
-                      %(window)s::interval, %(namespace)s) AS s
+FROM store_deliveries(%(identified)s::json, %(repeated)s::json, %(rows)s::json,
+                      %(bodies)s::bytea, %(window)s::interval, %(namespace)s) AS s
 ORDER BY s.ord;
