@@ -57,3 +57,39 @@ def _holder(conn: psycopg.Connection[Any], key: int) -> str:
         f"{row['application_name'] or 'a session'} "
         f"(pid {row['pid']}, connected {row['backend_start']:%Y-%m-%d %H:%M:%S %Z})"
     )
+
+
+class KeyLocks:
+    """Locks by name (the keys of ``RunLock``, so each excludes the other) for a run that locks
+    many names one after another, a reminder at a time: one connection of its own for the whole
+    run, not one a name. Each lock is let go when its work is done; closing the connection (or
+    its death with a crashed run) lets go of any left."""
+
+    def __init__(self, url: str, *, owner: str) -> None:
+        self.url = url
+        self.owner = owner
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def take(self, name: str) -> bool:
+        """Take the lock ``name`` if it is free; whether it was."""
+        if self.conn is None or self.conn.closed:
+            self.conn = connect(
+                self.url, autocommit=True, application_name=f"followup-lock {self.owner}"
+            )
+        row = self.conn.execute(query("try_run_lock"), {"key": lock_key(name)}).fetchone()
+        return bool(row and row["held"])
+
+    def release(self, name: str) -> None:
+        """Let go of ``name`` (a connection gone has let go of it already)."""
+        if self.conn is None or self.conn.closed:
+            return
+        try:
+            self.conn.execute(query("run_lock_release"), {"key": lock_key(name)})
+        except psycopg.OperationalError:
+            self.close()  # its session, and every lock it held, is gone
+
+    def close(self) -> None:
+        """Close the connection: every lock still held is let go."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None

@@ -40,7 +40,7 @@ from followup_pipeline.settings import Settings
 from followup_pipeline.store import lms
 from followup_pipeline.store.links import link_keys
 from followup_pipeline.store.lms import DueRow, Tenant
-from followup_pipeline.store.run_lock import RunLock
+from followup_pipeline.store.run_lock import KeyLocks
 
 #: How long a sent reminder that was not read back yet is asked about again.
 RECONFIRM = timedelta(days=2)
@@ -75,6 +75,8 @@ class TenantReminders:
         self.settings = settings
         #: Reminders this run sent (``lms_sends_per_run`` caps them).
         self.sent = 0
+        #: The reminders' locks, on one connection for the run (``guarded``).
+        self.locks = KeyLocks(db.url, owner=run.run_id or "lms")
 
     def run_due(self) -> Counter[str]:
         """Send, suppress or leave every reminder due now; the counts."""
@@ -96,6 +98,15 @@ class TenantReminders:
         latest, overtaken = latest_of_each(reminders)
         work = [(by_id[r.id], True) for r in overtaken] + [(by_id[r.id], False) for r in latest]
         work += [(row, False) for row in due if row.delivery_outcome == "accepted"]
+        try:
+            self.each(work)
+        finally:
+            self.locks.close()
+        return self.counts
+
+    def each(self, work: list[tuple[DueRow, bool]]) -> None:
+        """Each due reminder on its own (``overtaken``: one a later reminder of its assignment
+        overtook)."""
         cap = self.settings.lms_sends_per_run
         for row, overtaken_ in work:
             if not overtaken_ and self.sent >= cap:
@@ -109,19 +120,17 @@ class TenantReminders:
                 # This reminder waits for the next run; the others go on.
                 self.counts["left_for_next_run"] += 1
                 self.run.log.warning("%s: left for the next run: %s", row.idempotency_key, error)
-        return self.counts
 
     def guarded(self, row: DueRow, *, overtaken: bool) -> None:
         """One reminder, under a lock on its key: two runs at once cannot both send it."""
-        owner = self.run.run_id or "lms"
-        lock = RunLock.try_take(self.db.url, f"reminder:{row.idempotency_key}", owner=owner)
+        name = f"reminder:{row.idempotency_key}"
+        if not self.locks.take(name):
+            self.counts["in_flight"] += 1
+            return
         try:
-            if not lock.held:
-                self.counts["in_flight"] += 1
-                return
             self.one(row, overtaken=overtaken)
         finally:
-            lock.release()
+            self.locks.release(name)
 
     def spec(self, row: DueRow) -> ActionSpec:
         """The ledger action of a reminder."""

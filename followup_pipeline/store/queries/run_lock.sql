@@ -9,3 +9,7 @@ SELECT a.pid, a.application_name, a.backend_start
   JOIN pg_stat_activity a ON a.pid = l.pid
  WHERE l.locktype = 'advisory' AND l.granted
    AND l.classid = %(high)s AND l.objid = %(low)s AND l.objsubid = 1;
+
+-- name: run_lock_release
+-- Let go of a session advisory lock this connection took (the others it holds stay held).
+SELECT pg_advisory_unlock(%(key)s) AS released;
