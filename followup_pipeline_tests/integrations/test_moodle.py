@@ -264,6 +264,17 @@ def test_completion_sends_the_fixtures_request_and_tells_a_quiz_complete(
     assert client.quiz_completed(5, 31, 99) is False
 
 
+def test_quizzes_completed_reads_a_learners_course_once_and_attempts_only_where_untracked(
+    make_client: Callable[[Handler], MoodleClient],
+) -> None:
+    seen: list[httpx.Request] = []
+    names = ("core_completion_get_activities_completion_status", "mod_quiz_get_user_quiz_attempts")
+    client = make_client(answering(answers(*names), seen))
+    # 64 complete, 87 not; 99 untracked: its attempts are read (one, in progress: not done)
+    assert client.quizzes_completed(5, 31, [(64, 9), (87, 12), (99, 13)]) == {9}
+    assert [form(r)["wsfunction"] for r in seen] == list(names)
+
+
 @pytest.mark.parametrize(("state", "complete"), [(0, False), (1, True), (2, True), (3, False)])
 def test_a_quiz_is_complete_in_state_1_or_2(state: int, complete: bool) -> None:
     status = ActivityCompletion(cmid=1, modname="quiz", instance=1, state=state)

@@ -92,13 +92,6 @@ class LmsSite(Protocol):
         """The users' profiles (language and zone, when the token may see them)."""
         ...
 
-    def quiz_completed(
-        self, course_id: int, user_id: int, coursemodule: int, quiz_id: int | None = None
-    ) -> bool:
-        """Whether the learner completed the quiz (Moodle's completion state, else a finished
-        attempt)."""
-        ...
-
     def quizzes_completed(
         self, course_id: int, user_id: int, quizzes: Sequence[tuple[int, int]]
     ) -> set[int]:

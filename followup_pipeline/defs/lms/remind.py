@@ -77,6 +77,10 @@ class TenantReminders:
         self.sent = 0
         #: The reminders' locks, on one connection for the run (``guarded``).
         self.locks = KeyLocks(db.url, owner=run.run_id or "lms")
+        #: The due quizzes of each learner and course (activity, quiz), and those Moodle said
+        #: were completed when first asked this run: one call a learner and course.
+        self.due_quizzes: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self.completions: dict[tuple[int, int], set[int]] = {}
 
     def run_due(self) -> Counter[str]:
         """Send, suppress or leave every reminder due now; the counts."""
@@ -98,6 +102,10 @@ class TenantReminders:
         latest, overtaken = latest_of_each(reminders)
         work = [(by_id[r.id], True) for r in overtaken] + [(by_id[r.id], False) for r in latest]
         work += [(row, False) for row in due if row.delivery_outcome == "accepted"]
+        for row in open_:
+            quizzes = self.due_quizzes.setdefault((row.course_id, row.learner_id), [])
+            if (row.coursemodule, row.assignment_id) not in quizzes:
+                quizzes.append((row.coursemodule, row.assignment_id))
         try:
             self.each(work)
         finally:
@@ -184,14 +192,19 @@ class TenantReminders:
         return None
 
     def completed(self, row: DueRow) -> bool:
-        """Moodle's completion state of the quiz (or a finished attempt), now; kept."""
-        try:
-            done = self.channel.site.quiz_completed(
-                row.course_id, row.learner_id, row.coursemodule, row.assignment_id
-            )
-        except IntegrationError as error:
-            self.counts["recheck_failed"] += 1
-            raise _Left(f"completion unreadable: {error}") from None
+        """Moodle's completion state of the quiz (or a finished attempt), read once this run for
+        every due quiz of the learner in the course; kept."""
+        key, quiz = (row.course_id, row.learner_id), (row.coursemodule, row.assignment_id)
+        asked = self.due_quizzes.setdefault(key, [])
+        if key not in self.completions or quiz not in asked:
+            if quiz not in asked:  # (not due when the run began: asked now, on its own)
+                asked.append(quiz)
+            try:
+                self.completions[key] = self.channel.site.quizzes_completed(*key, asked)
+            except IntegrationError as error:
+                self.counts["recheck_failed"] += 1
+                raise _Left(f"completion unreadable: {error}") from None
+        done = row.assignment_id in self.completions[key]
         if done:
             with self.db.connection() as conn, conn.transaction():
                 lms.mark_completed(
