@@ -26,15 +26,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from followup_pipeline.sandbox.gate import VendorGate
+from followup_pipeline.sandbox.moodle_call import Call, MoodleException, invalid, missing
 from followup_pipeline.sandbox.moodle_course import COURSE_FUNCTIONS
 from followup_pipeline.sandbox.moodle_demo import site_world
-from followup_pipeline.sandbox.moodle_functions import (
-    FUNCTIONS,
-    Call,
-    MoodleException,
-    invalid,
-    missing,
-)
+from followup_pipeline.sandbox.moodle_functions import FUNCTIONS
 from followup_pipeline.sandbox.moodle_users import USER_FUNCTIONS
 from followup_pipeline.sandbox.state import Record, SandboxState
 

@@ -16,14 +16,14 @@ deprecated predecessor, is not served.
 import json
 from typing import Any
 
-from followup_pipeline.sandbox.moodle_demo import find, known, now
-from followup_pipeline.sandbox.moodle_functions import (
+from followup_pipeline.sandbox.moodle_call import (
     MOODLE_EXCEPTION,
     Call,
     Function,
     MoodleException,
     fields,
 )
+from followup_pipeline.sandbox.moodle_demo import find, known, now
 from followup_pipeline.sandbox.records import RecordError
 from followup_pipeline.sandbox.state import Record, SandboxState
 

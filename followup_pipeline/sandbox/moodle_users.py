@@ -15,14 +15,14 @@ Moodle does; ids not found are left out.
 import re
 from typing import Any
 
-from followup_pipeline.sandbox.moodle_demo import full_name
-from followup_pipeline.sandbox.moodle_functions import (
+from followup_pipeline.sandbox.moodle_call import (
     Call,
     Function,
     MoodleException,
     fields,
     invalid,
 )
+from followup_pipeline.sandbox.moodle_demo import full_name
 from followup_pipeline.sandbox.state import Record
 
 #: The fields ``core_user_get_users_by_field`` searches by.

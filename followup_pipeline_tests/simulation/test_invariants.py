@@ -384,8 +384,9 @@ def test_a_reminder_left_unsent_or_sent_twice_breaks_the_reminders(built: Built)
     finally:
         built.conn.execute(update, ("confirmed", key))
     assert f"{key}: failed, not in the catch-up queue" in _broken(found, "reminders ended once")
-    # Of the twelve records, those due on Wednesday and the Monday after are not looked at.
-    assert found["reminders ended once"].checked == 4
+    # Of the six records (in each academy the learner who completed the quiz has none: no run
+    # plans a completed quiz), those due on Wednesday and the Monday after are not looked at.
+    assert found["reminders ended once"].checked == 2
     _mail_again(built, key, "learner0@academy-berlin.example")
     assert f"{key}: on 2 messages" in _broken(built.check(), "reminders ended once")
 

@@ -102,7 +102,7 @@ class TenantReminders:
         latest, overtaken = latest_of_each(reminders)
         work = [(by_id[r.id], True) for r in overtaken] + [(by_id[r.id], False) for r in latest]
         work += [(row, False) for row in due if row.delivery_outcome == "accepted"]
-        for row in open_:
+        for row in (r for r, overtaken_ in work if not overtaken_):  # (those re-checked)
             quizzes = self.due_quizzes.setdefault((row.course_id, row.learner_id), [])
             if (row.coursemodule, row.assignment_id) not in quizzes:
                 quizzes.append((row.coursemodule, row.assignment_id))

@@ -16,6 +16,7 @@ from followup_pipeline.domain.reminders import ReminderPlan, plan_reminders, rem
 from followup_pipeline.engine.scope import Database
 from followup_pipeline.integrations.errors import IntegrationError
 from followup_pipeline.store import lms, lms_learners, lms_plans
+from followup_pipeline.store.db import storable
 from followup_pipeline.store.lms import Tenant
 from followup_pipeline.store.lms_learners import LearnerDetails
 
@@ -66,7 +67,9 @@ def sync_tenant(
     call a learner and course. Everything is read first, then written in one transaction, a
     few statements for the whole tenant (``store/lms_plans.py``)."""
     calendar, plan = tenant_calendar(tenant), tenant_plan(tenant)
-    quizzes = [q for q in site.quizzes(tenant.course_ids) if q.timeclose is not None]
+    quizzes = list(
+        {q.id: q for q in site.quizzes(tenant.course_ids) if q.timeclose is not None}.values()
+    )
     with db.connection() as conn:
         known_done = lms_plans.completed(conn, tenant.id)
     # A quiz's plan depends on its due date alone: made once, whoever the learner.
@@ -79,9 +82,12 @@ def sync_tenant(
     plans: list[lms_plans.Plan] = []
     planned_rows: list[lms_plans.Planned] = []
     seen: set[int] = set()
+    assigned: set[tuple[int, int]] = set()  # (learner, quiz): each once, whatever Moodle lists
     completed = 0
-    for course_id in tenant.course_ids:
-        learners = site.enrolled_users(course_id)
+    for course_id in dict.fromkeys(tenant.course_ids):  # (a course listed twice: read once)
+        learners = list(
+            {learner.id: learner for learner in site.enrolled_users(course_id)}.values()
+        )
         seen.update(learner.id for learner in learners)
         course_quizzes = [q for q in quizzes if q.course == course_id]
         if not course_quizzes:
@@ -92,6 +98,9 @@ def sync_tenant(
                 pairs = [(q.coursemodule, q.id) for q in course_quizzes]
                 done_now = site.quizzes_completed(course_id, learner.id, pairs)
             for quiz in course_quizzes:
+                if (learner.id, quiz.id) in assigned:
+                    continue
+                assigned.add((learner.id, quiz.id))
                 done = quiz.id in done_now
                 rows.append(
                     lms_plans.Assignment(
@@ -99,10 +108,11 @@ def sync_tenant(
                         quiz_id=quiz.id,
                         course_id=course_id,
                         coursemodule=quiz.coursemodule,
-                        quiz_name=quiz.name,
+                        # (names as Postgres can keep them: a NUL would fail the tenant's sync)
+                        quiz_name=storable(quiz.name, 1000),
                         due_at=quiz.timeclose,
-                        learner_name=learner.fullname,
-                        learner_email=learner.email,
+                        learner_name=storable(learner.fullname, 1000),
+                        learner_email=None if learner.email is None else storable(learner.email),
                         completed_at=now if done else None,
                     )
                 )

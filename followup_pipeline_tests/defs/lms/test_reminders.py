@@ -7,6 +7,7 @@ down only the latest due reminder of an assignment goes out."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -128,6 +129,18 @@ def test_lms_a_completed_quiz_gets_no_planned_reminder_from_any_run(
     run_lms(db_url, sandbox, utc(2026, 3, 7, 9, 30))  # the next day's first run
     assert {r["learner_id"] for r in _reminders(db)} == {open_}
     assert len(_reminders(db)) == 3
+
+
+def test_lms_a_course_listed_twice_is_synced_once(
+    db: psycopg.Connection[Any], db_url: str, sandbox: str
+) -> None:
+    seeded = seed_site(sandbox, BERLIN, utc(2026, 3, 11, 16), learners=2)
+    tenant = make_tenant(db, sandbox, BERLIN, seeded["course"])
+    with db.transaction():
+        lms.save_tenant(db, replace(tenant, course_ids=[seeded["course"], seeded["course"]]))
+    first = run_lms(db_url, sandbox, utc(2026, 3, 6, 9))
+    assert first[f"{BERLIN}:planned"] == 6  # two learners, three reminders each: once
+    assert len(_reminders(db)) == 6
 
 
 @pytest.mark.parametrize("channel", ["email", "moodle"])
