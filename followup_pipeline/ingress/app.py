@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -39,7 +39,7 @@ from followup_pipeline.ingress.asgi import (
     read_body,
     webhook_source,
 )
-from followup_pipeline.ingress.batcher import GroupCommit
+from followup_pipeline.ingress.batcher import GroupCommit, once_more
 from followup_pipeline.ingress.deliveries import parse_delivery
 from followup_pipeline.ingress.links import LinkPages
 from followup_pipeline.ingress.metrics import Metrics
@@ -116,32 +116,17 @@ class Ingress:
 
     async def _store_one(self, params: dict[str, object]) -> events.Stored:
         """One round trip: the database's ``store_delivery``, in autocommit its own transaction,
-        whose answer comes only with its commit (store, then acknowledge).
+        whose answer comes only with its commit (store, then acknowledge); tried once more on a
+        fresh connection when the first was lost (``once_more``)."""
 
-        A connection that broke (Postgres restarted since it was pooled) is dropped and the call
-        made once more on a fresh one: if the first call did commit, the second finds its key
-        (its delivery id, or its body's hash within the window) and counts a duplicate, so
-        nothing is stored twice."""
-        for attempt in (1, 2):
-            try:
-                async with (
-                    self.pool.connection() as conn,
-                    conn.cursor(row_factory=typed_row(events.Stored)) as cursor,
-                ):
-                    await cursor.execute(query("events_store"), params)
-                    stored: events.Stored | None = await cursor.fetchone()
-            except PoolTimeout:
-                raise  # no connection to be had: the database is away
-            except psycopg.OperationalError as error:
-                # Only a connection that broke (no SQLSTATE: the server never answered) is worth
-                # another try; a lock or statement timeout, a refusal by the server, is not.
-                if attempt == 2 or error.sqlstate is not None:
-                    raise
-                await self.pool.check()  # drop the other connections a restart broke
-                continue
+        async def store(conn: psycopg.AsyncConnection[Any]) -> events.Stored:
+            async with conn.cursor(row_factory=typed_row(events.Stored)) as cursor:
+                await cursor.execute(query("events_store"), params)
+                stored = await cursor.fetchone()
             assert stored is not None  # the function answers one row, always
             return stored
-        raise AssertionError("unreachable")
+
+        return await once_more(self.pool, store)
 
     async def _ping(self) -> None:
         async with self.pool.connection() as conn:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -223,40 +223,30 @@ class GroupCommit:
             self._slots.release()
 
     async def _insert(self, rows: list[dict[str, object]]) -> list[events.Stored]:
-        """The batch in one statement; retried once on a fresh connection when the first broke
-        (its rows, had they committed, are then counted duplicates, never stored twice)."""
+        """The batch in one statement (``once_more``: a second try on a fresh connection when
+        the first broke)."""
         # Two batches take their rows' locks in one global order, so they cannot deadlock each
         # other: the delivery ids' index entries first, sorted here (repeats of one delivery in
         # arrival order), then the bodies' advisory locks, sorted by the database (the others
         # keep their arrival order); the answers go back by position.
-        order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
         if len(rows) == 1:  # a lone delivery: one delivery's function, one statement
-            statement, params = query("events_store_alone"), rows[0]
-        else:
-            statement, params = query("events_store_batch"), batch_params([rows[n] for n in order])
-        for attempt in (1, 2):
-            try:
-                async with (
-                    self.pool.connection() as conn,
-                    conn.cursor(row_factory=typed_row(Batched)) as cursor,
-                ):
-                    await cursor.execute(statement, params)
-                    found: list[Batched] = await cursor.fetchall()
-            except PoolTimeout:
-                raise
-            except psycopg.OperationalError as error:
-                if attempt == 2 or not lost(error):
-                    raise
-                await self.pool.check()
-                continue
-            if len(found) != len(rows):  # (the function answers one row a call, always)
-                raise StoreUnavailable(f"a batch of {len(rows)} answered {len(found)} rows")
-            answers = [row.stored for row in sorted(found, key=lambda r: r.ord)]
-            back: list[events.Stored | None] = [None] * len(rows)
-            for rank, n in enumerate(order):
-                back[n] = answers[rank]
-            return [answer for answer in back if answer is not None]
-        raise AssertionError("unreachable")
+            return [await self.single(rows[0])]
+        order = sorted(range(len(rows)), key=lambda n: (_lock_key(rows[n]), n))
+        params = batch_params([rows[n] for n in order])
+
+        async def store(conn: psycopg.AsyncConnection[Any]) -> list[Batched]:
+            async with conn.cursor(row_factory=typed_row(Batched)) as cursor:
+                await cursor.execute(query("events_store_batch"), params)
+                return await cursor.fetchall()
+
+        found = await once_more(self.pool, store)
+        if len(found) != len(rows):  # (the function answers one row a call, always)
+            raise StoreUnavailable(f"a batch of {len(rows)} answered {len(found)} rows")
+        answers = [row.stored for row in sorted(found, key=lambda r: r.ord)]
+        back: list[events.Stored | None] = [None] * len(rows)
+        for rank, n in enumerate(order):
+            back[n] = answers[rank]
+        return [answer for answer in back if answer is not None]
 
     async def _one_by_one(
         self, batch: list[tuple[dict[str, object], asyncio.Future[events.Stored]]]
@@ -281,6 +271,31 @@ def _lock_key(row: dict[str, object]) -> tuple[int, str]:
     if delivery is not None:
         return (0, f"{row['source']}:{delivery}")
     return (1, "")
+
+
+T = TypeVar("T")
+
+
+async def once_more(
+    pool: AsyncConnectionPool[Any], work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+) -> T:
+    """``work`` on a pooled connection, in autocommit its own transaction; when that connection
+    was lost (``lost``: Postgres restarted since it was pooled, or ended the session), the other
+    pooled connections are checked and ``work`` is done once more on a fresh one. What it
+    stores is keyed (a delivery id, a body's hash within the window): had the first try
+    committed, the second counts duplicates, and nothing is stored twice. No connection to be
+    had (``PoolTimeout``), a refusal, a lock or statement timeout: raised at once."""
+    try:
+        async with pool.connection() as conn:
+            return await work(conn)
+    except PoolTimeout:
+        raise
+    except psycopg.OperationalError as error:
+        if not lost(error):
+            raise
+    await pool.check()
+    async with pool.connection() as conn:
+        return await work(conn)
 
 
 def lost(error: psycopg.OperationalError) -> bool:

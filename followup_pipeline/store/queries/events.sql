@@ -179,16 +179,6 @@ SELECT
         AND registered_at > (SELECT min(registered_at) FROM watches) + interval '1 hour'
     ) AS reconciled_since;
 
--- name: events_store_alone
--- A batch of one delivery (the group commit's lone delivery, the usual case at a low rate): the
--- function of one delivery, one statement, cheaper than the batch's three; answered as a batch.
-SELECT 1 AS ord, event_id, event_status AS status, duplicate
-FROM store_delivery(
-    %(source)s, %(event_type)s, %(dedup_key)s, %(body)s, %(headers)s, %(status)s,
-    %(last_error)s, %(dead_step)s, %(window)s::interval, %(namespace)s, %(delivery_id)s::text,
-    %(received_at)s::timestamptz
-);
-
 -- name: events_store_batch
 -- Store the deliveries that arrived together in one call (the ingress's group commit: one
 -- transaction, one commit for all), answering for each what storing them one by one in the order
