@@ -16,8 +16,9 @@ import uvicorn
 
 from followup_pipeline.integrations.resources import ClickUpResource, EspoCrmResource
 from followup_pipeline.resources import ClockResource, PostgresResource, RunLockResource
-from followup_pipeline.sandbox.app import create_app
+from followup_pipeline.sandbox.app import create_app, sandbox_state
 from followup_pipeline.sandbox.config import SandboxConfig
+from followup_pipeline.sandbox.state import SandboxState
 from followup_pipeline.settings import Settings, load_settings
 from followup_pipeline.store.embedded import EmbeddedCluster
 from followup_pipeline.store.migrate import migrate
@@ -60,16 +61,25 @@ def database() -> Iterator[str]:
 @contextlib.contextmanager
 def sandbox() -> Iterator[str]:
     """The sandbox on a free loopback port."""
+    with sandbox_with_state() as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def sandbox_with_state() -> Iterator[tuple[str, SandboxState]]:
+    """The sandbox on a free loopback port, and its state (for a benchmark that seeds its
+    records directly)."""
+    app = create_app(SANDBOX)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(create_app(SANDBOX), log_level="warning", lifespan="auto")
+    config = uvicorn.Config(app, log_level="warning", lifespan="auto")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", sandbox_state(app)
     finally:
         server.should_exit = True
         thread.join(timeout=5)

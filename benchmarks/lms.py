@@ -7,23 +7,18 @@ baseline, in the same run: the same number of reminder rows inserted in one stat
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import psycopg
-import uvicorn
 
-from benchmarks.harness import SANDBOX, database
+from benchmarks.harness import SANDBOX, database, sandbox_with_state
 from followup_pipeline.defs.lms.sync import sync_tenant
 from followup_pipeline.integrations.moodle import MoodleClient
 from followup_pipeline.resources import PostgresResource
-from followup_pipeline.sandbox import create_app, moodle_demo, sandbox_state
+from followup_pipeline.sandbox import moodle_demo
 from followup_pipeline.sandbox.state import SandboxState
 from followup_pipeline.store import lms
 
@@ -55,30 +50,11 @@ class TimedTransport(httpx.BaseTransport):
             self.waited += time.perf_counter() - started
 
 
-@contextlib.contextmanager
-def _sandbox() -> Iterator[tuple[str, SandboxState]]:
-    """The sandbox on a free loopback port, and its state (seeded directly: the control API
-    adds a learner at a time, with a search of every enrolment, too slow for 10,000)."""
-    app = create_app(SANDBOX)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", sandbox_state(app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
-
-
 def _seed(base: str, state: SandboxState, learners: int) -> int:
     """The course and its quizzes (through the control API), its learners enrolled and a fifth
-    of the pairs completed (written into the site's records as the control API writes them);
-    the course id."""
+    of the pairs completed (written into the site's records as the control API writes them: it
+    adds a learner at a time, with a search of every enrolment, too slow for 10,000); the course
+    id."""
     answer = httpx.post(
         f"{base}/_sandbox/moodle/{SITE}/courses", json={"fullname": "Scale"}, timeout=60
     )
@@ -167,7 +143,7 @@ def run() -> list[str]:
     ]
     per_pair: dict[int, float] = {}
     for learners in POINTS:
-        with database() as db_url, _sandbox() as (base, state):
+        with database() as db_url, sandbox_with_state() as (base, state):
             course = _seed(base, state, learners)
             tenant = lms.Tenant(
                 id=SITE, name=SITE, moodle_url=f"{base}/moodle/{SITE}", token_ref=TOKEN_REF,

@@ -185,10 +185,8 @@ class MoodleClient:
         """Whether the user completed the quiz whose activity is ``coursemodule`` (Moodle's
         completion state 1, or 2 passed); where Moodle tracks no completion of it, whether an
         attempt at ``quiz_id`` was finished or submitted (False without ``quiz_id``)."""
-        tracked = quiz_is_complete(self.completion(course_id, user_id), coursemodule)
-        if tracked is not None or quiz_id is None:
-            return tracked is True
-        return any(a.state in FINISHED for a in self.quiz_attempts(quiz_id, user_id))
+        statuses = self.completion(course_id, user_id)
+        return self._complete(statuses, user_id, coursemodule, quiz_id)
 
     def quizzes_completed(
         self, course_id: int, user_id: int, quizzes: Sequence[tuple[int, int]]
@@ -197,14 +195,24 @@ class MoodleClient:
         completion call for them all (Moodle answers every tracked activity of the course at
         once), and an attempts call only for a quiz whose completion Moodle does not track."""
         statuses = self.completion(course_id, user_id)
-        done = set()
-        for coursemodule, quiz_id in quizzes:
-            tracked = quiz_is_complete(statuses, coursemodule)
-            if tracked is None:
-                tracked = any(a.state in FINISHED for a in self.quiz_attempts(quiz_id, user_id))
-            if tracked:
-                done.add(quiz_id)
-        return done
+        return {
+            quiz_id
+            for coursemodule, quiz_id in quizzes
+            if self._complete(statuses, user_id, coursemodule, quiz_id)
+        }
+
+    def _complete(
+        self,
+        statuses: Sequence[ActivityCompletion],
+        user_id: int,
+        coursemodule: int,
+        quiz_id: int | None,
+    ) -> bool:
+        """The quiz's completion in ``statuses``; untracked there, a finished attempt."""
+        tracked = quiz_is_complete(statuses, coursemodule)
+        if tracked is not None or quiz_id is None:
+            return tracked is True
+        return any(a.state in FINISHED for a in self.quiz_attempts(quiz_id, user_id))
 
     def quiz_attempts(self, quiz_id: int, user_id: int) -> Records[QuizAttempt]:
         """Every attempt of the user at the quiz, unfinished ones too (previews left out)."""
