@@ -92,11 +92,11 @@ def sync_tenant(
         course_quizzes = [q for q in quizzes if q.course == course_id]
         if not course_quizzes:
             continue
+        asked = [(q.coursemodule, q.id) for q in course_quizzes]
         for learner in learners:
             done_now: set[int] = set()
             if completions:
-                pairs = [(q.coursemodule, q.id) for q in course_quizzes]
-                done_now = site.quizzes_completed(course_id, learner.id, pairs)
+                done_now = site.quizzes_completed(course_id, learner.id, asked)
             for quiz in course_quizzes:
                 if (learner.id, quiz.id) in assigned:
                     continue
@@ -153,8 +153,7 @@ def sync_tenant(
         if details is not None:
             lms_learners.save(conn, tenant.id, details, now)
         # Whatever this sync did not see (a learner gone, a quiz deleted or undated) is retired.
-        pairs_seen = [(row.learner_id, row.quiz_id) for row in rows]
-        superseded += lms_plans.retire_unseen(conn, tenant.id, pairs_seen, now)
+        superseded += lms_plans.retire_unseen(conn, tenant.id, list(assigned), now)
         if completions:
             lms.set_synced(conn, tenant.id, now)
     return Synced(len(rows), planned, superseded, completed)
